@@ -1,0 +1,64 @@
+# ibkube: `make help` lists the targets.
+#
+# Each area of the project keeps its targets in hack/make/<area>.mk and adds
+# its test, bench and tool targets to the lists below, so the areas never edit
+# one another's rules. `make test` runs every test CI runs, installing what it
+# needs first.
+
+SHELL        := /usr/bin/env bash
+.SHELLFLAGS  := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+ROOT         := $(abspath .)
+OUTPUT       := $(ROOT)/_output
+BIN          := $(OUTPUT)/bin
+GO           ?= go
+VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS      := -X github.com/ibkube/ibkube/internal/version.Version=$(VERSION)
+COMMANDS     := $(notdir $(wildcard cmd/*))
+# Fuzz targets run this long each in `make test`; run `make fuzz FUZZTIME=10m` by hand.
+FUZZTIME     ?= 10s
+
+# Filled in by hack/make/*.mk.
+TEST_TARGETS  :=
+BENCH_TARGETS :=
+FUZZ_TARGETS  :=
+
+include $(sort $(wildcard hack/make/*.mk))
+
+.PHONY: help
+help: ## List the targets.
+	@grep -hE '^[a-zA-Z0-9_%/.-]+:.*## ' $(MAKEFILE_LIST) | sort | \
+	  awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: $(addprefix $(BIN)/,$(COMMANDS)) ## Build every binary under cmd/ into _output/bin.
+
+$(BIN)/%: FORCE
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/$*
+
+.PHONY: FORCE
+FORCE:
+
+.PHONY: lint
+lint: ## gofmt and go vet.
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: unit
+unit: ## Unit tests (go test ./... without the integration and e2e suites).
+	$(GO) test -count=1 ./...
+
+.PHONY: fuzz
+fuzz: $(FUZZ_TARGETS) ## Every fuzz target for FUZZTIME each.
+
+.PHONY: test
+test: lint unit $(FUZZ_TARGETS) $(TEST_TARGETS) ## Every test CI runs (installs what the tests need).
+
+.PHONY: bench
+bench: $(BENCH_TARGETS) ## Benchmarks; they report figures, they never fail on time.
+
+.PHONY: clean
+clean: ## Remove _output (built binaries, tools, reports).
+	rm -rf $(OUTPUT)

@@ -1,0 +1,89 @@
+// Package inventory is the node agent's model of the InfiniBand/RDMA hardware
+// on one node: what discovery reports, what the resource model, the CLI, the
+// doctor, the CNI parent resolver and the NRI memlock plugin all read.
+//
+// It holds data only; discovery (sysfs, netlink) fills it and nothing here
+// does I/O.
+package inventory
+
+// Link layers as the kernel spells them in
+// /sys/class/infiniband/<dev>/ports/<n>/link_layer.
+const (
+	LinkLayerInfiniBand = "InfiniBand"
+	LinkLayerEthernet   = "Ethernet"
+)
+
+// Port states as the kernel prints them without the numeric prefix
+// (/sys/class/infiniband/<dev>/ports/<n>/state is "4: ACTIVE",
+// phys_state is "5: LinkUp").
+const (
+	PortStateActive   = "ACTIVE"
+	PortPhysStateUp   = "LinkUp"
+	UnknownNUMANode   = -1
+	RDMACMDeviceName  = "rdma_cm"
+	DevInfinibandPath = "infiniband"
+)
+
+// Node is everything discovery found on one node.
+type Node struct {
+	// HCAs in a stable order (by name, natural sort: mlx5_2 before mlx5_10).
+	HCAs []HCA `json:"hcas"`
+	// RDMACM is the shared /dev/infiniband/rdma_cm char device, if present.
+	RDMACM *CharDevice `json:"rdmaCM,omitempty"`
+	// Source says how the device list was obtained ("netlink" or "sysfs").
+	Source string `json:"source,omitempty"`
+}
+
+// HCA is one RDMA device (a PF, VF or SF) as the kernel names it (mlx5_0).
+type HCA struct {
+	Name       string `json:"name"`
+	NodeGUID   string `json:"nodeGUID,omitempty"`
+	PCIAddress string `json:"pciAddress,omitempty"`
+	VendorID   string `json:"vendorID,omitempty"` // "15b3", no 0x prefix
+	DeviceID   string `json:"deviceID,omitempty"` // "101c"
+	// NUMANode is the PCI device's NUMA node; UnknownNUMANode (-1) when the
+	// kernel does not know (single-socket hosts, many VMs).
+	NUMANode     int          `json:"numaNode"`
+	Ports        []Port       `json:"ports"`
+	CharDevices  []CharDevice `json:"charDevices"`
+	Firmware     string       `json:"firmwareVersion,omitempty"`
+	Healthy      bool         `json:"healthy"`
+	HealthReason string       `json:"healthReason,omitempty"`
+}
+
+// Port is one port of an HCA (numbered from 1).
+type Port struct {
+	Number    int    `json:"port"`
+	State     string `json:"state"`     // ACTIVE, DOWN, INIT, ARMED
+	PhysState string `json:"physState"` // LinkUp, Disabled, Polling
+	LinkLayer string `json:"linkLayer"` // InfiniBand or Ethernet
+	Rate      string `json:"rate,omitempty"`
+	// Netdev is the IPoIB (InfiniBand) or Ethernet (RoCE) interface bound to
+	// this port, if any.
+	Netdev string `json:"netdev,omitempty"`
+	// GUID is the port GUID (ports/<n>/gids/0 interface id), which an IPoIB
+	// hardware address ends with.
+	GUID string `json:"portGUID,omitempty"`
+}
+
+// CharDevice is a device node under /dev/infiniband.
+type CharDevice struct {
+	// Name is the node's name under /dev/infiniband: uverbs0, umad0, issm0, rdma_cm.
+	Name string `json:"name"`
+	// Port is the HCA port a umad/issm device belongs to; 0 for uverbs and rdma_cm.
+	Port  int `json:"port,omitempty"`
+	Major int `json:"major"`
+	Minor int `json:"minor"`
+	// Present is false when sysfs announces the device but the node under the
+	// dev root is missing.
+	Present bool `json:"present"`
+}
+
+// LinkLayer returns the HCA's link layer: that of its first port, or "" when
+// it has no ports.
+func (h HCA) LinkLayer() string {
+	if len(h.Ports) == 0 {
+		return ""
+	}
+	return h.Ports[0].LinkLayer
+}
