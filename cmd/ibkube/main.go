@@ -1,0 +1,77 @@
+// Command ibkube is the ibkube CLI: offline injection, the node inventory and
+// the node doctor. Each subcommand lives in its own file as
+// run<Name>(ctx, args, stdio) error.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// stdio carries the streams a subcommand reads and writes, so tests can run
+// subcommands without touching the process's own.
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
+}
+
+// exitError asks main to exit with a given code after printing nothing more
+// (the subcommand already reported, e.g. doctor's failed checks).
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+type subcommand struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, s stdio) error
+}
+
+func subcommands() []subcommand {
+	return []subcommand{
+		{"inject", "apply ibkube's admission mutation to YAML offline", runInject},
+		{"node", "print the node's HCA inventory as the agent sees it", runNode},
+		{"doctor", "check this node for the RDMA problems users hit most", runDoctor},
+		{"version", "print the ibkube version", runVersion},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: ibkube <command> [flags]\n\ncommands:")
+	for _, c := range subcommands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'ibkube <command> -h' for a command's flags.")
+}
+
+func run(ctx context.Context, args []string, s stdio) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(s.out)
+		return nil
+	}
+	for _, c := range subcommands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], s)
+		}
+	}
+	usage(s.err)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr})
+	stop()
+	var ee exitError
+	switch {
+	case errors.As(err, &ee):
+		os.Exit(ee.code)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "ibkube:", err)
+		os.Exit(1)
+	}
+}
