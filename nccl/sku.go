@@ -1,0 +1,44 @@
+package nccl
+
+import (
+	"regexp"
+	"strings"
+)
+
+// skuRule maps a node's instance type (the node.kubernetes.io/instance-type
+// label) to a built-in profile.
+type skuRule struct {
+	pattern *regexp.Regexp
+	profile string
+}
+
+// skuRules is read-only after package init; regexps are safe for concurrent use.
+var skuRules = []skuRule{
+	// Azure ND A100 v4 sizes: Standard_ND96asr_v4, Standard_ND96amsr_A100_v4
+	// (learn.microsoft.com nda100-v4-series, ndm-a100-v4-series).
+	{regexp.MustCompile(`(?i)^standard_nd96a[m]?sr(_a100)?_v4$`), NDv4},
+	// Azure ND H100 v5: Standard_ND96isr_H100_v5 (learn.microsoft.com nd-h100-v5-series).
+	{regexp.MustCompile(`(?i)^standard_nd96isr_h100_v5$`), NDv5},
+	// Azure HB-series: Standard_HB120rs_v2, _v3, Standard_HB176rs_v4 and the
+	// constrained-core variants such as Standard_HB120-32rs_v3.
+	{regexp.MustCompile(`(?i)^standard_hb[0-9]+(-[0-9]+)?rs(_v[0-9]+)?$`), HB},
+	// OCI bare metal H100 (oci-hpc-oke docs).
+	{regexp.MustCompile(`(?i)^bm\.gpu\.h100\.8$`), OCIH100RoCE},
+}
+
+// ProfileForSKU returns the built-in profile for a node's instance type, such
+// as "Standard_ND96isr_H100_v5" or "BM.GPU.H100.8".
+func ProfileForSKU(sku string) (Profile, bool) {
+	sku = strings.TrimSpace(sku)
+	for _, r := range skuRules {
+		if !r.pattern.MatchString(sku) {
+			continue
+		}
+		for _, p := range Builtin() {
+			if p.Name == r.profile {
+				return p, true
+			}
+		}
+	}
+	return Profile{}, false
+}

@@ -1,0 +1,336 @@
+// Package config is the admission webhook's configuration: one versioned YAML
+// document (apiVersion ibkube.io/v1alpha1, kind WebhookConfig), parsed
+// strictly and validated with errors that name the field.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ibkube/ibkube/nccl"
+)
+
+// APIVersion and Kind identify the file format.
+const (
+	APIVersion = "ibkube.io/v1alpha1"
+	Kind       = "WebhookConfig"
+)
+
+// CapabilityPolicy says when selected containers get CAP_IPC_LOCK.
+type CapabilityPolicy string
+
+const (
+	// CapabilityAuto adds IPC_LOCK unless the namespace enforces the
+	// baseline or restricted Pod Security level, which would reject the pod.
+	CapabilityAuto CapabilityPolicy = "auto"
+	// CapabilityAlways adds IPC_LOCK regardless of Pod Security.
+	CapabilityAlways CapabilityPolicy = "always"
+	// CapabilityNever never adds IPC_LOCK (memlock comes from the node agent).
+	CapabilityNever CapabilityPolicy = "never"
+)
+
+// Config is the webhook configuration.
+type Config struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+
+	// Resources are the extended resource names the device plugin advertises.
+	Resources Resources `json:"resources"`
+	// GPUResource is the resource that marks a GPU container
+	// (default nvidia.com/gpu).
+	GPUResource string `json:"gpuResource"`
+	// DefaultHCAs is the rdma-exclusive count for a selected container that
+	// requests no GPUs and has no hcas annotation.
+	DefaultHCAs int `json:"defaultHCAs"`
+	// IPoIB is the Multus network added for the ipoib mode.
+	IPoIB IPoIBNetwork `json:"ipoib"`
+	// Memlock is the value of the infiniband.azure.com/memlock annotation the
+	// node agent enforces: "unlimited" or a quantity such as 64Gi.
+	Memlock string `json:"memlock"`
+	// CapabilityPolicy is auto, always or never (see CapabilityPolicy).
+	CapabilityPolicy CapabilityPolicy `json:"capabilityPolicy"`
+	// DefaultProfile applies when neither the pod nor its namespace names one.
+	DefaultProfile string `json:"defaultProfile"`
+	// Profiles are user-defined profiles. One with a built-in's name
+	// overrides that built-in variable by variable; Base makes a new profile
+	// start from another one.
+	Profiles []ProfileSpec `json:"profiles,omitempty"`
+
+	// ReleaseNamespace is where ibkube runs (the webhook's --namespace), the
+	// default namespace of the IPoIB network. Not read from the file.
+	ReleaseNamespace string `json:"-"`
+
+	resolved map[string]nccl.Profile
+}
+
+// Resources names the RDMA extended resources.
+type Resources struct {
+	// Shared is the shared-mode resource, one per selected container.
+	Shared string `json:"shared"`
+	// Exclusive is the exclusive-mode resource, one per HCA.
+	Exclusive string `json:"exclusive"`
+}
+
+// IPoIBNetwork is a NetworkAttachmentDefinition reference.
+type IPoIBNetwork struct {
+	// Namespace of the NAD; empty means ReleaseNamespace (and if that is
+	// empty too, the pod's own namespace).
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	// Interface is the interface name inside the pod; empty lets Multus
+	// name it (net1, net2, ... in list order).
+	Interface string `json:"interface,omitempty"`
+}
+
+// ProfileSpec is a profile as written in the config file.
+type ProfileSpec struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// Base is a profile (built-in or defined earlier in the list) this one
+	// starts from.
+	Base string `json:"base,omitempty"`
+	// NCCL are NCCL_* variables for the NCCL conf file.
+	NCCL map[string]string `json:"nccl,omitempty"`
+	// Env are other variables added as container env.
+	Env          map[string]string `json:"env,omitempty"`
+	TopologyFile string            `json:"topologyFile,omitempty"`
+}
+
+// Default returns the built-in configuration.
+func Default() *Config {
+	c := &Config{
+		APIVersion:       APIVersion,
+		Kind:             Kind,
+		Resources:        Resources{Shared: "rdma/shared_ib", Exclusive: "rdma/ib"},
+		GPUResource:      "nvidia.com/gpu",
+		DefaultHCAs:      1,
+		IPoIB:            IPoIBNetwork{Name: "ibkube-ipoib"},
+		Memlock:          "unlimited",
+		CapabilityPolicy: CapabilityAuto,
+		DefaultProfile:   nccl.GenericIB,
+	}
+	if err := c.resolve(); err != nil {
+		panic(fmt.Sprintf("built-in config invalid: %v", err)) // a programming error, covered by tests
+	}
+	return c
+}
+
+// Parse reads a WebhookConfig document. Fields not in the file keep their
+// defaults; unknown fields are refused.
+func Parse(data []byte) (*Config, error) {
+	c := Default()
+	c.resolved = nil
+	c.APIVersion, c.Kind = "", ""
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, errors.New("config is empty: want a WebhookConfig document (apiVersion: ibkube.io/v1alpha1, kind: WebhookConfig)")
+	}
+	if err := yaml.UnmarshalStrict(data, c); err != nil {
+		return nil, fmt.Errorf("parse webhook config: %w", err)
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if err := c.resolve(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Profile returns the resolved profile with that name.
+func (c *Config) Profile(name string) (nccl.Profile, bool) {
+	p, ok := c.resolved[name]
+	return p, ok
+}
+
+// ProfileNames returns every profile name, sorted.
+func (c *Config) ProfileNames() []string {
+	names := make([]string, 0, len(c.resolved))
+	for n := range c.resolved {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// IPoIBNamespace is the namespace of the IPoIB network ("" = the pod's).
+func (c *Config) IPoIBNamespace() string {
+	if c.IPoIB.Namespace != "" {
+		return c.IPoIB.Namespace
+	}
+	return c.ReleaseNamespace
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(field, value, want string) {
+		errs = append(errs, fmt.Errorf("%s: invalid value %q: %s", field, value, want))
+	}
+	if c.APIVersion != APIVersion {
+		bad("apiVersion", c.APIVersion, "want "+APIVersion)
+	}
+	if c.Kind != Kind {
+		bad("kind", c.Kind, "want "+Kind)
+	}
+	for _, f := range [...]struct{ field, v string }{
+		{"resources.shared", c.Resources.Shared},
+		{"resources.exclusive", c.Resources.Exclusive},
+		{"gpuResource", c.GPUResource},
+	} {
+		field, v := f.field, f.v
+		if msgs := validation.IsQualifiedName(v); len(msgs) > 0 || !strings.Contains(v, "/") {
+			bad(field, v, "want an extended resource name such as rdma/shared_ib (domain/name)")
+		}
+	}
+	if c.Resources.Shared == c.Resources.Exclusive {
+		bad("resources.exclusive", c.Resources.Exclusive, "must differ from resources.shared")
+	}
+	if c.DefaultHCAs < 1 || c.DefaultHCAs > MaxHCAs {
+		bad("defaultHCAs", fmt.Sprint(c.DefaultHCAs), fmt.Sprintf("want an integer from 1 to %d", MaxHCAs))
+	}
+	if msgs := validation.IsDNS1123Label(c.IPoIB.Name); len(msgs) > 0 {
+		bad("ipoib.name", c.IPoIB.Name, "want a NetworkAttachmentDefinition name (DNS-1123 label)")
+	}
+	if c.IPoIB.Namespace != "" {
+		if msgs := validation.IsDNS1123Label(c.IPoIB.Namespace); len(msgs) > 0 {
+			bad("ipoib.namespace", c.IPoIB.Namespace, "want a namespace name (DNS-1123 label) or empty for the release namespace")
+		}
+	}
+	if c.IPoIB.Interface != "" && (len(c.IPoIB.Interface) > 15 || strings.ContainsAny(c.IPoIB.Interface, "/ @,\"")) {
+		bad("ipoib.interface", c.IPoIB.Interface, "want a Linux interface name (at most 15 characters, no '/', ' ', '@', ',')")
+	}
+	if err := ValidateMemlock(c.Memlock); err != nil {
+		bad("memlock", c.Memlock, err.Error())
+	}
+	switch c.CapabilityPolicy {
+	case CapabilityAuto, CapabilityAlways, CapabilityNever:
+	default:
+		bad("capabilityPolicy", string(c.CapabilityPolicy), "want auto, always or never")
+	}
+	seen := map[string]bool{}
+	for i, p := range c.Profiles {
+		f := fmt.Sprintf("profiles[%d]", i)
+		if msgs := validation.IsDNS1123Label(p.Name); len(msgs) > 0 {
+			bad(f+".name", p.Name, "want a DNS-1123 label such as my-cluster")
+		}
+		if seen[p.Name] {
+			bad(f+".name", p.Name, "profile defined twice")
+		}
+		seen[p.Name] = true
+		for _, k := range sortedKeys(p.NCCL) {
+			if !strings.HasPrefix(k, "NCCL_") || !envName.MatchString(k) {
+				bad(f+".nccl", k, "keys must be NCCL_* variable names (other variables go under env)")
+			}
+			if k == "NCCL_CONF_FILE" {
+				bad(f+".nccl", k, "NCCL_CONF_FILE is set by ibkube to load this very file")
+			}
+			if v := p.NCCL[k]; strings.ContainsAny(v, "\n\r") || len(v) > 1023 {
+				bad(f+".nccl."+k, v, "want a single line of at most 1023 bytes (NCCL's conf file limit)")
+			}
+		}
+		for _, k := range sortedKeys(p.Env) {
+			if !envName.MatchString(k) {
+				bad(f+".env", k, "want an environment variable name")
+			} else if strings.HasPrefix(k, "NCCL_") {
+				bad(f+".env", k, "NCCL_* variables go under nccl, so user env always overrides them")
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// resolve builds the profile table: built-ins, then the user's profiles in
+// order (overriding same-named ones, starting from Base if given).
+func (c *Config) resolve() error {
+	res := map[string]nccl.Profile{}
+	for _, p := range nccl.Builtin() {
+		res[p.Name] = p
+	}
+	var errs []error
+	for i, s := range c.Profiles {
+		var p nccl.Profile
+		switch {
+		case s.Base != "":
+			b, ok := res[s.Base]
+			if !ok {
+				errs = append(errs, fmt.Errorf("profiles[%d].base: invalid value %q: want one of %s (built-in or defined earlier)", i, s.Base, strings.Join(sortedKeys(res), ", ")))
+				continue
+			}
+			p = b
+		default:
+			p = res[s.Name] // zero when new
+		}
+		p.Name = s.Name
+		if s.Description != "" {
+			p.Description = s.Description
+		}
+		if s.TopologyFile != "" {
+			p.TopologyFile = s.TopologyFile
+		}
+		p.NCCL = overlay(p.NCCL, s.NCCL)
+		p.Env = overlay(p.Env, s.Env)
+		res[s.Name] = p
+	}
+	if _, ok := res[c.DefaultProfile]; !ok {
+		errs = append(errs, fmt.Errorf("defaultProfile: invalid value %q: want one of %s", c.DefaultProfile, strings.Join(sortedKeys(res), ", ")))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	c.resolved = res
+	return nil
+}
+
+// overlay returns base with the values of over replacing or appending, in
+// base order then over's sorted keys, as a new slice.
+func overlay(base []nccl.Var, over map[string]string) []nccl.Var {
+	out := make([]nccl.Var, 0, len(base)+len(over))
+	for _, v := range base {
+		if nv, ok := over[v.Name]; ok {
+			v.Value = nv
+		}
+		out = append(out, v)
+	}
+	for _, k := range sortedKeys(over) {
+		if _, ok := nccl.Lookup(base, k); !ok {
+			out = append(out, nccl.Var{Name: k, Value: over[k]})
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// MaxHCAs bounds the hcas annotation and defaultHCAs (OCI BM.GPU.H100.8 has 16 ports).
+const MaxHCAs = 64
+
+// ValidateMemlock checks a memlock value: "unlimited" or a positive quantity.
+func ValidateMemlock(v string) error {
+	if v == "unlimited" {
+		return nil
+	}
+	q, err := resource.ParseQuantity(v)
+	if err != nil || q.Sign() <= 0 {
+		return errors.New(`want "unlimited" or a positive quantity such as 64Gi`)
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
