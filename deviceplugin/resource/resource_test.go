@@ -161,8 +161,8 @@ func TestAllocate(t *testing.T) {
 			name: "shared gets every healthy selected HCA", resource: "rdma/shared_ib", ids: []string{"slot-62"},
 			want: &pluginapi.ContainerAllocateResponse{
 				Envs: map[string]string{
-					"NCCL_IB_HCA":     "=mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1",
-					"UCX_NET_DEVICES": "mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1",
+					"NCCL_IB_HCA":                  "=mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1",
+					"UCX_NET_DEVICES":              "mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1",
 					"NCCL_IB_PCI_RELAXED_ORDERING": "1", "NCCL_TOPO_FILE": TopologyContainerPath,
 				},
 				Devices: []*pluginapi.DeviceSpec{
