@@ -1,0 +1,113 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	"github.com/ibkube/ibkube/webhook/server"
+)
+
+// options is everything the command line says.
+type options struct {
+	server     server.Config
+	kubeconfig string
+	logLevel   string
+	logFormat  string
+	help       bool
+}
+
+// parseFlags reads args (without the program name); getenv supplies defaults
+// such as $POD_NAMESPACE. Usage and errors go to out.
+func parseFlags(args []string, getenv func(string) string, out io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("ibkube-webhook", flag.ContinueOnError)
+	fs.SetOutput(out)
+	s := &o.server
+	fs.StringVar(&s.ConfigFile, "config", "/etc/ibkube/webhook.yaml", "WebhookConfig file (missing: built-in defaults); re-read when it changes, a bad file keeps the last good one")
+	fs.DurationVar(&s.ConfigPoll, "config-poll", time.Minute, "also re-read --config this often, in case a change event is missed (0: never)")
+	fs.StringVar(&s.CertDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key, reloaded on rotation")
+	fs.StringVar(&s.Host, "host", "", "address the webhook server listens on (empty: all)")
+	fs.IntVar(&s.Port, "port", 9443, "webhook server port; the webhook path is /mutate-v1-pod")
+	fs.StringVar(&s.MetricsBindAddress, "metrics-bind-address", ":8080", "Prometheus /metrics address (0: off)")
+	fs.StringVar(&s.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "/healthz and /readyz address (0: off)")
+	fs.StringVar(&s.ReleaseNamespace, "namespace", getenv("POD_NAMESPACE"), "namespace ibkube runs in (default $POD_NAMESPACE): never mutated, and the default namespace of the IPoIB network")
+	fs.BoolVar(&s.CheckNetworks, "check-networks", true, "refuse ipoib pods whose NetworkAttachmentDefinition is missing or when the cluster serves no NetworkAttachmentDefinitions")
+	fs.StringVar(&o.kubeconfig, ctrlconfig.KubeconfigFlagName, "", "kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: error, info or debug")
+	fs.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
+	// Certificate management flags (webhook/certs) register here too.
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			o.help = true
+			return o, nil
+		}
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q: ibkube-webhook takes flags only", fs.Args())
+	}
+	if s.Port < 1 || s.Port > 65535 {
+		return o, fmt.Errorf("--port %d: want 1-65535", s.Port)
+	}
+	if s.ReleaseNamespace == "" {
+		return o, errors.New("--namespace is empty and $POD_NAMESPACE is unset: give the namespace ibkube runs in")
+	}
+	if _, err := parseLevel(o.logLevel); err != nil {
+		return o, err
+	}
+	if o.logFormat != "json" && o.logFormat != "text" {
+		return o, fmt.Errorf("--log-format %q: want json or text", o.logFormat)
+	}
+	return o, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	switch s {
+	case "error":
+		return slog.LevelError, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "debug":
+		// logr V(1) maps to slog level -1.
+		return slog.Level(-4), nil
+	}
+	return 0, fmt.Errorf("--log-level %q: want error, info or debug", s)
+}
+
+func newLogger(level, format string, w io.Writer) (logr.Logger, error) {
+	lvl, err := parseLevel(level)
+	if err != nil {
+		return logr.Logger{}, err
+	}
+	ho := &slog.HandlerOptions{Level: lvl}
+	var h slog.Handler = slog.NewJSONHandler(w, ho)
+	if format == "text" {
+		h = slog.NewTextHandler(w, ho)
+	}
+	return logr.FromSlogHandler(h), nil
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+		}
+		return c, nil
+	}
+	c, err := ctrlconfig.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("API server config: %w", err)
+	}
+	return c, nil
+}

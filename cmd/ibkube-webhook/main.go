@@ -1,0 +1,46 @@
+// Command ibkube-webhook is ibkube's mutating admission webhook for pods.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ibkube/ibkube/webhook/server"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "ibkube-webhook:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	opts, err := parseFlags(args, os.Getenv, os.Stderr)
+	if err != nil {
+		return err
+	}
+	if opts.help {
+		return nil
+	}
+	log, err := newLogger(opts.logLevel, opts.logFormat, os.Stderr)
+	if err != nil {
+		return err
+	}
+	// controller-runtime logs through its own package logger; give it ours.
+	ctrllog.SetLogger(log)
+	rest, err := restConfig(opts.kubeconfig)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cfg := opts.server
+	cfg.Rest, cfg.Log = rest, log
+	return server.Run(ctx, cfg)
+}

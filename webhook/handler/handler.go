@@ -1,0 +1,234 @@
+// Package handler is the admission HTTP handler around the pure mutation core
+// (webhook/mutate): it decodes the AdmissionReview once, reads the namespace
+// through a cache, calls mutate.Mutate, and answers with the core's own JSON
+// patch operations, so the pod is never marshalled and diffed as a whole.
+package handler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	kjson "sigs.k8s.io/json"
+
+	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/webhook/mutate"
+)
+
+// Path is where the API server sends pod admission requests.
+const Path = "/mutate-v1-pod"
+
+// The opt-in label the webhook configuration's namespaceSelector matches; the
+// handler checks it again so a misconfigured selector never mutates a namespace
+// that did not opt in.
+const (
+	LabelInject   = "infiniband.azure.com/inject"
+	InjectEnabled = "enabled"
+)
+
+// maxBodyBytes bounds a request body: the API server limits objects to 3 MiB,
+// and an AdmissionReview for CREATE carries the object once.
+const maxBodyBytes = 8 << 20
+
+// Options configure a Handler.
+type Options struct {
+	// Config returns the current configuration (it changes when the file is
+	// re-read). Required.
+	Config func() *config.Config
+	// Namespaces reads namespace metadata. Required.
+	Namespaces NamespaceLookup
+	// Networks checks that the NetworkAttachmentDefinition a pod needs exists.
+	// Nil turns the check off.
+	Networks NetworkLookup
+	// ReleaseNamespace is the namespace ibkube runs in; its pods are never
+	// mutated (nor kube-system's).
+	ReleaseNamespace string
+	// Metrics records counts and latency; nil records nothing.
+	Metrics *Metrics
+	Log     logr.Logger
+	// Mutate is the core; nil means mutate.Mutate. Tests put stand-ins here.
+	Mutate func(*corev1.Pod, mutate.Namespace, *config.Config) (mutate.Result, error)
+}
+
+// Handler answers AdmissionReview requests for pods. It is an http.Handler so
+// that decoding and encoding stay in its own hands (see the package comment).
+type Handler struct {
+	opts Options
+}
+
+// New returns a Handler.
+func New(opts Options) (*Handler, error) {
+	if opts.Config == nil {
+		return nil, errors.New("handler: Options.Config is required")
+	}
+	if opts.Namespaces == nil {
+		return nil, errors.New("handler: Options.Namespaces is required")
+	}
+	if opts.Mutate == nil {
+		opts.Mutate = mutate.Mutate
+	}
+	return &Handler{opts: opts}, nil
+}
+
+// httpError is an answer the API server sees as a failed call, so the webhook
+// configuration's failurePolicy decides, instead of a denial.
+type httpError struct {
+	code int
+	err  error
+}
+
+func (e *httpError) Error() string { return e.err.Error() }
+func (e *httpError) Unwrap() error { return e.err }
+
+// outcome is what one request came to, for metrics and logs.
+type outcome struct {
+	mode, result string
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	out, apiVersion, resp, err := h.serve(r)
+	log := h.opts.Log
+	if err != nil {
+		var he *httpError
+		code := http.StatusInternalServerError
+		if errors.As(err, &he) {
+			code = he.code
+		}
+		log.Error(err, "admission request failed", "code", code)
+		http.Error(w, err.Error(), code)
+		h.opts.Metrics.observe(out.mode, OutcomeError, time.Since(start))
+		return
+	}
+	body, err := encodeResponse(apiVersion, resp)
+	if err != nil {
+		log.Error(err, "admission response")
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		h.opts.Metrics.observe(out.mode, OutcomeError, time.Since(start))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if _, err := w.Write(body); err != nil {
+		log.V(1).Info("write admission response", "err", err.Error())
+	}
+	h.opts.Metrics.observe(out.mode, out.result, time.Since(start))
+}
+
+func (h *Handler) serve(r *http.Request) (outcome, string, *admissionv1.AdmissionResponse, error) {
+	out := outcome{mode: modeNone, result: OutcomeSkipped}
+	if r.Method != http.MethodPost {
+		return out, "", nil, &httpError{http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed, use POST", r.Method)}
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		return out, "", nil, &httpError{http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", ct)}
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	if err != nil {
+		return out, "", nil, &httpError{http.StatusBadRequest, fmt.Errorf("read request body: %w", err)}
+	}
+	if len(body) > maxBodyBytes {
+		return out, "", nil, &httpError{http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", maxBodyBytes)}
+	}
+	rev, err := decodeReview(body)
+	if err != nil {
+		return out, "", nil, &httpError{http.StatusBadRequest, err}
+	}
+	out, resp, err := h.admit(r.Context(), rev.Request)
+	return out, rev.APIVersion, resp, err
+}
+
+// admit decides one request.
+func (h *Handler) admit(ctx context.Context, req *reviewRequest) (outcome, *admissionv1.AdmissionResponse, error) {
+	out := outcome{mode: modeNone, result: OutcomeSkipped}
+	if !isPodCreate(req) || h.protected(req.Namespace) {
+		return out, allowed(req.UID), nil
+	}
+	ns, err := h.opts.Namespaces.Namespace(ctx, req.Namespace)
+	if err != nil {
+		return out, nil, &httpError{http.StatusInternalServerError, err}
+	}
+	if ns.Labels[LabelInject] != InjectEnabled {
+		return out, allowed(req.UID), nil
+	}
+
+	var pod corev1.Pod
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object, &pod); err != nil {
+		return out, nil, &httpError{http.StatusBadRequest, fmt.Errorf("decode pod in AdmissionReview %s: %w", req.UID, err)}
+	}
+	if pod.Namespace == "" {
+		// Pods created through a namespaced POST often leave it empty; the core
+		// resolves networks relative to it.
+		pod.Namespace = req.Namespace
+	}
+	log := h.opts.Log.WithValues("uid", req.UID, "namespace", req.Namespace, "pod", podName(&pod, req))
+
+	cfg := h.opts.Config()
+	res, err := h.opts.Mutate(&pod, ns, cfg)
+	out.mode = modeLabel(res, &pod)
+	if err != nil {
+		var refusal *mutate.Refusal
+		if errors.As(err, &refusal) {
+			out.result = OutcomeRefused
+			log.Info("pod refused", "reason", refusal.Error())
+			return out, denied(req.UID, refusal.Error()), nil
+		}
+		return out, nil, &httpError{http.StatusInternalServerError, fmt.Errorf("mutate pod: %w", err)}
+	}
+
+	if h.opts.Networks != nil {
+		msg, err := h.checkNetworks(ctx, &pod, res, cfg)
+		if err != nil {
+			return out, nil, &httpError{http.StatusInternalServerError, err}
+		}
+		if msg != "" {
+			out.result = OutcomeRefused
+			log.Info("pod refused", "reason", msg)
+			return out, denied(req.UID, msg), nil
+		}
+	}
+
+	resp := allowed(req.UID)
+	resp.Warnings = res.Warnings
+	if len(res.Patch) == 0 {
+		out.result = OutcomeUnchanged
+		return out, resp, nil
+	}
+	patch, err := json.Marshal(res.Patch)
+	if err != nil {
+		return out, nil, &httpError{http.StatusInternalServerError, fmt.Errorf("encode patch: %w", err)}
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	resp.Patch, resp.PatchType = patch, &pt
+	out.result = OutcomeInjected
+	log.V(1).Info("pod mutated", "mode", out.mode, "ops", len(res.Patch))
+	return out, resp, nil
+}
+
+func isPodCreate(req *reviewRequest) bool {
+	return req.Operation == admissionv1.Create &&
+		req.Kind.Group == "" && req.Kind.Kind == "Pod" &&
+		req.SubResource == ""
+}
+
+func (h *Handler) protected(namespace string) bool {
+	return namespace == "" || namespace == "kube-system" || namespace == h.opts.ReleaseNamespace
+}
+
+func podName(pod *corev1.Pod, req *reviewRequest) string {
+	switch {
+	case pod.Name != "":
+		return pod.Name
+	case req.Name != "":
+		return req.Name
+	default:
+		return pod.GenerateName + "*"
+	}
+}

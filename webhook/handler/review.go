@@ -1,0 +1,99 @@
+package handler
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kjson "sigs.k8s.io/json"
+)
+
+// The admission.k8s.io versions the handler answers. v1beta1 has the same JSON
+// shape as v1; the response echoes the version the request came in.
+const (
+	admissionV1      = "admission.k8s.io/v1"
+	admissionV1beta1 = "admission.k8s.io/v1beta1"
+	kindReview       = "AdmissionReview"
+)
+
+// review is the part of an AdmissionReview the handler reads. Fields it does not
+// need (userInfo, oldObject, options) are skipped by the decoder instead of being
+// built, and the object stays raw bytes until the handler knows it is a pod CREATE,
+// so a pod is decoded exactly once and anything else is never decoded at all.
+type review struct {
+	APIVersion string         `json:"apiVersion"`
+	Kind       string         `json:"kind"`
+	Request    *reviewRequest `json:"request"`
+}
+
+type reviewRequest struct {
+	UID         types.UID                   `json:"uid"`
+	Kind        metav1.GroupVersionKind     `json:"kind"`
+	Resource    metav1.GroupVersionResource `json:"resource"`
+	SubResource string                      `json:"subResource"`
+	Name        string                      `json:"name"`
+	Namespace   string                      `json:"namespace"`
+	Operation   admissionv1.Operation       `json:"operation"`
+	DryRun      *bool                       `json:"dryRun"`
+	Object      json.RawMessage             `json:"object"`
+}
+
+// errBadReview marks a request body that is not an AdmissionReview the handler
+// can answer; the HTTP layer turns it into 400.
+var errBadReview = errors.New("bad AdmissionReview")
+
+// decodeReview decodes the envelope of an AdmissionReview request and checks the
+// fields every answer needs.
+func decodeReview(body []byte) (*review, error) {
+	var r review
+	// Case-sensitive like the API server itself, so "Object" is not "object".
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &r); err != nil {
+		return nil, fmt.Errorf("%w: decode: %w", errBadReview, err)
+	}
+	if r.Kind != kindReview || (r.APIVersion != admissionV1 && r.APIVersion != admissionV1beta1) {
+		return nil, fmt.Errorf("%w: got apiVersion %q kind %q, want %s or %s %s",
+			errBadReview, r.APIVersion, r.Kind, admissionV1, admissionV1beta1, kindReview)
+	}
+	if r.Request == nil {
+		return nil, fmt.Errorf("%w: no request", errBadReview)
+	}
+	if r.Request.UID == "" {
+		return nil, fmt.Errorf("%w: request has no uid", errBadReview)
+	}
+	return &r, nil
+}
+
+// reviewResponse is what the handler writes back.
+type reviewResponse struct {
+	APIVersion string                         `json:"apiVersion"`
+	Kind       string                         `json:"kind"`
+	Response   *admissionv1.AdmissionResponse `json:"response"`
+}
+
+func encodeResponse(apiVersion string, resp *admissionv1.AdmissionResponse) ([]byte, error) {
+	out, err := json.Marshal(reviewResponse{APIVersion: apiVersion, Kind: kindReview, Response: resp})
+	if err != nil {
+		return nil, fmt.Errorf("encode AdmissionReview response: %w", err)
+	}
+	return out, nil
+}
+
+func allowed(uid types.UID) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{UID: uid, Allowed: true}
+}
+
+func denied(uid types.UID, msg string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{
+		UID:     uid,
+		Allowed: false,
+		Result: &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    403,
+			Reason:  metav1.StatusReasonForbidden,
+			Message: msg,
+		},
+	}
+}
