@@ -52,11 +52,11 @@ func Builtin() []Profile {
 		{
 			Name:        HB,
 			Description: "Azure HB-series (HB120rs_v2/v3, HB176rs_v4): CPU MPI over one HDR/NDR IB port, no GPUs",
-			Env: []Var{
-				// Azure docs "Set up Message Passing Interface for HPC"
-				// (virtual-machines/setup-mpi): HPC-X/UCX on HB uses the RC transport.
-				{Name: "UCX_TLS", Value: "rc"},
-			},
+			// No variables on purpose: MPI over UCX picks its transports itself
+			// and the one IB port is node-specific (the node agent sets
+			// UCX_NET_DEVICES). Public HB job scripts disagree on UCX_TLS
+			// (rc, dc, ud,shm,rc), so ibkube sets none; a site can define it in
+			// the config's profiles.
 		},
 		{
 			Name:        OCIH100RoCE,
