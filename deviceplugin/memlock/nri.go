@@ -228,7 +228,6 @@ func (p *Plugin) serveOnce(ctx context.Context) error {
 		s.Stop()
 		return fmt.Errorf("register with NRI at %s: %w", p.cfg.SocketPath, err)
 	}
-	p.setState(StateConnected, nil)
 	select {
 	case <-closed:
 		s.Stop()
@@ -303,9 +302,15 @@ func (p *Plugin) createContainer(pod *api.PodSandbox, ctr *api.Container) *api.C
 	return adj
 }
 
-// handler is what the NRI stub sees: only CreateContainer, so the plugin
-// subscribes to nothing else.
+// handler is what the NRI stub sees: Synchronize (the runtime has taken
+// the plugin in) and CreateContainer, so the plugin subscribes to nothing
+// else.
 type handler struct{ p *Plugin }
+
+func (h handler) Synchronize(context.Context, []*api.PodSandbox, []*api.Container) ([]*api.ContainerUpdate, error) {
+	h.p.setState(StateConnected, nil)
+	return nil, nil
+}
 
 func (h handler) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	// Never fail a container start: every problem is a "no change" decision.

@@ -192,6 +192,7 @@ func TestPluginAgainstNRIRuntime(t *testing.T) {
 	}
 
 	ctx2 := context.Background()
+	waitServed(t, r)
 	tests := []struct {
 		name string
 		req  *api.CreateContainerRequest
@@ -235,12 +236,27 @@ func TestPluginAgainstNRIRuntime(t *testing.T) {
 	r = startRuntime(t, filepath.Join(t.TempDir(), "nri.sock"))
 	front = startProxy(t, sock, r.sock)
 	waitState(t, p, StateConnected)
-	rpl, err := r.CreateContainer(ctx2, createRequest(map[string]string{AnnotationKey: "1Mi"}, uverbs0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := len(memlockOf(rpl.GetAdjust())); n != 1 {
-		t.Errorf("after reconnect: %d memlock adjustments, want 1", n)
+	waitServed(t, r)
+}
+
+// waitServed waits until the runtime relays CreateContainer to the plugin:
+// the runtime lists a plugin only once it has synchronized, a moment after
+// the plugin sees itself connected.
+func waitServed(t *testing.T, r fakeRuntime) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rpl, err := r.CreateContainer(context.Background(), createRequest(map[string]string{AnnotationKey: "1Mi"}, uverbs0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(memlockOf(rpl.GetAdjust())) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("runtime never relayed CreateContainer to the plugin")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -289,6 +305,7 @@ func TestBesideUlimitAdjuster(t *testing.T) {
 			go func() { done <- p.Run(ctx) }()
 			defer func() { cancel(); <-done }()
 			waitState(t, p, StateConnected)
+			time.Sleep(100 * time.Millisecond) // the runtime lists the plugin once synchronized
 
 			rpl, err := r.CreateContainer(ctx, createRequest(map[string]string{AnnotationKey: "8Mi"}, uverbs0))
 			if tt.wantErr != "" {
