@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ibkube/ibkube/nccl"
@@ -132,8 +133,16 @@ func Parse(data []byte) (*Config, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("config is empty: want a WebhookConfig document (apiVersion: ibkube.io/v1alpha1, kind: WebhookConfig)")
 	}
-	if err := yaml.UnmarshalStrict(data, c); err != nil {
+	j, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
 		return nil, fmt.Errorf("parse webhook config: %w", err)
+	}
+	strict, err := sigsjson.UnmarshalStrict(j, c, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	if err != nil {
+		return nil, fmt.Errorf("parse webhook config: %w", err)
+	}
+	if len(strict) > 0 {
+		return nil, fmt.Errorf("parse webhook config: %w (accepted fields are listed in README.md, \"Webhook configuration\")", errors.Join(strict...))
 	}
 	if err := c.validate(); err != nil {
 		return nil, err

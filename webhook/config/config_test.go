@@ -1,0 +1,119 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ibkube/ibkube/nccl"
+)
+
+func TestDefaultIsValid(t *testing.T) {
+	t.Parallel()
+	c := Default()
+	if err := c.validate(); err != nil {
+		t.Fatalf("Default() invalid: %v", err)
+	}
+	want := []string{"generic-ib", "hb", "ndv4", "ndv5", "oci-h100-roce"}
+	if diff := cmp.Diff(want, c.ProfileNames()); diff != "" {
+		t.Errorf("profiles (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseMinimal(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte("apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(Default(), c, cmp.AllowUnexported(Config{})); diff != "" {
+		t.Errorf("minimal file differs from Default (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseFull(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(filepath.Join("testdata", "full.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Resources.Shared != "rdma/rdma_shared_device_a" || c.DefaultHCAs != 2 || c.IPoIBNamespace() != "network-operator" ||
+		c.Memlock != "64Gi" || c.CapabilityPolicy != CapabilityAlways || c.DefaultProfile != "site-ndv5" {
+		t.Errorf("fields not read: %+v", c)
+	}
+	nd, _ := c.Profile("ndv5")
+	wantND := []nccl.Var{{Name: "NCCL_IB_PCI_RELAXED_ORDERING", Value: "1"}, {Name: "NCCL_NET_GDR_LEVEL", Value: "PHB"}}
+	if diff := cmp.Diff(wantND, nd.NCCL); diff != "" {
+		t.Errorf("override of built-in ndv5 (-want +got):\n%s", diff)
+	}
+	site, ok := c.Profile("site-ndv5")
+	if !ok {
+		t.Fatal("site-ndv5 missing")
+	}
+	wantSite := nccl.Profile{
+		Name:         "site-ndv5",
+		Description:  "ND H100 v5 with our SHARP plugin",
+		NCCL:         append(wantND, nccl.Var{Name: "NCCL_COLLNET_ENABLE", Value: "1"}),
+		Env:          []nccl.Var{{Name: "CUDA_DEVICE_ORDER", Value: "PCI_BUS_ID"}, {Name: "SHARP_COLL_LOG_LEVEL", Value: "3"}},
+		TopologyFile: "ndv5-topo.xml",
+	}
+	if diff := cmp.Diff(wantSite, site); diff != "" {
+		t.Errorf("site-ndv5 (-want +got):\n%s", diff)
+	}
+	// Built-ins stay untouched for other configs.
+	if d, _ := Default().Profile("ndv5"); d.NCCL[1].Value != "SYS" {
+		t.Errorf("override leaked into the built-in catalogue: %v", d.NCCL)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+	const head = "apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\n"
+	cases := []struct {
+		name, file string
+		want       []string // substrings of the error, in order
+	}{
+		{"empty", "", []string{"config is empty"}},
+		{"unknown field", head + "resource:\n  shared: rdma/x\n", []string{`unknown field "resource"`}},
+		{"unknown nested field", head + "ipoib:\n  nam: x\n", []string{`unknown field "ipoib.nam"`}},
+		{"wrong kind", "apiVersion: ibkube.io/v1alpha1\nkind: AgentConfig\n", []string{`kind: invalid value "AgentConfig": want WebhookConfig`}},
+		{"wrong version", "apiVersion: ibkube.io/v1\nkind: WebhookConfig\n", []string{`apiVersion: invalid value "ibkube.io/v1": want ibkube.io/v1alpha1`}},
+		{"bad resource", head + "resources:\n  shared: shared_ib\n", []string{`resources.shared: invalid value "shared_ib": want an extended resource name such as rdma/shared_ib (domain/name)`}},
+		{"same resources", head + "resources:\n  shared: rdma/ib\n", []string{`resources.exclusive: invalid value "rdma/ib": must differ from resources.shared`}},
+		{"bad policy", head + "capabilityPolicy: sometimes\n", []string{`capabilityPolicy: invalid value "sometimes": want auto, always or never`}},
+		{"bad memlock", head + "memlock: infinite\n", []string{`memlock: invalid value "infinite": want "unlimited" or a positive quantity such as 64Gi`}},
+		{"bad hcas", head + "defaultHCAs: 0\n", []string{`defaultHCAs: invalid value "0": want an integer from 1 to 64`}},
+		{"bad network", head + "ipoib:\n  name: IB_Net\n", []string{`ipoib.name: invalid value "IB_Net"`}},
+		{"unknown default profile", head + "defaultProfile: ndv9\n", []string{`defaultProfile: invalid value "ndv9": want one of generic-ib, hb, ndv4, ndv5, oci-h100-roce`}},
+		{"nccl var in env", head + "profiles:\n- name: x\n  env:\n    NCCL_DEBUG: INFO\n", []string{`profiles[0].env: invalid value "NCCL_DEBUG": NCCL_* variables go under nccl`}},
+		{"non-nccl in nccl", head + "profiles:\n- name: x\n  nccl:\n    UCX_TLS: rc\n", []string{`profiles[0].nccl: invalid value "UCX_TLS": keys must be NCCL_* variable names`}},
+		{"multi-line value", head + "profiles:\n- name: x\n  nccl:\n    NCCL_X: \"a\\nb\"\n", []string{`profiles[0].nccl.NCCL_X: invalid value "a\nb": want a single line`}},
+		{"unknown base", head + "profiles:\n- name: x\n  base: z\n", []string{`profiles[0].base: invalid value "z": want one of`}},
+		{"duplicate profile", head + "profiles:\n- name: x\n- name: x\n", []string{`profiles[1].name: invalid value "x": profile defined twice`}},
+		{"several errors at once", head + "memlock: lots\ncapabilityPolicy: some\n", []string{`memlock: invalid value "lots"`, `capabilityPolicy: invalid value "some"`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(tc.file))
+			if err == nil {
+				t.Fatal("Parse succeeded")
+			}
+			msg := err.Error()
+			for _, w := range tc.want {
+				i := strings.Index(msg, w)
+				if i < 0 {
+					t.Fatalf("error %q\nmissing %q", msg, w)
+				}
+				msg = msg[i+len(w):]
+			}
+		})
+	}
+}
