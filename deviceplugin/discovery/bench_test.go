@@ -1,0 +1,49 @@
+package discovery_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ibkube/ibkube/deviceplugin/discovery"
+	"github.com/ibkube/ibkube/deviceplugin/fixture"
+)
+
+// BenchmarkScanNDv5 is one full discovery of the ND H100 v5 fixture (9 HCAs).
+func BenchmarkScanNDv5(b *testing.B) {
+	dir := build(b, fixture.NDv5)
+	s := newScanner(b, dir, nil)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Scan(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPortDownToHint is the time from a port state change in the
+// fixture to the Watch hint (coalescing window 20ms included).
+func BenchmarkPortDownToHint(b *testing.B) {
+	dir := build(b, fixture.NDv5)
+	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Coalesce: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hints, err := s.Watch(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	states := []string{"DOWN", "ACTIVE"}
+	i := 0
+	for b.Loop() {
+		if err := fixture.SetPortState(dir, "mlx5_0", 1, states[i%2]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+		select {
+		case <-hints:
+		case <-time.After(5 * time.Second):
+			b.Fatal("no hint")
+		}
+	}
+}

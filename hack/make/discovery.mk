@@ -1,0 +1,26 @@
+# Discovery (deviceplugin/discovery) and fixture trees (deviceplugin/fixture).
+
+DISCOVERY_PKG := ./deviceplugin/discovery/
+
+FUZZ_TARGETS  += fuzz-discovery
+BENCH_TARGETS += bench-discovery
+
+.PHONY: fuzz-discovery
+fuzz-discovery: ## Fuzz every sysfs value parser at once for FUZZTIME.
+	$(GO) test -run '^$$' -fuzz '^FuzzSysfsValue$$' -fuzztime=$(FUZZTIME) $(DISCOVERY_PKG)
+
+.PHONY: fuzz-discovery-%
+fuzz-discovery-%: ## Fuzz one sysfs parser for FUZZTIME, e.g. make fuzz-discovery-ParseRate FUZZTIME=10m.
+	$(GO) test -run '^$$' -fuzz '^Fuzz$*$$' -fuzztime=$(FUZZTIME) $(DISCOVERY_PKG)
+
+.PHONY: bench-discovery
+bench-discovery: ## Discovery benchmarks: a full Scan of the ND H100 v5 fixture, port change to Watch hint.
+	$(GO) test -run '^$$' -bench . -benchmem $(DISCOVERY_PKG)
+
+.PHONY: fixtures
+fixtures: ## Regenerate deviceplugin/fixture/testdata/*.tree from deviceplugin/fixture/internal/hosts.
+	$(GO) run ./deviceplugin/fixture/internal/gen deviceplugin/fixture/testdata
+
+.PHONY: update-discovery-golden
+update-discovery-golden: ## Rewrite deviceplugin/discovery/testdata/*.golden.json (review the diff).
+	$(GO) test -count=1 -run TestScanFixtures $(DISCOVERY_PKG) -update
