@@ -336,6 +336,10 @@ func (s *Scanner) readHCA(name string, nl *netlinkAttrs, chars []inventory.CharD
 			problems = append(problems, err.Error())
 		}
 		p.Netdev = netdevs[n]
+		if v, err := readTrim(filepath.Join(dir, "ports", pd.Name(), "gid_attrs", "ndevs", "0")); err == nil && v != "" {
+			// RoCE: the GID table names the netdev of the port itself.
+			p.Netdev = v
+		}
 		h.Ports = append(h.Ports, p)
 	}
 	sort.Slice(h.Ports, func(i, j int) bool { return h.Ports[i].Number < h.Ports[j].Number })

@@ -522,3 +522,50 @@ func TestNaturalLess(t *testing.T) {
 		}
 	}
 }
+
+// An IPoIB P_Key child interface shares its parent's PCI function and
+// dev_port; the port's netdev must stay the parent.
+func TestScanPKeyChildLosesToParent(t *testing.T) {
+	t.Parallel()
+	dir := build(t, fixture.HB)
+	net := filepath.Join(fixture.SysfsRoot(dir), "class", "infiniband", "mlx5_0", "device", "net")
+	write := func(ifname, file, v string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(net, ifname), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(net, ifname, file), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("ib0", "ifindex", "4")
+	write("ib0", "iflink", "4")
+	// Named to sort before its parent.
+	for f, v := range map[string]string{"dev_port": "0", "ifindex": "9", "iflink": "4"} {
+		write("a-pkey8001", f, v)
+	}
+	node, err := newScanner(t, dir, nil).Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := node.HCAs[0].Ports[0].Netdev; got != "ib0" {
+		t.Errorf("port 1 netdev %q, want the parent ib0", got)
+	}
+}
+
+// On a host without NETLINK_RDMA (this CI machine) the real netlink handle
+// must fall back to sysfs rather than report no devices.
+func TestSystemNetlinkFallback(t *testing.T) {
+	t.Parallel()
+	if _, err := (discovery.SystemNetlink{}).RdmaLinkList(); err == nil {
+		t.Skip("this host answers RDMA netlink; the fallback is covered by TestScanNetlinkUnavailableLogsOnce")
+	}
+	dir := build(t, fixture.NDv4)
+	node, err := newScanner(t, dir, discovery.SystemNetlink{}).Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Source != discovery.SourceSysfs || len(node.HCAs) != 8 {
+		t.Errorf("source %q with %d HCAs, want sysfs with 8", node.Source, len(node.HCAs))
+	}
+}
