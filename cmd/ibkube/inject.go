@@ -3,9 +3,119 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/webhook/inject"
 )
 
-// runInject is a placeholder until its area lands; its owner replaces this file.
-func runInject(_ context.Context, _ []string, _ stdio) error {
-	return errors.New("ibkube inject: not implemented yet")
+const injectUsage = `usage: ibkube inject -f FILE|- [--config FILE] [--namespace-labels k=v,...] [--namespace-annotations k=v,...]
+
+Applies the admission webhook's mutation to Kubernetes YAML and writes the
+result to stdout: Pods, workloads with pod templates (Deployment, Job,
+CronJob, ...) and custom resources such as PyTorchJob, MPIJob and JobSet,
+in multi-document streams. Other objects pass through unchanged. A refusal
+exits non-zero with the webhook's message; warnings go to stderr.
+
+flags:
+`
+
+// runInject implements "ibkube inject".
+func runInject(_ context.Context, args []string, s stdio) error {
+	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
+	fs.SetOutput(s.err)
+	file := fs.String("f", "", "YAML file to read, - for stdin (required)")
+	cfgPath := fs.String("config", "", "WebhookConfig YAML (default: built-in defaults)")
+	labels := fs.String("namespace-labels", "", "the namespace's labels, k=v,... (default: infiniband.azure.com/inject=enabled); include pod-security.kubernetes.io/enforce=... to model Pod Security")
+	annos := fs.String("namespace-annotations", "", "the namespace's annotations, k=v,... (e.g. infiniband.azure.com/mode=rdma-shared)")
+	release := fs.String("release-namespace", "ibkube-system", "namespace ibkube is installed in (default namespace of the IPoIB network)")
+	fs.Usage = func() {
+		fmt.Fprint(s.err, injectUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitError{code: 2}
+	}
+	if *file == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errors.New("inject: -f FILE or -f - is required, and no positional arguments")
+	}
+
+	cfg := config.Default()
+	if *cfgPath != "" {
+		data, err := os.ReadFile(*cfgPath)
+		if err != nil {
+			return fmt.Errorf("inject: %w", err)
+		}
+		if cfg, err = config.Parse(data); err != nil {
+			return fmt.Errorf("inject: config %s: %w", *cfgPath, err)
+		}
+	}
+	cfg.ReleaseNamespace = *release
+
+	opts := inject.Options{Config: cfg}
+	var err error
+	if *labels != "" {
+		if opts.Labels, err = parseKV("--namespace-labels", *labels); err != nil {
+			return err
+		}
+	}
+	if *annos != "" {
+		if opts.Annotations, err = parseKV("--namespace-annotations", *annos); err != nil {
+			return err
+		}
+	}
+
+	var in io.Reader = s.in
+	if *file != "-" {
+		f, err := os.Open(*file)
+		if err != nil {
+			return fmt.Errorf("inject: %w", err)
+		}
+		defer f.Close()
+		in = f
+	}
+	warnings, err := inject.Stream(in, s.out, opts)
+	for _, w := range warnings {
+		fmt.Fprintln(s.err, "Warning:", w)
+	}
+	if err != nil {
+		var refused *inject.Error
+		if errors.As(err, &refused) {
+			return fmt.Errorf("inject: denied: %w", err)
+		}
+		return fmt.Errorf("inject: %w", err)
+	}
+	return nil
+}
+
+// parseKV reads k=v,k=v. A part without "=" continues the previous value,
+// so infiniband.azure.com/mode=rdma-shared,ipoib works unquoted.
+func parseKV(flagName, v string) (map[string]string, error) {
+	out := map[string]string{}
+	last := ""
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(part, "=")
+		switch {
+		case !ok && last != "":
+			out[last] += "," + part
+		case !ok || k == "":
+			return nil, fmt.Errorf("inject: %s: invalid entry %q: want key=value[,key=value...]", flagName, part)
+		default:
+			out[k] = val
+			last = k
+		}
+	}
+	return out, nil
 }

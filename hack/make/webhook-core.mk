@@ -11,3 +11,15 @@ fuzz-webhook-core: ## Fuzz the webhook's mutation core (FuzzMutate) for FUZZTIME
 .PHONY: bench-webhook-core
 bench-webhook-core: ## Benchmark the mutation core on an 8-GPU worker pod.
 	$(GO) test -run='^$$' -bench='^Benchmark(Mutate|MutateReadmission|DeepCopy)$$' -benchmem ./webhook/mutate
+
+DEMO_EXAMPLES ?= $(sort $(wildcard examples/*.yaml))
+
+.PHONY: demo-offline
+demo-offline: $(BIN)/ibkube ## Run `ibkube inject` on the bundled examples/ and print each before and after (no cluster needed).
+	@for f in $(DEMO_EXAMPLES); do \
+	  printf '\n\033[1m===== %s: before =====\033[0m\n' "$$f"; cat "$$f"; \
+	  printf '\n\033[1m===== %s: after `ibkube inject -f %s` =====\033[0m\n' "$$f" "$$f"; \
+	  $(BIN)/ibkube inject -f "$$f"; \
+	done
+	@printf '\n\033[1m===== a refusal (typo in the mode) =====\033[0m\n'
+	@sed 's/rdma-shared/rdma-shard/' examples/pod-hb-mpi.yaml | $(BIN)/ibkube inject -f - && exit 1 || true

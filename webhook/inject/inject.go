@@ -1,0 +1,279 @@
+// Package inject applies the admission webhook's mutation core to YAML
+// offline: Pods, workloads with pod templates (Deployment, Job, CronJob,
+// ...), custom resources whose pod templates it finds by shape (Kubeflow
+// PyTorchJob/MPIJob, JobSet, ...), in multi-document streams.
+package inject
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	corev1 "k8s.io/api/core/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/webhook/mutate"
+)
+
+// Options says how to inject.
+type Options struct {
+	Config *config.Config
+	// Labels and Annotations stand in for the namespace's metadata. Nil
+	// Labels means an opted-in namespace (infiniband.azure.com/inject=enabled).
+	Labels, Annotations map[string]string
+}
+
+// Warning is an admission warning for one pod template.
+type Warning struct {
+	Where, Message string
+}
+
+func (w Warning) String() string { return w.Where + ": " + w.Message }
+
+// Error is a refusal of one pod template, with where it is.
+type Error struct {
+	Where   string
+	Refusal *mutate.Refusal
+}
+
+func (e *Error) Error() string { return e.Where + ": " + e.Refusal.Error() }
+func (e *Error) Unwrap() error { return e.Refusal }
+
+// Stream reads YAML documents from r and writes them to w, each pod
+// template mutated as the webhook would. Documents without a pod template
+// to change are copied byte for byte; mutated ones are re-rendered (keys
+// sorted, comments dropped). The first refusal stops the stream with an
+// *Error.
+func Stream(r io.Reader, w io.Writer, opts Options) ([]Warning, error) {
+	rd := utilyaml.NewYAMLReader(bufio.NewReader(r))
+	var warnings []Warning
+	for i := 0; ; i++ {
+		doc, err := rd.Read()
+		if errors.Is(err, io.EOF) {
+			return warnings, nil
+		}
+		if err != nil {
+			return warnings, fmt.Errorf("read document %d: %w", i+1, err)
+		}
+		out, ws, err := Document(doc, i+1, opts)
+		warnings = append(warnings, ws...)
+		if err != nil {
+			return warnings, err
+		}
+		if i > 0 {
+			if _, err := io.WriteString(w, "---\n"); err != nil {
+				return warnings, err
+			}
+		}
+		if _, err := w.Write(out); err != nil {
+			return warnings, err
+		}
+	}
+}
+
+// Document injects one YAML document (n is its 1-based position, for messages).
+func Document(doc []byte, n int, opts Options) ([]byte, []Warning, error) {
+	if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+		return doc, nil, nil
+	}
+	root, err := decode(doc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("document %d: %w", n, err)
+	}
+	if root == nil {
+		return doc, nil, nil
+	}
+	kind, _ := root["kind"].(string)
+	name, _ := nested(root, "metadata", "name").(string)
+	objNS, _ := nested(root, "metadata", "namespace").(string)
+	if objNS == "" {
+		objNS = "default"
+	}
+	ns := mutate.Namespace{Name: objNS, Labels: opts.Labels, Annotations: opts.Annotations}
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{mutate.LabelInject: mutate.InjectEnabled}
+	}
+
+	var warnings []Warning
+	changed := false
+	for _, path := range Templates(root) {
+		where := fmt.Sprintf("document %d (%s %s)", n, kind, name)
+		if path != "" {
+			where += " " + path
+		}
+		tmpl := lookup(root, path).(map[string]any)
+		ok, ws, err := mutateTemplate(tmpl, objNS, ns, opts.Config)
+		for _, w := range ws {
+			warnings = append(warnings, Warning{Where: where, Message: w})
+		}
+		if err != nil {
+			var r *mutate.Refusal
+			if errors.As(err, &r) {
+				return nil, warnings, &Error{Where: where, Refusal: r}
+			}
+			return nil, warnings, fmt.Errorf("%s: %w", where, err)
+		}
+		changed = changed || ok
+	}
+	if !changed {
+		return doc, warnings, nil
+	}
+	out, err := yaml.Marshal(root)
+	if err != nil {
+		return nil, warnings, fmt.Errorf("document %d: %w", n, err)
+	}
+	return out, warnings, nil
+}
+
+// decode reads a YAML document as generic JSON; nil when it is not an object.
+func decode(doc []byte) (map[string]any, error) {
+	j, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return nil, err
+	}
+	var obj any
+	if err := json.Unmarshal(j, &obj); err != nil {
+		return nil, err
+	}
+	root, _ := obj.(map[string]any)
+	return root, nil
+}
+
+// mutateTemplate runs the core on one pod (template) held as generic JSON
+// and applies its patch in place; it reports whether anything changed.
+func mutateTemplate(tmpl map[string]any, namespace string, ns mutate.Namespace, cfg *config.Config) (bool, []string, error) {
+	raw, err := json.Marshal(tmpl)
+	if err != nil {
+		return false, nil, err
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(raw, &pod); err != nil {
+		return false, nil, fmt.Errorf("not a valid pod template: %w", err)
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = namespace
+	}
+	res, err := mutate.Mutate(&pod, ns, cfg)
+	if err != nil || len(res.Patch) == 0 {
+		return false, res.Warnings, err
+	}
+	// The core's patch assumes the API server's JSON, where metadata always
+	// exists; a template may omit it.
+	if _, ok := tmpl["metadata"].(map[string]any); !ok {
+		tmpl["metadata"] = map[string]any{}
+		if raw, err = json.Marshal(tmpl); err != nil {
+			return false, nil, err
+		}
+	}
+	pb, err := json.Marshal(res.Patch)
+	if err != nil {
+		return false, nil, err
+	}
+	p, err := jsonpatch.DecodePatch(pb)
+	if err != nil {
+		return false, nil, fmt.Errorf("decode patch: %w", err)
+	}
+	patched, err := p.Apply(raw)
+	if err != nil {
+		return false, nil, fmt.Errorf("apply patch: %w", err)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(patched, &out); err != nil {
+		return false, nil, err
+	}
+	clear(tmpl)
+	for k, v := range out {
+		tmpl[k] = v
+	}
+	return true, res.Warnings, nil
+}
+
+// Templates returns the JSON pointers of the pod templates in obj: every
+// object whose spec holds a containers list (a Pod itself is at ""), not
+// looking inside one once found.
+func Templates(obj map[string]any) []string {
+	var out []string
+	var walk func(v any, path string)
+	walk = func(v any, path string) {
+		switch t := v.(type) {
+		case map[string]any:
+			if spec, ok := t["spec"].(map[string]any); ok {
+				if _, ok := spec["containers"].([]any); ok {
+					out = append(out, path)
+					return
+				}
+			}
+			for _, k := range sortedKeys(t) {
+				walk(t[k], path+"/"+escape(k))
+			}
+		case []any:
+			for i, e := range t {
+				walk(e, path+"/"+strconv.Itoa(i))
+			}
+		}
+	}
+	walk(obj, "")
+	return out
+}
+
+func lookup(v any, path string) any {
+	if path == "" {
+		return v
+	}
+	for _, tok := range strings.Split(path[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch t := v.(type) {
+		case map[string]any:
+			v = t[tok]
+		case []any:
+			i, _ := strconv.Atoi(tok)
+			v = t[i]
+		}
+	}
+	return v
+}
+
+func nested(m map[string]any, keys ...string) any {
+	var v any = m
+	for _, k := range keys {
+		mm, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = mm[k]
+	}
+	return v
+}
+
+func escape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func stripComments(doc []byte) []byte {
+	var b bytes.Buffer
+	for _, line := range bytes.Split(doc, []byte("\n")) {
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
+			b.Write(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.Bytes()
+}

@@ -1,0 +1,205 @@
+package inject
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/webhook/mutate"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
+
+func testOptions() Options {
+	cfg := config.Default()
+	cfg.ReleaseNamespace = "ibkube-system"
+	return Options{Config: cfg}
+}
+
+// TestExamples injects every bundled example (the repository's examples/
+// directory) and compares with golden files; injecting the output again
+// must change nothing.
+func TestExamples(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join("..", "..", "examples", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	for _, f := range files {
+		name := filepath.Base(f)
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			in, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			warnings, err := Stream(bytes.NewReader(in), &out, testOptions())
+			if err != nil {
+				t.Fatalf("Stream: %v", err)
+			}
+			var got bytes.Buffer
+			for _, w := range warnings {
+				got.WriteString("# warning: " + w.String() + "\n")
+			}
+			got.Write(out.Bytes())
+			path := filepath.Join("testdata", "golden", name)
+			if *update {
+				if err := os.WriteFile(path, got.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				want, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatalf("%v (run go test -update)", err)
+				}
+				if diff := cmp.Diff(string(want), got.String()); diff != "" {
+					t.Errorf("golden %s mismatch (-want +got):\n%s", path, diff)
+				}
+			}
+			if !strings.Contains(out.String(), mutate.AnnotationInjected) {
+				t.Errorf("example was not injected")
+			}
+			var again bytes.Buffer
+			if _, err := Stream(bytes.NewReader(out.Bytes()), &again, testOptions()); err != nil {
+				t.Fatalf("second Stream: %v", err)
+			}
+			if diff := cmp.Diff(out.String(), again.String()); diff != "" {
+				t.Errorf("injecting twice changed the output:\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestTemplates(t *testing.T) {
+	t.Parallel()
+	cases := map[string][]string{
+		"pytorchjob-ndv5.yaml":      {"/spec/pytorchReplicaSpecs/Master/template", "/spec/pytorchReplicaSpecs/Worker/template"},
+		"mpijob-nccl-tests.yaml":    {"/spec/mpiReplicaSpecs/Launcher/template", "/spec/mpiReplicaSpecs/Worker/template"},
+		"jobset-oci.yaml":           {"/spec/replicatedJobs/0/template/spec/template"},
+		"deployment-inference.yaml": {"/spec/template"},
+		"cronjob-ib-check.yaml":     {"/spec/jobTemplate/spec/template"},
+		"pod-hb-mpi.yaml":           {""},
+	}
+	for file, want := range cases {
+		in, err := os.ReadFile(filepath.Join("..", "..", "examples", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs := strings.Split(string(in), "\n---\n")
+		var got []string
+		for _, d := range docs {
+			obj := mustObject(t, d)
+			got = append(got, Templates(obj)...)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", file, diff)
+		}
+	}
+}
+
+func TestPassThrough(t *testing.T) {
+	t.Parallel()
+	in := `# a comment that must survive
+apiVersion: v1
+kind: Service
+metadata: {name: x}   # flow style kept
+spec:
+  ports: [{port: 80}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: plain
+spec:
+  containers: [{name: a, image: busybox}]
+---
+# only a comment
+`
+	var out bytes.Buffer
+	if _, err := Stream(strings.NewReader(in), &out, testOptions()); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(in, out.String()); diff != "" {
+		t.Errorf("objects without a mode changed (-in +out):\n%s", diff)
+	}
+}
+
+func TestNamespaceMetadata(t *testing.T) {
+	t.Parallel()
+	pod := `apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: team}
+spec:
+  containers:
+  - name: a
+    resources: {limits: {nvidia.com/gpu: 2}}
+`
+	run := func(opts Options) string {
+		var out bytes.Buffer
+		if _, err := Stream(strings.NewReader(pod), &out, opts); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	o := testOptions()
+	if got := run(o); got != pod {
+		t.Errorf("pod without mode and no namespace default was changed:\n%s", got)
+	}
+	o.Annotations = map[string]string{mutate.AnnotationMode: "rdma-exclusive"}
+	if got := run(o); !strings.Contains(got, "rdma/ib: \"2\"") {
+		t.Errorf("namespace default mode not applied:\n%s", got)
+	}
+	o.Labels = map[string]string{"team": "a"}
+	if got := run(o); got != pod {
+		t.Errorf("namespace without the opt-in label was injected:\n%s", got)
+	}
+}
+
+func TestRefusal(t *testing.T) {
+	t.Parallel()
+	in := `apiVersion: batch/v1
+kind: Job
+metadata: {name: j, namespace: hpc}
+spec:
+  template:
+    metadata:
+      annotations: {infiniband.azure.com/mode: rdma-shared, infiniband.azure.com/containers: nope}
+    spec:
+      containers: [{name: a}]
+`
+	var out bytes.Buffer
+	_, err := Stream(strings.NewReader("kind: ConfigMap\n---\n"+in), &out, testOptions())
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("err = %v, want *Error", err)
+	}
+	want := `document 2 (Job j) /spec/template: annotation infiniband.azure.com/containers: invalid value "nope": no container named "nope"; accepted: a comma-separated list of this pod's containers: a`
+	if err.Error() != want {
+		t.Errorf("error\n got %s\nwant %s", err, want)
+	}
+	var r *mutate.Refusal
+	if !errors.As(err, &r) {
+		t.Error("the webhook's *mutate.Refusal is not wrapped")
+	}
+}
+
+func mustObject(t *testing.T, doc string) map[string]any {
+	t.Helper()
+	out, _, err := Document([]byte(doc), 1, Options{Config: config.Default(), Labels: map[string]string{}})
+	if err != nil || string(out) != doc {
+		t.Fatalf("Document with a non-opted-in namespace changed the input: %v", err)
+	}
+	obj, err := decode([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
