@@ -85,7 +85,8 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 	}
 
 	p := patcher{ops: make([]PatchOp, 0, 8*len(targets)+6)}
-	res := Result{Injected: true, Mode: m.String()}
+	modeName := m.String()
+	res := Result{Injected: true, Mode: modeName}
 	warn := func(format string, args ...any) { res.Warnings = append(res.Warnings, fmt.Sprintf(format, args...)) }
 
 	if hcas > 0 && !m.exclusive {
@@ -116,7 +117,7 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		confText = ncclConf(profileName, m, profile, ifname)
+		confText = ncclConf(profileName, modeName, m, profile, ifname)
 		annos = append(annos, kv{AnnotationNCCLConf, confText})
 	}
 	if m.rdma() && !hasMemlock {
@@ -159,7 +160,7 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 	p.ensureVolume(pod)
 
 	if _, ok := pod.Annotations[AnnotationInjected]; !ok {
-		annos = append(annos, kv{AnnotationInjected, status(m, targets, profileName)})
+		annos = append(annos, kv{AnnotationInjected, status(modeName, targets, profileName)})
 	}
 	p.addAnnotations(pod, annos)
 	res.Patch = p.ops
@@ -401,12 +402,13 @@ func ipoibInterface(pod *corev1.Pod, m mode, cfg *config.Config) (string, error)
 // ncclConf renders the NCCL conf file. NCCL loads it with setenv(name,
 // value, 0), so every variable in the container's environment, from env,
 // envFrom or the device plugin, overrides these lines.
-func ncclConf(profileName string, m mode, p nccl.Profile, ifname string) string {
+func ncclConf(profileName, modeName string, m mode, p nccl.Profile, ifname string) string {
 	var b strings.Builder
+	b.Grow(128)
 	b.WriteString("# Written by ibkube: profile ")
 	b.WriteString(profileName)
 	b.WriteString(", mode ")
-	b.WriteString(m.String())
+	b.WriteString(modeName)
 	b.WriteString(".\n# Any environment variable overrides a line here.\n")
 	seen := make(map[string]bool, len(p.NCCL)+2)
 	line := func(k, v string) {
@@ -431,13 +433,13 @@ func ncclConf(profileName string, m mode, p nccl.Profile, ifname string) string 
 	return b.String()
 }
 
-func status(m mode, targets []target, profile string) string {
+func status(modeName string, targets []target, profile string) string {
 	names := make([]string, len(targets))
 	for i, t := range targets {
 		names[i] = t.c.Name
 	}
 	sort.Strings(names)
-	return "mode=" + m.String() + "; containers=" + strings.Join(names, ",") + "; profile=" + profile + "; version=" + version.Version
+	return "mode=" + modeName + "; containers=" + strings.Join(names, ",") + "; profile=" + profile + "; version=" + version.Version
 }
 
 // quantity renders n the way the API server does.

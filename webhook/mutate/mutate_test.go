@@ -312,3 +312,12 @@ func mustJSON(t testing.TB, v any) []byte {
 	}
 	return b
 }
+
+func TestEscapeFastPath(t *testing.T) {
+	t.Parallel()
+	for _, k := range []string{AnnotationNCCLConf, AnnotationMemlock, AnnotationInjected, "k8s.v1.cni.cncf.io/networks"} {
+		if got, want := escape(k), strings.ReplaceAll(k, "/", "~1"); got != want {
+			t.Errorf("escape(%q) = %q, want %q", k, got, want)
+		}
+	}
+}

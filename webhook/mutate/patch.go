@@ -21,6 +21,16 @@ func (p *patcher) add(path string, v any) {
 
 // escape makes s a JSON Pointer reference token (RFC 6901).
 func escape(s string) string {
+	switch s { // the keys written on every admission, without allocating
+	case AnnotationNCCLConf:
+		return "infiniband.azure.com~1nccl-conf"
+	case AnnotationMemlock:
+		return "infiniband.azure.com~1memlock"
+	case AnnotationInjected:
+		return "infiniband.azure.com~1injected"
+	case "k8s.v1.cni.cncf.io/networks":
+		return "k8s.v1.cni.cncf.io~1networks"
+	}
 	if !strings.ContainsAny(s, "~/") {
 		return s
 	}
