@@ -1,0 +1,108 @@
+# Tools the tests need, built from the Go module proxy or installed from Debian.
+# Everything lands under _output/; nothing is downloaded twice: each binary is
+# rebuilt only when it is missing or its pinned version changed
+# (hack/tools/gobuild.sh). See docs/e2e.md.
+
+# The one Kubernetes version the project builds and tests against.
+KUBE_VERSION       := 1.36.3
+KUBE_MINOR         := $(word 2,$(subst ., ,$(KUBE_VERSION)))
+CONTAINERD_VERSION := 2.4.2
+HELM_VERSION       := 3.22.0
+KUBECONFORM_VERSION := 0.8.0
+
+TOOLS_DIR       := $(ROOT)/hack/tools
+GOBUILD         := $(TOOLS_DIR)/gobuild.sh
+K8S_BIN         := $(BIN)/k8s
+KUBE_APISERVER  := $(K8S_BIN)/kube-apiserver
+KUBECTL         := $(K8S_BIN)/kubectl
+KUBE_CONTROLLER_MANAGER := $(K8S_BIN)/kube-controller-manager
+KUBE_SCHEDULER  := $(K8S_BIN)/kube-scheduler
+KUBELET         := $(K8S_BIN)/kubelet
+KUBE_PROXY      := $(K8S_BIN)/kube-proxy
+ETCD            := /usr/bin/etcd
+ENVTEST_ASSETS  := $(OUTPUT)/envtest
+CONTAINERD_BIN  := $(BIN)/containerd
+HELM            := $(BIN)/helm
+KUBECONFORM     := $(BIN)/kubeconform
+
+# Debian packages the integration and e2e tests need.
+APT_PACKAGES := etcd-server runc containernetworking-plugins iptables conntrack socat iproute2 util-linux openssl kmod
+
+# Version stamps, else binaries report v0.0.0-master (a fixed build date keeps
+# the build reproducible and cacheable).
+K8S_VERSION_PKGS := k8s.io/component-base/version k8s.io/client-go/pkg/version
+K8S_LDFLAGS := -s -w $(foreach p,$(K8S_VERSION_PKGS),\
+  -X $(p).gitVersion=v$(KUBE_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=$(KUBE_MINOR) \
+  -X $(p).gitTreeState=clean -X $(p).buildDate=2026-01-01T00:00:00Z)
+
+.PHONY: apt-deps
+apt-deps: ## Install the Debian packages the tests need (etcd-server, runc, CNI plugins, iptables...); idempotent.
+	@$(TOOLS_DIR)/apt-deps.sh $(APT_PACKAGES)
+
+# kube_build NAME ESTIMATE
+define kube_build
+.PHONY: $(1)
+$(1):
+	@$(GOBUILD) $(TOOLS_DIR)/k8s $(K8S_BIN)/$(1) "v$(KUBE_VERSION) $(K8S_LDFLAGS)" "$(1) v$(KUBE_VERSION)" "$(2)" -- \
+	  -ldflags '$(K8S_LDFLAGS)' k8s.io/kubernetes/cmd/$(1)
+endef
+$(eval $(call kube_build,kube-apiserver,~6 min))
+$(eval $(call kube_build,kubectl,~2 min))
+$(eval $(call kube_build,kube-controller-manager,~3 min))
+$(eval $(call kube_build,kube-scheduler,~2 min))
+$(eval $(call kube_build,kubelet,~3 min))
+$(eval $(call kube_build,kube-proxy,~2 min))
+
+.PHONY: kube-binaries
+kube-binaries: kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy ## Every Kubernetes binary the e2e node runs.
+
+.PHONY: envtest-assets
+envtest-assets: apt-deps kube-apiserver kubectl ## kube-apiserver, etcd, kubectl in $(ENVTEST_ASSETS) (export KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS)).
+	@mkdir -p $(ENVTEST_ASSETS)
+	@ln -sfn $(KUBE_APISERVER) $(ENVTEST_ASSETS)/kube-apiserver
+	@ln -sfn $(KUBECTL) $(ENVTEST_ASSETS)/kubectl
+	@ln -sfn $(ETCD) $(ENVTEST_ASSETS)/etcd
+	@echo "envtest assets ready: KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS)"
+
+.PHONY: containerd
+containerd: ## Build containerd v$(CONTAINERD_VERSION), ctr and containerd-shim-runc-v2 into $(CONTAINERD_BIN).
+	@for c in containerd ctr containerd-shim-runc-v2; do \
+	  $(GOBUILD) $(TOOLS_DIR)/containerd $(CONTAINERD_BIN)/$$c "v$(CONTAINERD_VERSION)" "$$c v$(CONTAINERD_VERSION)" "~2.5 min" -- \
+	    -tags no_btrfs -ldflags '-s -w -X github.com/containerd/containerd/v2/version.Version=v$(CONTAINERD_VERSION)' \
+	    github.com/containerd/containerd/v2/cmd/$$c; \
+	done
+
+# Stamp the Kubernetes version helm reports to charts (.Capabilities.KubeVersion),
+# else a plain build says v1.20.
+HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=v$(HELM_VERSION) \
+  $(foreach p,pkg/lint/rules pkg/chartutil,-X helm.sh/helm/v3/$(p).k8sVersionMajor=1 -X helm.sh/helm/v3/$(p).k8sVersionMinor=$(KUBE_MINOR))
+
+.PHONY: helm
+helm: ## Build helm v$(HELM_VERSION) into $(HELM) (pass --kube-version to helm template).
+	@$(GOBUILD) $(TOOLS_DIR)/helm $(HELM) "v$(HELM_VERSION) k8s 1.$(KUBE_MINOR)" "helm v$(HELM_VERSION)" "~4 min" -- \
+	  -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm
+
+.PHONY: kubeconform
+kubeconform: ## Build kubeconform v$(KUBECONFORM_VERSION) into $(KUBECONFORM).
+	@$(GOBUILD) $(TOOLS_DIR)/kubeconform $(KUBECONFORM) "v$(KUBECONFORM_VERSION)" "kubeconform v$(KUBECONFORM_VERSION)" "~20 s" -- \
+	  -ldflags '-s -w' github.com/yannh/kubeconform/cmd/kubeconform
+
+.PHONY: tools
+tools: apt-deps kube-binaries containerd helm kubeconform ## Every tool the tests use.
+
+.PHONY: envtest-smoke
+envtest-smoke: envtest-assets ## Check the envtest assets start, serve and stop (controller-runtime envtest).
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -tags integration ./test/e2e/envtestsmoke/...
+
+# The tool paths work as prerequisites too (and never fall through to the
+# top-level `$(BIN)/%` rule, which builds ./cmd/%).
+$(KUBE_APISERVER): kube-apiserver ; @:
+$(KUBECTL): kubectl ; @:
+$(KUBE_CONTROLLER_MANAGER): kube-controller-manager ; @:
+$(KUBE_SCHEDULER): kube-scheduler ; @:
+$(KUBELET): kubelet ; @:
+$(KUBE_PROXY): kube-proxy ; @:
+$(CONTAINERD_BIN): containerd ; @:
+$(HELM): helm ; @:
+$(KUBECONFORM): kubeconform ; @:
+$(ENVTEST_ASSETS): envtest-assets ; @:
