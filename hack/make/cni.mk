@@ -5,4 +5,22 @@
 fuzz-cni-multus: ## Fuzz the Multus network-annotation merge for FUZZTIME.
 	$(GO) test -run '^$$' -fuzz '^FuzzMerge$$' -fuzztime $(FUZZTIME) ./cni/multus
 
-FUZZ_TARGETS += fuzz-cni-multus
+.PHONY: fuzz-cni-config
+fuzz-cni-config: ## Fuzz the ibkube-cni network-config parser for FUZZTIME.
+	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./cni/plugin
+
+# The reference plugins the integration test delegates to (Debian's
+# containernetworking-plugins, also in the tools area's apt-deps); idempotent.
+CNI_REF_PLUGINS := /usr/lib/cni/macvlan /usr/lib/cni/host-device /usr/lib/cni/host-local
+
+.PHONY: cni-ref-plugins
+cni-ref-plugins: ## Install Debian's reference CNI plugins and iproute2 if missing.
+	@for f in $(CNI_REF_PLUGINS); do test -x $$f || missing=1; done; command -v ip >/dev/null || missing=1; \
+	if [ -n "$${missing:-}" ]; then apt-get update -qq && apt-get install -y -qq containernetworking-plugins iproute2; fi
+
+.PHONY: test-cni-integration
+test-cni-integration: cni-ref-plugins ## ibkube-cni ADD/CHECK/DEL via libcni in real netns with Debian's macvlan/host-device (root).
+	$(GO) test -count=1 -tags cni_integration ./test/integration/cni/...
+
+FUZZ_TARGETS += fuzz-cni-multus fuzz-cni-config
+TEST_TARGETS += test-cni-integration

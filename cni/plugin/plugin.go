@@ -1,0 +1,232 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/ibkube/ibkube/deviceplugin/inventory"
+)
+
+// Scanner reads the node's HCA inventory (deviceplugin/discovery.Scanner).
+type Scanner interface {
+	Scan(ctx context.Context) (inventory.Node, error)
+}
+
+// Options are the plugin's collaborators.
+type Options struct {
+	// NewScanner returns the inventory reader for the config's sysfs and
+	// dev roots.
+	NewScanner func(sysfsRoot, devRoot string) Scanner
+	// Exec runs the delegate; nil is the real one (found in CNI_PATH).
+	Exec invoke.Exec
+	// Stdout receives the ADD result; nil is os.Stdout.
+	Stdout io.Writer
+}
+
+// Plugin implements the CNI commands.
+type Plugin struct{ opts Options }
+
+// New returns a Plugin.
+func New(opts Options) *Plugin {
+	if opts.Stdout == nil {
+		opts.Stdout = os.Stdout
+	}
+	return &Plugin{opts: opts}
+}
+
+// Funcs are the plugin's commands for skel.PluginMainFuncs.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Check: p.Check, Del: p.Del, Status: p.Status}
+}
+
+// record is what ADD remembers per attachment for CHECK and DEL.
+type record struct {
+	Parent   Parent          `json:"parent"`
+	Delegate json.RawMessage `json:"delegate"`
+}
+
+// Add resolves the parent, records it and delegates ADD.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	ctx := context.Background()
+	conf, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return cniError(err, "")
+	}
+	parent, err := p.resolve(ctx, conf)
+	if err != nil {
+		return cniError(err, conf.Name)
+	}
+	delegate, err := conf.DelegateConfig(parent, false)
+	if err != nil {
+		return cniError(err, conf.Name)
+	}
+	dt, _ := conf.DelegateType()
+	path := statePath(conf, args)
+	// Record first: if the delegate half-succeeds, DEL still knows the parent.
+	if err := writeRecord(path, record{Parent: parent, Delegate: delegate}); err != nil {
+		return cniError(err, conf.Name)
+	}
+	result, err := invoke.DelegateAdd(ctx, dt, delegate, p.opts.Exec)
+	if err != nil {
+		_ = os.Remove(path)
+		return cniError(delegateErr(dt, parent, err), conf.Name)
+	}
+	versioned, err := result.GetAsVersion(conf.CNIVersion)
+	if err != nil {
+		_ = invoke.DelegateDel(ctx, dt, delegate, p.opts.Exec)
+		_ = os.Remove(path)
+		return cniError(fmt.Errorf("convert the %s result to CNI %s: %w", dt, conf.CNIVersion, err), conf.Name)
+	}
+	return versioned.PrintTo(p.opts.Stdout)
+}
+
+// Check delegates CHECK with the parent chosen at ADD.
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	ctx := context.Background()
+	conf, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return cniError(err, "")
+	}
+	rec, err := readRecord(statePath(conf, args))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return types.NewError(types.ErrUnknownContainer, fmt.Sprintf(
+				"%s: network %q: no attachment recorded for container %s interface %s", PluginType, conf.Name, args.ContainerID, args.IfName), "")
+		}
+		return cniError(err, conf.Name)
+	}
+	delegate, err := conf.DelegateConfig(rec.Parent, true)
+	if err != nil {
+		return cniError(err, conf.Name)
+	}
+	dt, _ := conf.DelegateType()
+	if err := invoke.DelegateCheck(ctx, dt, delegate, p.opts.Exec); err != nil {
+		return cniError(delegateErr(dt, rec.Parent, err), conf.Name)
+	}
+	return nil
+}
+
+// Del delegates DEL with the config ADD recorded, then forgets it. With no
+// record there is nothing of ours to undo: ADD never ran, failed (the
+// delegate cleaned up after itself and the record was removed) or DEL
+// already ran; DEL then succeeds without calling the delegate, which keeps
+// it idempotent even over delegates that are not (host-device fails a
+// second DEL).
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	ctx := context.Background()
+	conf, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return cniError(err, "")
+	}
+	dt, _ := conf.DelegateType()
+	path := statePath(conf, args)
+	rec, err := readRecord(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return cniError(err, conf.Name)
+	}
+	if err := invoke.DelegateDel(ctx, dt, rec.Delegate, p.opts.Exec); err != nil {
+		return cniError(delegateErr(dt, rec.Parent, err), conf.Name)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return cniError(fmt.Errorf("remove %s: %w", path, err), conf.Name)
+	}
+	return nil
+}
+
+// Status reports ready when the config is valid and a parent resolves now.
+func (p *Plugin) Status(args *skel.CmdArgs) error {
+	conf, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return cniError(err, "")
+	}
+	if _, err := p.resolve(context.Background(), conf); err != nil {
+		return cniError(err, conf.Name)
+	}
+	return nil
+}
+
+func (p *Plugin) resolve(ctx context.Context, conf *NetConf) (Parent, error) {
+	if p.opts.NewScanner == nil {
+		return Parent{}, errors.New("no inventory scanner configured")
+	}
+	sysfs, dev := conf.SysfsRoot, conf.DevRoot
+	if sysfs == "" {
+		sysfs = DefaultSysfsRoot
+	}
+	if dev == "" {
+		dev = DefaultDevRoot
+	}
+	node, err := p.opts.NewScanner(sysfs, dev).Scan(ctx)
+	if err != nil {
+		return Parent{}, &ResolveError{Transient: true, Msg: fmt.Sprintf("read the HCA inventory under %s: %v", sysfs, err)}
+	}
+	req, err := conf.request()
+	if err != nil {
+		return Parent{}, err
+	}
+	return Resolve(node, conf.EffectiveParent(), req)
+}
+
+func delegateErr(dt string, parent Parent, err error) error {
+	var te *types.Error
+	if errors.As(err, &te) {
+		return types.NewError(te.Code, fmt.Sprintf("%s: delegate %s on %s (%s port %d): %s",
+			PluginType, dt, parent.Netdev, parent.HCA, parent.Port, te.Msg), te.Details)
+	}
+	return fmt.Errorf("delegate %s on %s (%s port %d): %w", dt, parent.Netdev, parent.HCA, parent.Port, err)
+}
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
+
+func statePath(conf *NetConf, args *skel.CmdArgs) string {
+	dir := conf.StateDir
+	if dir == "" {
+		dir = DefaultStateDir
+	}
+	name := unsafeChars.ReplaceAllString(conf.Name+"_"+args.ContainerID+"_"+args.IfName, "_")
+	return filepath.Join(dir, name+".json")
+}
+
+func writeRecord(path string, r record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode state: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	return nil
+}
+
+func readRecord(path string) (record, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return record{}, err
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return record{}, fmt.Errorf("read state %s: %w", path, err)
+	}
+	return r, nil
+}
