@@ -183,17 +183,32 @@ func TestPatchOnEmptyObjects(t *testing.T) {
 	}
 }
 
+// FuzzMutate feeds arbitrary pod JSON plus arbitrary values for the
+// annotations the core parses (empty: leave the pod's own) and checks the
+// properties above: no panic, the patch reproduces the mutation, a second
+// admission changes nothing, nothing the user wrote changes.
 func FuzzMutate(f *testing.F) {
 	for _, tc := range goldenCases {
-		f.Add(mustJSON(f, readPod(f, tc.name)), tc.ns.Annotations[AnnotationMode], tc.ns.Labels[LabelPodSecurityEnforce])
+		f.Add(mustJSON(f, readPod(f, tc.name)), tc.ns.Annotations[AnnotationMode], tc.ns.Labels[LabelPodSecurityEnforce], "", "", "", "")
 	}
-	f.Add([]byte(`{"metadata":{"annotations":{"infiniband.azure.com/mode":"rdma-exclusive","infiniband.azure.com/hcas":"3"}},"spec":{"containers":[{"name":"a"}]}}`), "", "")
-	f.Add([]byte(`{"metadata":{"annotations":{"infiniband.azure.com/mode":"ipoib","k8s.v1.cni.cncf.io/networks":"a,b@net1"}},"spec":{"containers":[{"name":"a","env":[{"name":"NCCL_CONF_FILE","value":"/x"}]}]}}`), "", "")
+	seed := mustJSON(f, readPod(f, "multi-container"))
+	f.Add(seed, "", "", "rdma-exclusive,ipoib", "3", "warmup,data-cache", `[{"name":"a"}]`)
+	f.Add(seed, "", "restricted", "ipoib", "", "metrics", "x/y@net1, z")
+	f.Add([]byte(`{"metadata":{"annotations":{"infiniband.azure.com/mode":"ipoib","k8s.v1.cni.cncf.io/networks":"a,b@net1"}},"spec":{"containers":[{"name":"a","env":[{"name":"NCCL_CONF_FILE","value":"/x"}]}]}}`), "", "", "", "", "", "")
 	cfg := testConfig()
-	f.Fuzz(func(t *testing.T, podJSON []byte, nsMode, psa string) {
+	f.Fuzz(func(t *testing.T, podJSON []byte, nsMode, psa, mode, hcas, containers, networks string) {
 		var pod corev1.Pod
 		if err := json.Unmarshal(podJSON, &pod); err != nil {
 			t.Skip()
+		}
+		for k, v := range map[string]string{AnnotationMode: mode, AnnotationHCAs: hcas, AnnotationContainers: containers, multus.Annotation: networks} {
+			if v == "" {
+				continue
+			}
+			if pod.Annotations == nil {
+				pod.Annotations = map[string]string{}
+			}
+			pod.Annotations[k] = v
 		}
 		ns := optedIn("fuzz")
 		if nsMode != "" {
