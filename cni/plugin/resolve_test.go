@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -20,10 +21,19 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
-// fixtureScanner builds the named node fixture and returns a Scanner
-// factory that reads it whatever roots the config names, plus the roots.
+// scanned caches fixture scans (JSON, so each caller gets its own copy).
+var scanned sync.Map
+
+// scanFixture builds the named node fixture and scans it with discovery.
 func scanFixture(t *testing.T, name string) inventory.Node {
 	t.Helper()
+	if b, ok := scanned.Load(name); ok {
+		var node inventory.Node
+		if err := json.Unmarshal(b.([]byte), &node); err != nil {
+			t.Fatal(err)
+		}
+		return node
+	}
 	dir := t.TempDir()
 	if err := fixture.Build(dir, name); err != nil {
 		t.Fatal(err)
@@ -34,6 +44,11 @@ func scanFixture(t *testing.T, name string) inventory.Node {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b, err := json.Marshal(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scanned.Store(name, b)
 	return node
 }
 
