@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ibkube/ibkube/deviceplugin/fixture"
+)
+
+func TestDoctorCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := fixture.Build(dir, fixture.HB); err != nil {
+		t.Fatal(err)
+	}
+	proc := filepath.Join(dir, "proc")
+	os.MkdirAll(proc, 0o755)
+	os.WriteFile(filepath.Join(proc, "modules"), []byte("nvidia 1 0 - Live 0x0\nnvidia_peermem 1 0 - Live 0x0\n"), 0o644)
+	args := []string{"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir), "--proc-root", proc,
+		"--nri-socket", filepath.Join(dir, "none.sock"), "--config", filepath.Join(dir, "absent.yaml")}
+
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), append([]string{"doctor"}, args...), stdio{out: &out, err: &errOut})
+	if err != nil {
+		t.Fatalf("healthy HB fixture: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "PASS  rdma-devices     1 RDMA devices: mlx5_0") {
+		t.Errorf("text report:\n%s", out.String())
+	}
+
+	out.Reset()
+	if err := fixture.SetPortState(dir, "mlx5_0", 1, "DOWN"); err != nil {
+		t.Fatal(err)
+	}
+	err = run(context.Background(), append([]string{"doctor", "-o", "json"}, args...), stdio{out: &out, err: &errOut})
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != 1 {
+		t.Fatalf("port down: err = %v, want exitError{1}", err)
+	}
+	var report struct {
+		Failed bool `json:"failed"`
+		Checks []struct{ Name, Status string }
+	}
+	if err := json.Unmarshal(out.Bytes(), &report); err != nil {
+		t.Fatalf("json: %v\n%s", err, out.String())
+	}
+	if !report.Failed || report.Checks[1].Name != "ports" || report.Checks[1].Status != "FAIL" {
+		t.Errorf("json report: %+v", report)
+	}
+
+	if err := run(context.Background(), []string{"doctor", "-o", "yaml"}, stdio{out: &out, err: &errOut}); err == nil || !strings.Contains(err.Error(), "want text or json") {
+		t.Errorf("-o yaml: err = %v", err)
+	}
+}

@@ -1,0 +1,127 @@
+package doctor
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ibkube/ibkube/deviceplugin/fixture"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// host is the non-RDMA part of a fake node.
+type host struct {
+	modules        []string // loaded kernel modules
+	runtimeMemlock string   // containerd's "Max locked memory" soft and hard; "" = no containerd
+	nriListening   bool
+}
+
+var (
+	goodHost = host{modules: []string{"nvidia", "nvidia_peermem", "mlx5_ib"}, runtimeMemlock: "unlimited unlimited", nriListening: true}
+	badHost  = host{modules: []string{"nvidia", "mlx5_ib"}, runtimeMemlock: "65536 8388608"}
+)
+
+func writeHost(t *testing.T, root string, h host) Options {
+	t.Helper()
+	proc := filepath.Join(root, "proc")
+	must(t, os.MkdirAll(proc, 0o755))
+	var mods strings.Builder
+	for _, m := range h.modules {
+		fmt.Fprintf(&mods, "%s 65536 0 - Live 0x0000000000000000\n", m)
+	}
+	must(t, os.WriteFile(filepath.Join(proc, "modules"), []byte(mods.String()), 0o644))
+	if h.runtimeMemlock != "" {
+		dir := filepath.Join(proc, "1234")
+		must(t, os.MkdirAll(dir, 0o755))
+		must(t, os.WriteFile(filepath.Join(dir, "comm"), []byte("containerd\n"), 0o644))
+		must(t, os.WriteFile(filepath.Join(dir, "limits"), []byte("Limit                     Soft Limit           Hard Limit           Units\nMax locked memory         "+h.runtimeMemlock+"  bytes\n"), 0o644))
+	}
+	sock := filepath.Join(root, "nri.sock")
+	if h.nriListening {
+		l, err := net.Listen("unix", sock)
+		must(t, err)
+		t.Cleanup(func() { l.Close() })
+	}
+	return Options{ProcRoot: proc, NRI: true, NRISocket: sock}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDoctorGolden(t *testing.T) {
+	t.Parallel()
+	type tc struct {
+		name, fixture string
+		host          host
+		nriOff        bool
+	}
+	var cases []tc
+	for _, n := range fixture.Names() {
+		cases = append(cases, tc{name: n, fixture: n, host: goodHost})
+	}
+	cases = append(cases,
+		tc{name: "ndv5-no-nri-low-memlock-no-peermem", fixture: fixture.NDv5, host: badHost},
+		tc{name: "ndv5-nri-disabled-no-runtime", fixture: fixture.NDv5, host: host{}, nriOff: true},
+		tc{name: "no-devices", host: goodHost},
+	)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			o := writeHost(t, root, c.host)
+			o.NRI = !c.nriOff
+			if c.fixture != "" {
+				must(t, fixture.Build(filepath.Join(root, "node"), c.fixture))
+			} else {
+				must(t, os.MkdirAll(filepath.Join(root, "node", "sys"), 0o755))
+				must(t, os.MkdirAll(filepath.Join(root, "node", "dev"), 0o755))
+			}
+			o.SysfsRoot = fixture.SysfsRoot(filepath.Join(root, "node"))
+			o.DevRoot = fixture.DevRoot(filepath.Join(root, "node"))
+			r := Check(Gather(context.Background(), o))
+
+			var text, js bytes.Buffer
+			must(t, r.WriteText(&text))
+			must(t, r.WriteJSON(&js))
+			golden(t, c.name+".txt", strings.ReplaceAll(text.String(), root, "$ROOT"))
+			golden(t, c.name+".json", strings.ReplaceAll(js.String(), root, "$ROOT"))
+		})
+	}
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		must(t, os.MkdirAll("testdata", 0o755))
+		must(t, os.WriteFile(path, []byte(got), 0o644))
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s mismatch (-want +got):\n%s", path, diff)
+	}
+}
+
+func TestFailedDecidesExit(t *testing.T) {
+	t.Parallel()
+	if r := Check(Facts{}); !r.Failed {
+		t.Error("an empty node must fail")
+	}
+}

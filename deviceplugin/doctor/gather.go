@@ -1,0 +1,137 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/ibkube/ibkube/deviceplugin/config"
+	"github.com/ibkube/ibkube/deviceplugin/discovery"
+	"github.com/ibkube/ibkube/deviceplugin/memlock"
+	"github.com/ibkube/ibkube/deviceplugin/resource"
+)
+
+// Options say where Gather reads.
+type Options struct {
+	SysfsRoot, DevRoot, ProcRoot string
+	// Netlink lists RDMA devices; nil reads sysfs only (fixtures).
+	Netlink discovery.Netlink
+	// NRI and NRISocket mirror the agent's --nri and --nri-socket.
+	NRI       bool
+	NRISocket string
+	// MemlockMax mirrors the agent's --memlock-max.
+	MemlockMax *uint64
+	// Config is the agent's config (pools); nil means the defaults.
+	Config *config.AgentConfig
+	Logger logr.Logger
+}
+
+// Gather reads the facts Check needs. It never fails: what it cannot read
+// becomes a fact the checks report.
+func Gather(ctx context.Context, o Options) Facts {
+	if o.SysfsRoot == "" {
+		o.SysfsRoot = "/sys"
+	}
+	if o.DevRoot == "" {
+		o.DevRoot = "/dev"
+	}
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
+	}
+	if o.NRISocket == "" {
+		o.NRISocket = memlock.DefaultSocketPath
+	}
+	cfg := o.Config
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	f := Facts{MemlockMax: o.MemlockMax, NRI: NRIFacts{Enabled: o.NRI, Socket: o.NRISocket}}
+
+	scanner := discovery.NewScanner(discovery.Options{SysfsRoot: o.SysfsRoot, DevRoot: o.DevRoot, Netlink: o.Netlink, Logger: o.Logger})
+	node, err := scanner.Scan(ctx)
+	if err != nil {
+		f.ScanError = err.Error()
+	}
+	f.Node = node
+
+	f.Netdevs = map[string]string{}
+	for _, h := range node.HCAs {
+		for _, p := range h.Ports {
+			if p.Netdev == "" {
+				continue
+			}
+			state, err := os.ReadFile(filepath.Join(o.SysfsRoot, "class", "net", p.Netdev, "operstate"))
+			if err == nil {
+				f.Netdevs[p.Netdev] = strings.TrimSpace(string(state))
+			}
+		}
+	}
+
+	f.NVIDIADriver = moduleLoaded(o.ProcRoot, o.SysfsRoot, "nvidia")
+	f.Peermem = moduleLoaded(o.ProcRoot, o.SysfsRoot, "nvidia_peermem")
+
+	peer := 0
+	if o.NRI {
+		conn, err := net.DialTimeout("unix", o.NRISocket, 2*time.Second)
+		if err != nil {
+			f.NRI.Error = dialError(err)
+		} else {
+			f.NRI.Reachable = true
+			peer = memlock.PeerPID(conn)
+			conn.Close()
+		}
+	}
+	rl, err := memlock.LearnRuntimeLimit(o.ProcRoot, peer)
+	if err != nil {
+		f.RuntimeError = err.Error()
+	} else {
+		f.Runtime = &rl
+	}
+
+	model := resource.Build(cfg, node, resource.Options{HostDevRoot: o.DevRoot})
+	for _, p := range model.Pools {
+		a := Advertised{Resource: p.Resource, Mode: p.Mode, HCAs: hcaNames(p.HCAs)}
+		for _, d := range p.Devices() {
+			a.Devices++
+			if d.Health == "Healthy" {
+				a.Healthy++
+			}
+		}
+		f.Advertised = append(f.Advertised, a)
+	}
+	return f
+}
+
+// moduleLoaded reports whether a kernel module is loaded, from
+// <proc>/modules or <sys>/module/<name>.
+func moduleLoaded(procRoot, sysfsRoot, name string) bool {
+	if data, err := os.ReadFile(filepath.Join(procRoot, "modules")); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) > 0 && f[0] == name {
+				return true
+			}
+		}
+	}
+	_, err := os.Stat(filepath.Join(sysfsRoot, "module", name))
+	return err == nil
+}
+
+func dialError(err error) string {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "no such socket"
+	case errors.Is(err, os.ErrPermission):
+		return "permission denied"
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err.Error()
+	}
+	return err.Error()
+}
