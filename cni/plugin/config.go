@@ -47,7 +47,9 @@ var ownKeys = map[string]bool{
 	"parent": true, "delegate": true, "sysfsRoot": true, "devRoot": true, "stateDir": true,
 	// Set by the runtime or Multus.
 	"args": true, "runtimeConfig": true, "capabilities": true, "prevResult": true,
-	"deviceID": true, "cni.dev/valid-attachments": true,
+	// Multus sets deviceID and pciBusID (both the allocated device) when the
+	// NAD has the k8s.v1.cni.cncf.io/resourceName annotation.
+	"deviceID": true, "pciBusID": true, "cni.dev/valid-attachments": true,
 }
 
 // NetConf is the plugin's network config (what a NAD's spec.config holds).
@@ -229,6 +231,15 @@ func (c *NetConf) argIndexRaw() any {
 // request is what this attachment asks for beyond the config.
 func (c *NetConf) request() (Request, error) {
 	r := Request{DeviceID: c.DeviceID}
+	if r.DeviceID == "" && len(c.RuntimeConfig) > 0 {
+		// The deviceID capability, when the NAD declares it.
+		var rc struct {
+			DeviceID string `json:"deviceID"`
+		}
+		if json.Unmarshal(c.RuntimeConfig, &rc) == nil {
+			r.DeviceID = rc.DeviceID
+		}
+	}
 	if c.Args == nil {
 		return r, nil
 	}

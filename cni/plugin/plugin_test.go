@@ -93,7 +93,7 @@ func TestAddCheckDel(t *testing.T) {
 	p, ex, out := newTestPlugin(t, fixture.NDv5)
 	state := t.TempDir()
 	args := &skel.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/x", IfName: "net1",
-		StdinData: ipoibConf(state, `,"deviceID":"mlx5_4"`)}
+		StdinData: ipoibConf(state, `,"deviceID":"mlx5_4","pciBusID":"mlx5_4"`)} // as Multus injects them
 	if err := p.Add(args); err != nil {
 		t.Fatalf("Add() error = %v", err)
 	}
@@ -102,6 +102,11 @@ func TestAddCheckDel(t *testing.T) {
 	}
 	if got := ex.calls[0].Conf["master"]; got != "ibP261p0s0" {
 		t.Errorf("delegate ADD master = %v, want ibP261p0s0 (mlx5_4)", got)
+	}
+	for _, k := range []string{"deviceID", "pciBusID", "parent", "delegate", "stateDir"} {
+		if _, leaked := ex.calls[0].Conf[k]; leaked {
+			t.Errorf("%s passed to the delegate", k)
+		}
 	}
 
 	// The node changes after ADD: CHECK and DEL must still use mlx5_4's netdev.
@@ -129,6 +134,18 @@ func TestAddCheckDel(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(state); len(entries) != 0 {
 		t.Errorf("state dir not empty after DEL: %v", entries)
+	}
+}
+
+func TestDeviceIDFromRuntimeConfig(t *testing.T) {
+	t.Parallel()
+	p, ex, _ := newTestPlugin(t, fixture.NDv5)
+	conf := ipoibConf(t.TempDir(), `,"capabilities":{"deviceID":true},"runtimeConfig":{"deviceID":"0107:00:00.0"}`)
+	if err := p.Add(&skel.CmdArgs{ContainerID: "c1", IfName: "net1", StdinData: conf}); err != nil {
+		t.Fatalf("Add() error = %v", err)
+	}
+	if got := ex.calls[0].Conf["master"]; got != "ibP263p0s0" {
+		t.Errorf("delegate master = %v, want ibP263p0s0 (the VF at 0107:00:00.0)", got)
 	}
 }
 
