@@ -1,0 +1,125 @@
+{{/* Names. */}}
+{{- define "ibkube.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ibkube.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ibkube.webhook.name" -}}{{ include "ibkube.fullname" . | trunc 55 | trimSuffix "-" }}-webhook{{- end -}}
+{{- define "ibkube.webhook.configName" -}}{{ include "ibkube.fullname" . }}{{- end -}}
+{{- define "ibkube.webhook.secretName" -}}{{ include "ibkube.webhook.name" . }}-tls{{- end -}}
+{{- define "ibkube.agent.name" -}}{{ include "ibkube.fullname" . | trunc 52 | trimSuffix "-" }}-node-agent{{- end -}}
+
+{{/* Labels. */}}
+{{- define "ibkube.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "ibkube.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: ibkube
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "ibkube.webhook.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ibkube.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: webhook
+{{- end -}}
+
+{{- define "ibkube.agent.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ibkube.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: node-agent
+{{- end -}}
+
+{{- define "ibkube.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+ibkube.webhook.selfCerts is "true" when the webhook manages its own certificates.
+*/}}
+{{- define "ibkube.webhook.selfCerts" -}}
+{{- if and (not .Values.certManager.enabled) (eq .Values.webhook.certs.mode "self") -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+ibkube.stripNulls drops null values, and maps and lists left empty, from a
+map, recursively, so config fields left null fall back to the binary's
+defaults.
+*/}}
+{{- define "ibkube.stripNulls" -}}
+{{- $out := dict -}}
+{{- range $k, $v := . -}}
+{{- if kindIs "map" $v -}}
+{{- $m := include "ibkube.stripNulls" $v | fromYaml -}}
+{{- if $m }}{{ $_ := set $out $k $m }}{{ end -}}
+{{- else if kindIs "slice" $v -}}
+{{- if $v }}{{ $_ := set $out $k $v }}{{ end -}}
+{{- else if not (kindIs "invalid" $v) -}}
+{{- $_ := set $out $k $v -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* ibkube.gpuResource: the resource that marks a GPU container. */}}
+{{- define "ibkube.gpuResource" -}}
+{{- default "nvidia.com/gpu" .Values.webhook.config.gpuResource -}}
+{{- end -}}
+
+{{/* ibkube.webhook.config: the WebhookConfig fields the chart writes. */}}
+{{- define "ibkube.webhook.config" -}}
+{{- $cfg := include "ibkube.stripNulls" .Values.webhook.config | fromYaml -}}
+{{- $res := include "ibkube.stripNulls" .Values.rdmaResources | fromYaml -}}
+{{- if $res }}{{ $_ := set $cfg "resources" $res }}{{ end -}}
+{{- $ipoib := default dict $cfg.ipoib -}}
+{{- if not $ipoib.name }}{{ $_ := set $ipoib "name" .Values.networks.ipoib.name }}{{ end -}}
+{{- $_ := set $cfg "ipoib" $ipoib -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* ibkube.agent.config: the AgentConfig fields the chart writes. */}}
+{{- define "ibkube.agent.config" -}}
+{{- $cfg := include "ibkube.stripNulls" .Values.agent.config | fromYaml -}}
+{{- $r := .Values.rdmaResources -}}
+{{- if and (kindIs "invalid" .Values.agent.config.pools) (or $r.shared $r.exclusive) -}}
+{{- $sel := dict "vendors" (list "15b3") "linkLayers" (list "InfiniBand") -}}
+{{- $pools := list
+      (dict "resourceName" (default "rdma/shared_ib" $r.shared) "mode" "shared" "selector" $sel)
+      (dict "resourceName" (default "rdma/ib" $r.exclusive) "mode" "exclusive" "selector" $sel) -}}
+{{- $_ := set $cfg "pools" $pools -}}
+{{- end -}}
+{{- if $cfg }}{{ toYaml $cfg }}{{ end -}}
+{{- end -}}
+
+{{/*
+ibkube.apiEnabled: tri-state switch. null = when the cluster serves the API
+group/version given, true = always, false = never. Call with
+(list .Capabilities <value> "group/version").
+*/}}
+{{- define "ibkube.apiEnabled" -}}
+{{- $caps := index . 0 -}}{{- $v := index . 1 -}}{{- $gv := index . 2 -}}
+{{- if kindIs "invalid" $v -}}
+{{- if $caps.APIVersions.Has $gv -}}true{{- end -}}
+{{- else if $v -}}true{{- end -}}
+{{- end -}}

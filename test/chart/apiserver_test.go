@@ -1,0 +1,244 @@
+//go:build integration
+
+package chart
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// startAPIServer runs envtest's kube-apiserver and etcd (KUBEBUILDER_ASSETS)
+// with the CRDs the optional templates need.
+func startAPIServer(t *testing.T) *rest.Config {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("$KUBEBUILDER_ASSETS is not set: run `make test-chart-apiserver`, which builds kube-apiserver and sets it")
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("testdata", "crds")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start envtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop envtest: %v", err)
+		}
+	})
+	return cfg
+}
+
+// TestAPIServer validates every render (manifests/ibkube.yaml and each golden
+// case) against the real API server: a server-side apply with dryRun=All runs
+// schema validation, defaulting, CEL compilation of matchConditions and every
+// validating admission step, without storing anything.
+func TestAPIServer(t *testing.T) {
+	cfg := startAPIServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Namespaced objects can only be dry-run into a namespace that exists.
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	manifests, err := os.ReadFile("../../manifests/ibkube.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	renders := map[string]string{"manifests/ibkube.yaml": string(manifests)}
+	for _, c := range renderCases {
+		out, err := render(t, c.args()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		renders["render "+c.name] = out
+	}
+
+	for name, stream := range renders {
+		t.Run(name, func(t *testing.T) {
+			objs := decodeAll(t, stream)
+			if len(objs) == 0 {
+				t.Fatal("render has no objects")
+			}
+			for _, obj := range objs {
+				gvk := obj.GroupVersionKind()
+				m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+				if err != nil {
+					t.Errorf("%s %s: the API server does not serve this kind: %v", gvk, obj.GetName(), err)
+					continue
+				}
+				data, err := obj.MarshalJSON()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+				if m.Scope.Name() == "namespace" {
+					ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
+				}
+				_, err = ri.Patch(ctx, obj.GetName(), "application/apply-patch+yaml", data, metav1.PatchOptions{
+					DryRun:       []string{metav1.DryRunAll},
+					FieldManager: "ibkube-chart-test",
+					Force:        ptr.To(true),
+				})
+				if err != nil {
+					t.Errorf("%s %s/%s rejected by the API server: %v", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+				}
+			}
+		})
+	}
+}
+
+// TestAPIServerWebhookSelection installs the MutatingWebhookConfiguration
+// from manifests/ibkube.yaml as shipped, with no webhook behind its Service:
+// with failurePolicy Fail, every pod the API server sends to the webhook is
+// refused and every pod it does not send is created. That shows which pods
+// the namespaceSelector and the matchConditions select.
+func TestAPIServerWebhookSelection(t *testing.T) {
+	cfg := startAPIServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	manifests, err := os.ReadFile("../../manifests/ibkube.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mwc *unstructured.Unstructured
+	for _, o := range decodeAll(t, string(manifests)) {
+		if o.GetKind() == "MutatingWebhookConfiguration" {
+			mwc = o
+		}
+	}
+	if mwc == nil {
+		t.Fatal("manifests/ibkube.yaml has no MutatingWebhookConfiguration")
+	}
+
+	optedIn := map[string]string{"infiniband.azure.com/inject": "enabled"}
+	for name, labels := range map[string]map[string]string{
+		"opted-in": optedIn,
+		"plain":    nil,
+		namespace:  optedIn, // the add-on's own namespace, labelled by mistake
+	} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// kube-system exists in envtest; label it as a careless user might.
+	kubeSystem, err := cs.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeSystem.Labels["infiniband.azure.com/inject"] = "enabled"
+	if _, err := cs.CoreV1().Namespaces().Update(ctx, kubeSystem, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	mwcRes := dyn.Resource(admissionGVR)
+	if _, err := mwcRes.Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("install the shipped MutatingWebhookConfiguration: %v", err)
+	}
+
+	gpu := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}
+	pod := func(annotations map[string]string, limits corev1.ResourceList, initLimits corev1.ResourceList) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Annotations: annotations},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "main", Image: "busybox", Resources: corev1.ResourceRequirements{Limits: limits},
+			}}},
+		}
+		if initLimits != nil {
+			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox", Resources: corev1.ResourceRequirements{Limits: initLimits}}}
+		}
+		return p
+	}
+	mode := map[string]string{"infiniband.azure.com/mode": "rdma-shared"}
+	cases := []struct {
+		name     string
+		ns       string
+		pod      *corev1.Pod
+		wantSent bool
+	}{
+		{"annotated pod in opted-in namespace", "opted-in", pod(mode, nil, nil), true},
+		{"GPU pod without annotation", "opted-in", pod(nil, gpu, nil), true},
+		{"GPU only in an init container", "opted-in", pod(nil, nil, gpu), true},
+		{"unknown key under the prefix (typo must reach the webhook to be refused)", "opted-in", pod(map[string]string{"infiniband.azure.com/mdoe": "x"}, nil, nil), true},
+		{"plain pod", "opted-in", pod(nil, nil, nil), false},
+		{"pod with other annotations and CPU limits", "opted-in", pod(map[string]string{"example.com/x": "y"}, corev1.ResourceList{"cpu": resource.MustParse("1")}, nil), false},
+		{"annotated pod in a namespace that did not opt in", "plain", pod(mode, gpu, nil), false},
+		{"annotated pod in the add-on's namespace", namespace, pod(mode, gpu, nil), false},
+		{"annotated pod in kube-system", "kube-system", pod(mode, gpu, nil), false},
+	}
+	// The API server's webhook client learns about the new configuration
+	// asynchronously; wait until the first selected pod is refused.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := cs.CoreV1().Pods("opted-in").Create(ctx, pod(mode, nil, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the webhook configuration never took effect")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := cs.CoreV1().Pods(tc.ns).Create(ctx, tc.pod, metav1.CreateOptions{})
+			sent := err != nil && strings.Contains(err.Error(), "pods.infiniband.azure.com")
+			if err != nil && !sent {
+				t.Fatalf("create failed for another reason: %v", err)
+			}
+			if sent != tc.wantSent {
+				t.Errorf("sent to the webhook = %v, want %v (err: %v)", sent, tc.wantSent, err)
+			}
+			if sent && !apierrors.IsInternalError(err) && !strings.Contains(err.Error(), "failed calling webhook") {
+				t.Errorf("unexpected refusal: %v", err)
+			}
+		})
+	}
+}
+
+var admissionGVR = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}
