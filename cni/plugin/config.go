@@ -298,6 +298,10 @@ func (c *NetConf) DelegateConfig(parent Parent, withPrevResult bool) ([]byte, er
 			out[k] = v
 		}
 	}
+	if _, ok := out["ipam"]; !ok && dt == "ipoib" {
+		// ipoib-cni requires "ipam"; an empty object means no address.
+		out["ipam"] = json.RawMessage(`{}`)
+	}
 	if withPrevResult && len(c.PrevResult) > 0 {
 		out["prevResult"] = c.PrevResult
 	}

@@ -170,6 +170,10 @@ func TestDelegateConfigGolden(t *testing.T) {
 			"cniVersion": "0.4.0", "name": "ibkube-ipoib", "type": "ibkube-cni",
 			"delegate": {"type": "ipoib", "name": "renamed"},
 			"ipam": {"type": "whereabouts", "range": "10.200.0.0/16", "exclude": ["10.200.0.0/24"]}}`},
+		{name: "ndv5-ipoib-index-no-ipam", fixture: fixture.NDv5, config: `{
+			"cniVersion": "1.0.0", "name": "ibkube-ipoib-4", "type": "ibkube-cni",
+			"parent": {"policy": "index", "index": 4},
+			"delegate": {"type": "ipoib"}}`},
 		{name: "oci-macvlan-index-3", fixture: fixture.OCIH100, config: `{
 			"cniVersion": "1.0.0", "name": "ibkube-roce-3", "type": "ibkube-cni",
 			"parent": {"policy": "index", "index": 3, "netdevs": ["rdma*"]},
