@@ -123,3 +123,53 @@ group/version given, true = always, false = never. Call with
 {{- if $caps.APIVersions.Has $gv -}}true{{- end -}}
 {{- else if $v -}}true{{- end -}}
 {{- end -}}
+
+{{/*
+ibkube.ipv4 turns "a.b.c.d" into an integer.
+*/}}
+{{- define "ibkube.ipv4" -}}
+{{- $o := splitList "." . -}}
+{{- add (mul (atoi (index $o 0)) 16777216) (mul (atoi (index $o 1)) 65536) (mul (atoi (index $o 2)) 256) (atoi (index $o 3)) -}}
+{{- end -}}
+
+{{/*
+ibkube.cidr4 returns "start end" of an IPv4 CIDR, failing on host bits.
+*/}}
+{{- define "ibkube.cidr4" -}}
+{{- $parts := splitList "/" . -}}
+{{- $ip := include "ibkube.ipv4" (index $parts 0) | int64 -}}
+{{- $size := 1 | int64 -}}
+{{- range until (sub 32 (atoi (index $parts 1)) | int) }}{{ $size = mul $size 2 }}{{ end -}}
+{{- if ne (mod $ip $size) 0 -}}
+{{- fail (printf "networks.ipoib.ipam: %q has host bits set: want the network address of the range" .) -}}
+{{- end -}}
+{{- printf "%d %d" $ip (sub (add $ip $size) 1) -}}
+{{- end -}}
+
+{{/* ibkube.checkCIDR fails on an IPv4 CIDR with host bits set. */}}
+{{- define "ibkube.checkCIDR" -}}
+{{- if regexMatch "^[0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+/[0-9]+$" . }}{{ $_ := include "ibkube.cidr4" . }}{{ end -}}
+{{- end -}}
+
+{{/*
+ibkube.checkRange fails when the IPAM range overlaps an address range a pod
+network must not use (the same list as cni/nad.Reserved). IPv4 only; IPv6
+ranges are left to ibkube-cni's own check.
+*/}}
+{{- define "ibkube.checkRange" -}}
+{{- if regexMatch "^[0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+/[0-9]+$" . -}}
+{{- $r := splitList " " (include "ibkube.cidr4" .) -}}
+{{- $reserved := list
+    (list "172.16.0.0/16" "Azure reserves it for the RDMA network of InfiniBand VM sizes")
+    (list "169.254.0.0/16" "link-local (Azure IMDS 169.254.169.254)")
+    (list "168.63.129.16/32" "Azure platform address (DNS, DHCP, health probes)")
+    (list "127.0.0.0/8" "loopback")
+    (list "224.0.0.0/4" "multicast") -}}
+{{- range $reserved -}}
+{{- $x := splitList " " (include "ibkube.cidr4" (index . 0)) -}}
+{{- if and (le (index $r 0 | int64) (index $x 1 | int64)) (le (index $x 0 | int64) (index $r 1 | int64)) -}}
+{{- fail (printf "networks.ipoib.ipam.range %s overlaps %s: %s; choose a range unused by the cluster's pod, service and VNet ranges" $ (index . 0) (index . 1)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
