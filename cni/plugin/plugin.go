@@ -47,13 +47,16 @@ func New(opts Options) *Plugin {
 
 // Funcs are the plugin's commands for skel.PluginMainFuncs.
 func (p *Plugin) Funcs() skel.CNIFuncs {
-	return skel.CNIFuncs{Add: p.Add, Check: p.Check, Del: p.Del, Status: p.Status}
+	return skel.CNIFuncs{Add: p.Add, Check: p.Check, Del: p.Del, Status: p.Status, GC: p.GC}
 }
 
 // record is what ADD remembers per attachment for CHECK and DEL.
 type record struct {
-	Parent   Parent          `json:"parent"`
-	Delegate json.RawMessage `json:"delegate"`
+	Network     string          `json:"network"`
+	ContainerID string          `json:"containerID"`
+	IfName      string          `json:"ifName"`
+	Parent      Parent          `json:"parent"`
+	Delegate    json.RawMessage `json:"delegate"`
 }
 
 // Add resolves the parent, records it and delegates ADD.
@@ -74,7 +77,8 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	dt, _ := conf.DelegateType()
 	path := statePath(conf, args)
 	// Record first: if the delegate half-succeeds, DEL still knows the parent.
-	if err := writeRecord(path, record{Parent: parent, Delegate: delegate}); err != nil {
+	rec := record{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName, Parent: parent, Delegate: delegate}
+	if err := writeRecord(path, rec); err != nil {
 		return cniError(err, conf.Name)
 	}
 	result, err := invoke.DelegateAdd(ctx, dt, delegate, p.opts.Exec)
@@ -143,6 +147,49 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return cniError(fmt.Errorf("remove %s: %w", path, err), conf.Name)
+	}
+	return nil
+}
+
+// GC forgets the records of this network's attachments that the runtime
+// no longer lists as valid (cni.dev/valid-attachments). The delegates'
+// resources are released by the runtime's DEL; many delegates do not know
+// GC yet, so it is not passed on.
+func (p *Plugin) GC(args *skel.CmdArgs) error {
+	conf, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return cniError(err, "")
+	}
+	var gc struct {
+		Valid []types.GCAttachment `json:"cni.dev/valid-attachments"`
+	}
+	if err := json.Unmarshal(args.StdinData, &gc); err != nil {
+		return cniError(&ConfigError{Msg: fmt.Sprintf("%s: cni.dev/valid-attachments: %v", PluginType, err)}, conf.Name)
+	}
+	valid := map[[2]string]bool{}
+	for _, a := range gc.Valid {
+		valid[[2]string{a.ContainerID, a.IfName}] = true
+	}
+	dir := conf.StateDir
+	if dir == "" {
+		dir = DefaultStateDir
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return cniError(fmt.Errorf("read state dir: %w", err), conf.Name)
+	}
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		rec, err := readRecord(path)
+		if err != nil || rec.Network != conf.Name || valid[[2]string{rec.ContainerID, rec.IfName}] {
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return cniError(fmt.Errorf("remove %s: %w", path, err), conf.Name)
+		}
 	}
 	return nil
 }

@@ -242,3 +242,47 @@ func FuzzParseConfig(f *testing.F) {
 		Resolve(inventory.Node{}, conf.EffectiveParent(), Request{})
 	})
 }
+
+func TestGCForgetsStaleRecords(t *testing.T) {
+	t.Parallel()
+	p, _, _ := newTestPlugin(t, fixture.NDv5)
+	state := t.TempDir()
+	for _, id := range []string{"live", "gone"} {
+		if err := p.Add(&skel.CmdArgs{ContainerID: id, IfName: "net1", StdinData: ipoibConf(state, "")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := []byte(`{"cniVersion":"1.1.0","name":"other","delegate":{"type":"ipoib"},"stateDir":` + quote(state) + `}`)
+	if err := p.Add(&skel.CmdArgs{ContainerID: "gone", IfName: "net2", StdinData: other}); err != nil {
+		t.Fatal(err)
+	}
+	gc := ipoibConf(state, `,"cni.dev/valid-attachments":[{"containerID":"live","ifname":"net1"}]`)
+	if err := p.GC(&skel.CmdArgs{StdinData: gc}); err != nil {
+		t.Fatalf("GC() error = %v", err)
+	}
+	var left []string
+	entries, _ := os.ReadDir(state)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	want := []string{"ibkube-ipoib_live_net1.json", "other_gone_net2.json"}
+	if strings.Join(left, " ") != strings.Join(want, " ") {
+		t.Errorf("records after GC = %v, want %v (other networks untouched)", left, want)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	p, _, _ := newTestPlugin(t, fixture.OCIH100)
+	conf := func(delegate string) []byte {
+		return []byte(`{"cniVersion":"1.1.0","name":"n","delegate":{"type":"` + delegate + `"},"parent":{"netdevs":["rdma*"]}}`)
+	}
+	if err := p.Status(&skel.CmdArgs{StdinData: conf("macvlan")}); err != nil {
+		t.Errorf("Status(macvlan on a RoCE node) = %v, want ready", err)
+	}
+	err := p.Status(&skel.CmdArgs{StdinData: conf("ipoib")})
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != types.ErrTryAgainLater {
+		t.Errorf("Status(ipoib on a RoCE node) = %v, want code 11", err)
+	}
+}

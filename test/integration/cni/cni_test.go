@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,14 +104,16 @@ func setup(t *testing.T) *env {
 	// rdma1: another veth standing in for the second (moved by host-device).
 	run(t, "ip", "-n", e.hostNS, "link", "add", "rdma0", "type", "veth", "peer", "name", "rdma0-peer")
 	run(t, "ip", "-n", e.hostNS, "link", "add", "rdma1", "type", "veth", "peer", "name", "rdma1-peer")
-	for _, l := range []string{"lo", "rdma0", "rdma0-peer", "rdma1", "rdma1-peer"} {
+	// rdma2: the port of mlx5_3, the HCA "allocated" to the pod.
+	run(t, "ip", "-n", e.hostNS, "link", "add", "rdma2", "type", "veth", "peer", "name", "rdma2-peer")
+	for _, l := range []string{"lo", "rdma0", "rdma0-peer", "rdma1", "rdma1-peer", "rdma2", "rdma2-peer"} {
 		run(t, "ip", "-n", e.hostNS, "link", "set", l, "up")
 	}
 	e.cni = libcni.NewCNIConfigWithCacheDir([]string{e.binDir, refDir}, e.cacheDir, nil)
 	return e
 }
 
-func (e *env) confList(t *testing.T, name string, parent map[string]any, delegate map[string]any, subnet string) *libcni.NetworkConfigList {
+func (e *env) confList(t *testing.T, name string, parent map[string]any, delegate map[string]any, subnet string, extra ...map[string]any) *libcni.NetworkConfigList {
 	t.Helper()
 	plugin := map[string]any{
 		"type":      "ibkube-cni",
@@ -123,6 +126,11 @@ func (e *env) confList(t *testing.T, name string, parent map[string]any, delegat
 			"type": "host-local", "dataDir": e.ipamDir,
 			"ranges": [][]map[string]string{{{"subnet": subnet}}},
 		},
+	}
+	for _, x := range extra {
+		for k, v := range x {
+			plugin[k] = v
+		}
 	}
 	raw, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": name, "plugins": []any{plugin}})
 	if err != nil {
@@ -177,7 +185,13 @@ func TestPluginWithReferenceDelegates(t *testing.T) {
 	// One network on the port at index 1, moved in whole by host-device.
 	exclusive := e.confList(t, "ibkube-roce-1",
 		map[string]any{"policy": "index", "index": 1, "netdevs": []string{"rdma*"}},
-		map[string]any{"type": "host-device"}, "198.18.200.128/25")
+		map[string]any{"type": "host-device"}, "198.18.200.128/26")
+	// The pod's allocated HCA, as Multus passes it for a NAD with the
+	// k8s.v1.cni.cncf.io/resourceName annotation (macvlan: this kernel has no ipvlan).
+	allocated := e.confList(t, "ibkube-roce-allocated",
+		map[string]any{"policy": "auto"},
+		map[string]any{"type": "macvlan", "mode": "bridge"}, "198.18.200.192/26",
+		map[string]any{"deviceID": "mlx5_3", "pciBusID": "mlx5_3"})
 
 	res, err := e.cni.AddNetworkList(ctx, roce, e.rt("net1"))
 	if err != nil {
@@ -187,19 +201,28 @@ func TestPluginWithReferenceDelegates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.IPs) != 1 || !strings.HasPrefix(r.IPs[0].Address.String(), "198.18.200.") {
+	if len(r.IPs) != 1 || !netip.MustParsePrefix("198.18.200.0/25").Contains(netip.MustParseAddr(r.IPs[0].Address.IP.String())) {
 		t.Errorf("ADD result IPs = %v, want one in 198.18.200.0/25", r.IPs)
 	}
 	if _, err := e.cni.AddNetworkList(ctx, exclusive, e.rt("net2")); err != nil {
 		t.Fatalf("ADD host-device network: %v", err)
 	}
+	if _, err := e.cni.AddNetworkList(ctx, allocated, e.rt("net3")); err != nil {
+		t.Fatalf("ADD macvlan network on the allocated HCA: %v", err)
+	}
 
 	pod := links(t, e.podNS)
-	if l, ok := pod["net1"]; !ok || l.LinkInfo.InfoKind != "macvlan" || len(l.AddrInfo) == 0 || !strings.HasPrefix(l.AddrInfo[0].Local, "198.18.200.") {
+	if l, ok := pod["net1"]; !ok || l.LinkInfo.InfoKind != "macvlan" || !hasAddrIn(l, "198.18.200.0/25") {
 		t.Errorf("pod net1 = %+v, want a macvlan with a 198.18.200.0/25 address", l)
 	}
-	if l, ok := pod["net2"]; !ok || l.LinkInfo.InfoKind != "veth" || len(l.AddrInfo) == 0 || !strings.HasPrefix(l.AddrInfo[0].Local, "198.18.200.1") {
-		t.Errorf("pod net2 = %+v, want the host's rdma1 (veth) with a 198.18.200.128/25 address", l)
+	if l, ok := pod["net2"]; !ok || l.LinkInfo.InfoKind != "veth" || !hasAddrIn(l, "198.18.200.128/26") {
+		t.Errorf("pod net2 = %+v, want the host's rdma1 (veth) with a 198.18.200.128/26 address", l)
+	}
+	if l, ok := pod["net3"]; !ok || l.LinkInfo.InfoKind != "macvlan" || !hasAddrIn(l, "198.18.200.192/26") {
+		t.Errorf("pod net3 = %+v, want a macvlan with a 198.18.200.192/26 address", l)
+	}
+	if got := recordedParent(t, e.stateDir, "ibkube-roce-allocated"); got != "rdma2" {
+		t.Errorf("allocated network's parent = %q, want rdma2 (mlx5_3's port)", got)
 	}
 	if _, still := links(t, e.hostNS)["rdma1"]; still {
 		t.Error("rdma1 is still in the host namespace after the host-device ADD")
@@ -208,7 +231,7 @@ func TestPluginWithReferenceDelegates(t *testing.T) {
 	for _, n := range []struct {
 		list *libcni.NetworkConfigList
 		ifn  string
-	}{{roce, "net1"}, {exclusive, "net2"}} {
+	}{{roce, "net1"}, {exclusive, "net2"}, {allocated, "net3"}} {
 		if err := e.cni.CheckNetworkList(ctx, n.list, e.rt(n.ifn)); err != nil {
 			t.Errorf("CHECK %s: %v", n.list.Name, err)
 		}
@@ -223,7 +246,7 @@ func TestPluginWithReferenceDelegates(t *testing.T) {
 	for _, n := range []struct {
 		list *libcni.NetworkConfigList
 		ifn  string
-	}{{roce, "net1"}, {exclusive, "net2"}} {
+	}{{roce, "net1"}, {exclusive, "net2"}, {allocated, "net3"}} {
 		if err := e.cni.DelNetworkList(ctx, n.list, e.rt(n.ifn)); err != nil {
 			t.Errorf("DEL %s: %v", n.list.Name, err)
 		}
@@ -236,7 +259,7 @@ func TestPluginWithReferenceDelegates(t *testing.T) {
 		t.Error("rdma1 did not return to the host namespace after DEL")
 	}
 	pod = links(t, e.podNS)
-	for _, name := range []string{"net1", "net2"} {
+	for _, name := range []string{"net1", "net2", "net3"} {
 		if _, left := pod[name]; left {
 			t.Errorf("pod still has %s after DEL", name)
 		}
@@ -284,4 +307,36 @@ func TestPluginErrorsThroughLibcni(t *testing.T) {
 	if _, ok := links(t, e.podNS)["net9"]; ok {
 		t.Error("a failed ADD left net9 in the pod")
 	}
+}
+
+// recordedParent reads the parent netdev the plugin recorded for network.
+func recordedParent(t *testing.T, stateDir, network string) string {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(stateDir, network+"_*.json"))
+	if len(matches) != 1 {
+		t.Fatalf("records for %s: %v, want one", network, matches)
+	}
+	b, err := os.ReadFile(matches[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Parent struct {
+			Netdev string `json:"netdev"`
+		} `json:"parent"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec.Parent.Netdev
+}
+
+func hasAddrIn(l link, cidr string) bool {
+	p := netip.MustParsePrefix(cidr)
+	for _, a := range l.AddrInfo {
+		if addr, err := netip.ParseAddr(a.Local); err == nil && p.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }
