@@ -99,6 +99,10 @@ func New(cfg Config, log logr.Logger) (*Agent, error) {
 	return a, nil
 }
 
+// Add runs r beside the agent (call before Run): the NRI memlock plugin,
+// which needs the agent's Inventory and Registry and so is built after New.
+func (a *Agent) Add(r Runnable) { a.cfg.Runnables = append(a.cfg.Runnables, r) }
+
 // Registry is where components running beside the agent register their
 // metrics; /metrics serves it.
 func (a *Agent) Registry() prometheus.Registerer { return a.reg }

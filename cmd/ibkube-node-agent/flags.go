@@ -1,0 +1,89 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/go-logr/logr"
+)
+
+// options is everything the command line says.
+type options struct {
+	config           string
+	sysfsRoot        string
+	devRoot          string
+	procRoot         string
+	hostDevRoot      string
+	kubeletSocketDir string
+	nodeName         string
+	stateDir         string
+	netlink          bool
+	nri              bool
+	nriSocket        string
+	memlockMax       string
+	metricsAddr      string
+	healthAddr       string
+	logLevel         string
+	help             bool
+}
+
+// parseFlags reads args (without the program name); getenv supplies
+// $NODE_NAME. Usage and errors go to out.
+func parseFlags(args []string, getenv func(string) string, out io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("ibkube-node-agent", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.config, "config", "/etc/ibkube/agent.yaml", "AgentConfig file (missing: built-in defaults, rdma/shared_ib shared and rdma/ib exclusive over InfiniBand mlx5 HCAs)")
+	fs.StringVar(&o.sysfsRoot, "sysfs-root", "/sys", "directory that stands for /sys, where the agent reads (e.g. /host/sys in a pod)")
+	fs.StringVar(&o.devRoot, "dev-root", "/dev", "directory that stands for /dev, where the agent reads")
+	fs.StringVar(&o.procRoot, "proc-root", "/proc", "directory that stands for /proc (the NRI plugin reads the runtime's limits there)")
+	fs.StringVar(&o.hostDevRoot, "host-dev-root", "/dev", "the dev tree as the kubelet sees it: prefix of the device paths handed to containers")
+	fs.StringVar(&o.kubeletSocketDir, "kubelet-socket-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device plugin directory (kubelet.sock and plugin sockets)")
+	fs.StringVar(&o.nodeName, "node-name", getenv("NODE_NAME"), "this node's name (default $NODE_NAME); its node.kubernetes.io/instance-type label picks the NCCL profile")
+	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/ibkube", "host directory for files handed to containers (NCCL topology XML); must be the same path inside the agent's pod")
+	fs.BoolVar(&o.netlink, "netlink", true, "list RDMA devices over netlink and follow rtnetlink link events (false for fake sysfs trees)")
+	fs.BoolVar(&o.nri, "nri", true, "run the NRI plugin that raises RLIMIT_MEMLOCK for RDMA containers")
+	fs.StringVar(&o.nriSocket, "nri-socket", "/var/run/nri/nri.sock", "the container runtime's NRI socket")
+	fs.StringVar(&o.memlockMax, "memlock-max", "", "cap on the memlock limit the NRI plugin sets: unlimited or a quantity like 64Gi (default: what the runtime holds)")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8090", "Prometheus /metrics address (0: off)")
+	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8091", "/healthz, /readyz and /inventory address (0: off)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: error, info or debug")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			o.help = true
+			return o, nil
+		}
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q: ibkube-node-agent takes flags only", fs.Args())
+	}
+	if _, err := parseLevel(o.logLevel); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	switch s {
+	case "error":
+		return slog.LevelError, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "debug":
+		return slog.LevelDebug, nil
+	}
+	return 0, fmt.Errorf("--log-level %q: want error, info or debug", s)
+}
+
+// newLogger is a JSON logr logger; V(1) is debug.
+func newLogger(level string, out io.Writer) (logr.Logger, error) {
+	l, err := parseLevel(level)
+	if err != nil {
+		return logr.Logger{}, err
+	}
+	return logr.FromSlogHandler(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: l})), nil
+}

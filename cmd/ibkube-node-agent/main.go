@@ -1,0 +1,71 @@
+// Command ibkube-node-agent advertises a node's InfiniBand/RDMA HCAs to the
+// kubelet as shared (rdma/shared_ib) and exclusive (rdma/ib) resources.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/go-logr/logr"
+
+	"github.com/ibkube/ibkube/deviceplugin/agent"
+	"github.com/ibkube/ibkube/deviceplugin/config"
+	"github.com/ibkube/ibkube/deviceplugin/discovery"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ibkube-node-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	opts, err := parseFlags(args, os.Getenv, os.Stderr)
+	if err != nil || opts.help {
+		return err
+	}
+	log, err := newLogger(opts.logLevel, os.Stderr)
+	if err != nil {
+		return err
+	}
+	a, err := newAgent(opts, log)
+	if err != nil {
+		return err
+	}
+	// NRI memlock plugin (memlock engineer): build it here from opts.nri,
+	// opts.nriSocket, opts.procRoot and opts.memlockMax with a as its
+	// Inventory and a.Registry() for metrics, then a.Add(plugin.Run).
+	return a.Run(ctx)
+}
+
+// newAgent turns the options into an agent; it reads the config file and
+// builds the scanner but starts nothing.
+func newAgent(opts options, log logr.Logger) (*agent.Agent, error) {
+	cfg, err := config.Load(opts.config)
+	if err != nil {
+		return nil, err
+	}
+	dopts := discovery.Options{SysfsRoot: opts.sysfsRoot, DevRoot: opts.devRoot, Logger: log}
+	if opts.netlink {
+		dopts.Netlink = discovery.SystemNetlink{}
+	}
+	scanner := discovery.NewScanner(dopts)
+	return agent.New(agent.Config{
+		Agent:            cfg,
+		Scanner:          scanner,
+		SysfsRoot:        opts.sysfsRoot,
+		HostDevRoot:      opts.hostDevRoot,
+		KubeletSocketDir: opts.kubeletSocketDir,
+		StateDir:         opts.stateDir,
+		InstanceType:     agent.InstanceTypeFromAPI(opts.nodeName),
+		MetricsAddr:      opts.metricsAddr,
+		HealthAddr:       opts.healthAddr,
+	}, log)
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"io"
+	"path/filepath"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ibkube/ibkube/deviceplugin/fixture"
+)
+
+func TestParseFlagsDefaults(t *testing.T) {
+	t.Parallel()
+	env := func(k string) string {
+		if k == "NODE_NAME" {
+			return "nd-0"
+		}
+		return ""
+	}
+	got, err := parseFlags(nil, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := options{
+		config: "/etc/ibkube/agent.yaml", sysfsRoot: "/sys", devRoot: "/dev", procRoot: "/proc", hostDevRoot: "/dev",
+		kubeletSocketDir: "/var/lib/kubelet/device-plugins", nodeName: "nd-0", stateDir: "/var/lib/ibkube",
+		netlink: true, nri: true, nriSocket: "/var/run/nri/nri.sock", metricsAddr: ":8090", healthAddr: ":8091", logLevel: "info",
+	}
+	if d := cmp.Diff(want, got, cmp.AllowUnexported(options{})); d != "" {
+		t.Errorf("defaults (-want +got):\n%s", d)
+	}
+}
+
+func TestParseFlagsErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--log-level", "loud"}, `--log-level "loud": want error, info or debug`},
+		{[]string{"extra"}, `unexpected arguments ["extra"]: ibkube-node-agent takes flags only`},
+		{[]string{"--no-such-flag"}, `flag provided but not defined: -no-such-flag`},
+	} {
+		_, err := parseFlags(tc.args, func(string) string { return "" }, io.Discard)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("parseFlags(%q) = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestNewAgentOnFixture(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := fixture.Build(dir, "ndv5"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := newAgent(options{
+		config: filepath.Join(dir, "missing.yaml"), sysfsRoot: fixture.SysfsRoot(dir), devRoot: fixture.DevRoot(dir),
+		kubeletSocketDir: t.TempDir(), stateDir: t.TempDir(),
+	}, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	writeFile(t, bad, "apiVersion: ibkube.io/v1alpha1\nkind: AgentConfig\npools: []\n")
+	if _, err := newAgent(options{config: bad}, logr.Discard()); err == nil {
+		t.Error("a config without pools was accepted")
+	}
+}

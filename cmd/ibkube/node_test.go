@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ibkube/ibkube/deviceplugin/fixture"
+)
+
+var updateNode = flag.Bool("update-node", false, "rewrite the ibkube node golden files under testdata/node")
+
+func TestRunNodeGolden(t *testing.T) {
+	t.Parallel()
+	names := fixture.Names()
+	if len(names) < 5 {
+		t.Fatalf("fixtures = %v, want at least ndv5, ndv4, hb, oci-h100, broken", names)
+	}
+	type golden struct{ name, fixture, config string }
+	var cases []golden
+	for _, n := range names {
+		cases = append(cases, golden{n, n, ""})
+	}
+	// RoCE needs a config: the default pools take InfiniBand only.
+	cases = append(cases, golden{"oci-h100-roce", "oci-h100", filepath.Join("testdata", "node", "oci-h100-roce.yaml")})
+	for _, tc := range cases {
+		for _, format := range []string{"json", "table"} {
+			t.Run(tc.name+"/"+format, func(t *testing.T) {
+				t.Parallel()
+				dir := t.TempDir()
+				if err := fixture.Build(dir, tc.fixture); err != nil {
+					t.Fatal(err)
+				}
+				cfg := tc.config
+				if cfg == "" {
+					cfg = filepath.Join(dir, "none.yaml")
+				}
+				var out, errb bytes.Buffer
+				args := []string{"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir),
+					"--config", cfg, "-o", format}
+				if err := runNode(context.Background(), args, stdio{out: &out, err: &errb}); err != nil {
+					t.Fatalf("runNode: %v (%s)", err, errb.String())
+				}
+				ext := map[string]string{"json": ".json", "table": ".txt"}[format]
+				golden := filepath.Join("testdata", "node", tc.name+ext)
+				if *updateNode {
+					if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				want, err := os.ReadFile(golden)
+				if err != nil {
+					t.Fatalf("%v (run go test ./cmd/ibkube -run TestRunNodeGolden -update-node)", err)
+				}
+				if d := cmp.Diff(string(want), out.String()); d != "" {
+					t.Errorf("%s (-want +got):\n%s", golden, d)
+				}
+			})
+		}
+	}
+}
+
+// TestRunNodeExcludesEthernet checks what users rely on: on ND H100 v5 the
+// Ethernet mlx5 device feeds no resource and the reason names the selector.
+func TestRunNodeExcludesEthernet(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := fixture.Build(dir, "ndv5"); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := runNode(context.Background(), []string{"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir),
+		"--config", filepath.Join(dir, "none.yaml"), "-o", "json"}, stdio{out: &out, err: &bytes.Buffer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hcas []struct {
+		Name, LinkLayer, Resource, Reason string
+	}
+	if err := json.Unmarshal(out.Bytes(), &hcas); err != nil {
+		t.Fatal(err)
+	}
+	var ib, excluded int
+	for _, h := range hcas {
+		switch {
+		case h.LinkLayer == "InfiniBand" && h.Resource == "rdma/shared_ib,rdma/ib":
+			ib++
+		case h.LinkLayer == "Ethernet" && h.Resource == "" && strings.Contains(h.Reason, "selector.linkLayers [InfiniBand] does not match Ethernet"):
+			excluded++
+		default:
+			t.Errorf("unexpected HCA %+v", h)
+		}
+	}
+	if ib != 8 || excluded != 1 {
+		t.Errorf("IB HCAs in both pools = %d, excluded Ethernet = %d; want 8 and 1", ib, excluded)
+	}
+}
+
+func TestRunNodeErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("apiVersion: ibkube.io/v1alpha1\nkind: AgentConfig\npools:\n- {resourceName: rdma/ib, mode: both}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-o", "yaml"}, `node: -o "yaml": want table or json`},
+		{[]string{"--config", bad}, `node: ` + bad + `: pools[0].mode: "both" is not a mode; accepted: shared, exclusive`},
+		{[]string{"extra"}, `node: unexpected arguments ["extra"]`},
+	} {
+		err := runNode(context.Background(), tc.args, stdio{out: &bytes.Buffer{}, err: &bytes.Buffer{}})
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("runNode(%q) = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
