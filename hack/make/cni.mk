@@ -22,5 +22,10 @@ cni-ref-plugins: ## Install Debian's reference CNI plugins and iproute2 if missi
 test-cni-integration: cni-ref-plugins ## ibkube-cni ADD/CHECK/DEL via libcni in real netns with Debian's macvlan/host-device (root).
 	$(GO) test -count=1 -tags cni_integration ./test/integration/cni/...
 
+.PHONY: bench-cni
+bench-cni: ## Benchmark the Multus annotation merge (reports only).
+	$(GO) test -run '^$$' -bench . -benchmem ./cni/multus
+
 FUZZ_TARGETS += fuzz-cni-multus fuzz-cni-config
+BENCH_TARGETS += bench-cni
 TEST_TARGETS += test-cni-integration
