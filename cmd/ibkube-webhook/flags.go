@@ -13,12 +13,14 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"github.com/ibkube/ibkube/webhook/certs"
 	"github.com/ibkube/ibkube/webhook/server"
 )
 
 // options is everything the command line says.
 type options struct {
 	server     server.Config
+	certs      certs.Options
 	kubeconfig string
 	logLevel   string
 	logFormat  string
@@ -44,7 +46,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&o.kubeconfig, ctrlconfig.KubeconfigFlagName, "", "kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: error, info or debug")
 	fs.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
-	// Certificate management flags (webhook/certs) register here too.
+	o.certs.AddFlags(fs)
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -61,6 +63,10 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	}
 	if s.ReleaseNamespace == "" {
 		return o, errors.New("--namespace is empty and $POD_NAMESPACE is unset: give the namespace ibkube runs in")
+	}
+	o.certs.Namespace, o.certs.CertDir = s.ReleaseNamespace, s.CertDir
+	if err := o.certs.Validate(); err != nil {
+		return o, err
 	}
 	if _, err := parseLevel(o.logLevel); err != nil {
 		return o, err

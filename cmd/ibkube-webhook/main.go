@@ -10,6 +10,7 @@ import (
 
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/ibkube/ibkube/webhook/certs"
 	"github.com/ibkube/ibkube/webhook/server"
 )
 
@@ -42,5 +43,6 @@ func run(args []string) error {
 	defer stop()
 	cfg := opts.server
 	cfg.Rest, cfg.Log = rest, log
+	cfg.CertSetup = certs.Setup(opts.certs, log)
 	return server.Run(ctx, cfg)
 }
