@@ -129,6 +129,9 @@ func (c *NetConf) validate() error {
 	if c.Name == "" {
 		return configErr(`%s: "name" is empty; it must be the network's name`, PluginType)
 	}
+	if c.CNIVersion == "" {
+		return configErr(`%s: network %q has no "cniVersion"; accepted: 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0`, PluginType, c.Name)
+	}
 	if c.Delegate == nil {
 		return configErr(`%s: network %q has no "delegate"; accepted: an object with "type" one of %s and that plugin's options`,
 			PluginType, c.Name, delegateTypes())

@@ -174,18 +174,19 @@ func TestBadConfigsGetCNIErrors(t *testing.T) {
 		wantMsg  string
 	}{
 		{name: "not JSON", conf: `{`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: "not a JSON object"},
-		{name: "no delegate", conf: `{"name":"n","type":"ibkube-cni"}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `has no "delegate"; accepted: an object with "type" one of host-device, ipoib, ipvlan, macvlan`},
-		{name: "unknown delegate", conf: `{"name":"n","delegate":{"type":"bridge"}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `delegate.type "bridge" is not supported`},
-		{name: "hard-coded master", conf: `{"name":"n","delegate":{"type":"ipoib","master":"ibP257p0s0"}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: "delegate.master is chosen by ibkube-cni"},
-		{name: "typo at top level", conf: `{"name":"n","delegate":{"type":"ipoib"},"parnet":{}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: "unknown key(s) parnet"},
-		{name: "bad policy", conf: `{"name":"n","delegate":{"type":"ipoib"},"parent":{"policy":"nearest"}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `unknown parent.policy "nearest"; accepted: auto, allocated, first-active, index`},
-		{name: "index without index", conf: `{"name":"n","delegate":{"type":"ipoib"},"parent":{"policy":"index"}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `needs parent.index`},
-		{name: "bad link layer", conf: `{"name":"n","delegate":{"type":"ipoib"},"parent":{"linkLayer":"ib"}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `parent.linkLayer "ib"; accepted: InfiniBand, Ethernet`},
-		{name: "bad selector", conf: `{"name":"n","delegate":{"type":"ipoib"},"parent":{"selector":{"vendors":["0x15b3"]}}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `parent.selector.vendors[0]`},
-		{name: "bad hcaIndex arg", conf: `{"name":"n","delegate":{"type":"ipoib"},"args":{"cni":{"hcaIndex":"two"}}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `CNI arg "hcaIndex" must be a non-negative integer`},
-		{name: "no IB port on a RoCE node: retry later", fixture: fixture.OCIH100, conf: `{"name":"n","delegate":{"type":"ipoib"}}`, wantCode: types.ErrTryAgainLater, wantMsg: `network "n": no candidate parent interface on this node`},
-		{name: "index out of range", fixture: fixture.NDv5, conf: `{"name":"n","delegate":{"type":"ipoib"},"parent":{"policy":"index","index":12}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `parent index 12 is out of range: this node has 8 candidate(s): [0] ibP257p0s0 (mlx5_0 port 1, InfiniBand, ACTIVE)`},
-		{name: "allocated device is DOWN", fixture: fixture.Broken, conf: `{"name":"n","delegate":{"type":"ipoib"},"deviceID":"mlx5_1"}`, wantCode: types.ErrTryAgainLater, wantMsg: `whose port is DOWN, not ACTIVE`},
+		{name: "no cniVersion", conf: `{"name":"n","delegate":{"type":"ipoib"}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `network "n" has no "cniVersion"; accepted: 0.3.0`},
+		{name: "no delegate", conf: `{"cniVersion":"1.0.0","name":"n","type":"ibkube-cni"}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `has no "delegate"; accepted: an object with "type" one of host-device, ipoib, ipvlan, macvlan`},
+		{name: "unknown delegate", conf: `{"cniVersion":"1.0.0","name":"n","delegate":{"type":"bridge"}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `delegate.type "bridge" is not supported`},
+		{name: "hard-coded master", conf: `{"cniVersion":"1.0.0","name":"n","delegate":{"type":"ipoib","master":"ibP257p0s0"}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: "delegate.master is chosen by ibkube-cni"},
+		{name: "typo at top level", conf: `{"cniVersion":"1.0.0","name":"n","delegate":{"type":"ipoib"},"parnet":{}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: "unknown key(s) parnet"},
+		{name: "bad policy", conf: `{"cniVersion":"1.0.0","name":"n","delegate":{"type":"ipoib"},"parent":{"policy":"nearest"}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `unknown parent.policy "nearest"; accepted: auto, allocated, first-active, index`},
+		{name: "index without index", conf: `{"cniVersion":"1.0.0","name":"n","delegate":{"type":"ipoib"},"parent":{"policy":"index"}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `needs parent.index`},
+		{name: "bad link layer", conf: `{"cniVersion":"1.0.0","name":"n","delegate":{"type":"ipoib"},"parent":{"linkLayer":"ib"}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `parent.linkLayer "ib"; accepted: InfiniBand, Ethernet`},
+		{name: "bad selector", conf: `{"cniVersion":"1.0.0","name":"n","delegate":{"type":"ipoib"},"parent":{"selector":{"vendors":["0x15b3"]}}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `parent.selector.vendors[0]`},
+		{name: "bad hcaIndex arg", conf: `{"cniVersion":"1.0.0","name":"n","delegate":{"type":"ipoib"},"args":{"cni":{"hcaIndex":"two"}}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `CNI arg "hcaIndex" must be a non-negative integer`},
+		{name: "no IB port on a RoCE node: retry later", fixture: fixture.OCIH100, conf: `{"cniVersion":"1.0.0","name":"n","delegate":{"type":"ipoib"}}`, wantCode: types.ErrTryAgainLater, wantMsg: `network "n": no candidate parent interface on this node`},
+		{name: "index out of range", fixture: fixture.NDv5, conf: `{"cniVersion":"1.0.0","name":"n","delegate":{"type":"ipoib"},"parent":{"policy":"index","index":12}}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `parent index 12 is out of range: this node has 8 candidate(s): [0] ibP257p0s0 (mlx5_0 port 1, InfiniBand, ACTIVE)`},
+		{name: "allocated device is DOWN", fixture: fixture.Broken, conf: `{"cniVersion":"1.0.0","name":"n","delegate":{"type":"ipoib"},"deviceID":"mlx5_1"}`, wantCode: types.ErrTryAgainLater, wantMsg: `whose port is DOWN, not ACTIVE`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -219,10 +220,10 @@ func TestBadConfigsGetCNIErrors(t *testing.T) {
 // FuzzParseConfig: any stdin gives a config or a *ConfigError, never a panic.
 func FuzzParseConfig(f *testing.F) {
 	for _, s := range []string{
-		`{"name":"n","delegate":{"type":"ipoib"}}`,
-		`{"name":"n","delegate":{"type":"macvlan"},"parent":{"policy":"index","index":3,"netdevs":["rdma*"]}}`,
-		`{"name":"n","delegate":{"type":"host-device"},"args":{"cni":{"hca":"mlx5_1","hcaIndex":2}}}`,
-		`{"name":"n","delegate":{"type":"ipoib"},"parent":{"selector":{"names":["["]}}}`,
+		`{"cniVersion":"1.0.0","name":"n","delegate":{"type":"ipoib"}}`,
+		`{"cniVersion":"1.0.0","name":"n","delegate":{"type":"macvlan"},"parent":{"policy":"index","index":3,"netdevs":["rdma*"]}}`,
+		`{"cniVersion":"1.0.0","name":"n","delegate":{"type":"host-device"},"args":{"cni":{"hca":"mlx5_1","hcaIndex":2}}}`,
+		`{"cniVersion":"1.0.0","name":"n","delegate":{"type":"ipoib"},"parent":{"selector":{"names":["["]}}}`,
 		`[]`, `null`, `{"delegate":null}`,
 	} {
 		f.Add([]byte(s))
