@@ -4,6 +4,7 @@ package chart
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,6 +90,28 @@ func TestAPIServer(t *testing.T) {
 		renders["render "+c.name] = out
 	}
 
+	dryRun := func(obj *unstructured.Unstructured) error {
+		gvk := obj.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("the API server does not serve this kind: %w", err)
+		}
+		data, err := obj.MarshalJSON()
+		if err != nil {
+			return err
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == "namespace" {
+			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
+		}
+		_, err = ri.Patch(ctx, obj.GetName(), "application/apply-patch+yaml", data, metav1.PatchOptions{
+			DryRun:       []string{metav1.DryRunAll},
+			FieldManager: "ibkube-chart-test",
+			Force:        ptr.To(true),
+		})
+		return err
+	}
+
 	for name, stream := range renders {
 		t.Run(name, func(t *testing.T) {
 			objs := decodeAll(t, stream)
@@ -96,31 +119,52 @@ func TestAPIServer(t *testing.T) {
 				t.Fatal("render has no objects")
 			}
 			for _, obj := range objs {
-				gvk := obj.GroupVersionKind()
-				m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-				if err != nil {
-					t.Errorf("%s %s: the API server does not serve this kind: %v", gvk, obj.GetName(), err)
-					continue
-				}
-				data, err := obj.MarshalJSON()
-				if err != nil {
-					t.Fatal(err)
-				}
-				var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-				if m.Scope.Name() == "namespace" {
-					ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
-				}
-				_, err = ri.Patch(ctx, obj.GetName(), "application/apply-patch+yaml", data, metav1.PatchOptions{
-					DryRun:       []string{metav1.DryRunAll},
-					FieldManager: "ibkube-chart-test",
-					Force:        ptr.To(true),
-				})
-				if err != nil {
-					t.Errorf("%s %s/%s rejected by the API server: %v", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+				if err := dryRun(obj); err != nil {
+					t.Errorf("%s %s/%s rejected by the API server: %v", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
 				}
 			}
 		})
 	}
+
+	// The check can fail: the same objects, broken the way a template edit
+	// could break them, are refused.
+	t.Run("broken objects are refused", func(t *testing.T) {
+		for _, tc := range []struct {
+			kind  string
+			path  []string
+			value any
+			want  string
+		}{
+			{"MutatingWebhookConfiguration", nil, "object.metadata.annotations.exists(k, k.startsWith(1))", "matchConditions"},
+			{"Deployment", []string{"spec", "template", "spec", "securityContext", "seccompProfile", "type"}, "Hardened", "seccompProfile"},
+			{"DaemonSet", []string{"spec", "template", "spec", "priorityClassName"}, "Not_A_Name", "priorityClassName"},
+		} {
+			var obj *unstructured.Unstructured
+			for _, o := range decodeAll(t, string(manifests)) {
+				if o.GetKind() == tc.kind {
+					obj = o
+				}
+			}
+			if obj == nil {
+				t.Fatalf("manifests have no %s", tc.kind)
+			}
+			if tc.path == nil { // replace the CEL expression
+				hooks, _, _ := unstructured.NestedSlice(obj.Object, "webhooks")
+				hook := hooks[0].(map[string]any)
+				conds := hook["matchConditions"].([]any)
+				conds[0].(map[string]any)["expression"] = tc.value
+				if err := unstructured.SetNestedSlice(obj.Object, hooks, "webhooks"); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := unstructured.SetNestedField(obj.Object, tc.value, tc.path...); err != nil {
+				t.Fatal(err)
+			}
+			err := dryRun(obj)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("broken %s: dry-run error %v, want one about %s", tc.kind, err, tc.want)
+			}
+		}
+	})
 }
 
 // TestAPIServerWebhookSelection installs the MutatingWebhookConfiguration
