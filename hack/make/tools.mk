@@ -106,3 +106,5 @@ $(CONTAINERD_BIN): containerd ; @:
 $(HELM): helm ; @:
 $(KUBECONFORM): kubeconform ; @:
 $(ENVTEST_ASSETS): envtest-assets ; @:
+
+TEST_TARGETS += envtest-smoke
