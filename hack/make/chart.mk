@@ -69,4 +69,8 @@ test-chart-apiserver: $(CHART_HELM_DEP) envtest-assets ## Server-side dry-run ap
 	HELM=$(CHART_HELM) KUBE_VERSION=$(CHART_KUBE_VERSION) KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) \
 	  $(GO) test -count=1 -tags integration -run TestAPIServer ./test/chart/...
 
-TEST_TARGETS += verify-manifests chart-lint test-chart test-chart-apiserver
+.PHONY: test-certs-integration
+test-certs-integration: envtest-assets ## Self-managed webhook certificates against envtest: bootstrap, serving-cert and CA renewal reach Secret, caBundle and cert dir.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -tags integration ./webhook/certs/...
+
+TEST_TARGETS += verify-manifests chart-lint test-chart test-chart-apiserver test-certs-integration
