@@ -1,0 +1,276 @@
+//go:build integration
+
+// Package memlock tests the node agent's NRI memlock plugin against a real
+// containerd 2.x and runc started by the test: containers that hold an
+// ibkube RDMA char device, run as uid 1000 with no added capabilities, get
+// the RLIMIT_MEMLOCK their pod asks for; others keep the runtime's default;
+// a request above what the runtime holds is clamped and the container still
+// starts.
+//
+// containerd runs under `prlimit --memlock=65536:8388608`: no process here
+// can raise a hard memlock above 8 MiB, so a low soft default (64 KiB) is
+// what makes the raise visible.
+//
+// NRI only sees containers created through CRI (containerd registers no NRI
+// domain for ctr/containerd-client containers, and pod annotations come
+// from the CRI sandbox), so the test drives containerd's CRI service with
+// k8s.io/cri-api, as the kubelet does.
+package memlock
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/ibkube/ibkube/deviceplugin/inventory"
+	"github.com/ibkube/ibkube/deviceplugin/memlock"
+)
+
+const (
+	runtimeSoft  = 64 << 10 // containerd's soft memlock in this test
+	runtimeHard  = 8 << 20  // and its hard one
+	imageRef     = "docker.io/ibkube/memlock-probe:test"
+	cgroupParent = "/ibkube-memlock-test"
+	uverbsMajor  = 231
+	uverbsMinor  = 192
+)
+
+type staticInventory inventory.Node
+
+func (s staticInventory) Inventory() inventory.Node { return inventory.Node(s) }
+
+func TestMemlockThroughNRI(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: starts containerd and runc, mknods a char device")
+	}
+	root := repoRoot(t)
+	bin := filepath.Join(root, "_output", "bin", "containerd")
+	containerd := tool(t, "CONTAINERD_BIN", "containerd", filepath.Join(bin, "containerd"), "containerd")
+	ctr := tool(t, "CONTAINERD_BIN", "ctr", filepath.Join(bin, "ctr"), "containerd")
+	shim := tool(t, "CONTAINERD_BIN", "containerd-shim-runc-v2", filepath.Join(bin, "containerd-shim-runc-v2"), "containerd")
+	runc := tool(t, "RUNC", "runc", "/usr/sbin/runc", "apt-deps")
+	prlimit := tool(t, "PRLIMIT", "prlimit", "/usr/bin/prlimit", "apt-deps")
+
+	base := t.TempDir()
+	created := missingDirs("/run/containerd/s", "/run/containerd")
+	t.Cleanup(func() { teardown(t, base, runc, cgroupParent, created) })
+	for _, d := range []string{"root", "state", "nri-plugins", "cni", "dev", "logs"} {
+		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A fake uverbs node: the major:minor the plugin's inventory lists.
+	uverbs := filepath.Join(base, "dev", "uverbs0")
+	if err := syscall.Mknod(uverbs, syscall.S_IFCHR|0o666, int(uverbsMajor<<8|uverbsMinor)); err != nil {
+		t.Fatalf("mknod %s: %v", uverbs, err)
+	}
+
+	probe := buildProbe(t, base)
+	image := filepath.Join(base, "probe.tar")
+	writeImage(t, probe, image, imageRef)
+
+	cfg := filepath.Join(base, "config.toml")
+	if err := os.WriteFile(cfg, []byte(containerdConfig(base, runc, imageRef)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.Create(filepath.Join(base, "containerd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(prlimit, fmt.Sprintf("--memlock=%d:%d", runtimeSoft, runtimeHard), "--",
+		containerd, "--config", cfg, "--log-level", "info")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// containerd finds its shim next to itself or on PATH.
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(shim)+":"+os.Getenv("PATH"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		stopProcess(cmd, exited)
+		logFile.Close()
+		if t.Failed() {
+			if b, err := os.ReadFile(logFile.Name()); err == nil {
+				lines := strings.Split(string(b), "\n")
+				t.Logf("containerd log (last 40 lines):\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
+			}
+		}
+	})
+
+	ctx, cancel := ctxT(t)
+	defer cancel()
+
+	sock := filepath.Join(base, "containerd.sock")
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rt := cri.NewRuntimeServiceClient(conn)
+	waitFor(t, 60*time.Second, "containerd's CRI service", func() error {
+		select {
+		case <-exited:
+			t.Fatal("containerd exited early")
+		default:
+		}
+		_, err := rt.Version(ctx, &cri.VersionRequest{})
+		return err
+	})
+
+	// The plugin, as the node agent runs it, against containerd's NRI socket.
+	plugin, err := memlock.NewPlugin(memlock.Config{
+		SocketPath: filepath.Join(base, "nri.sock"),
+		ProcRoot:   "/proc",
+		MinBackoff: 100 * time.Millisecond,
+	}, staticInventory{HCAs: []inventory.HCA{{Name: "mlx5_0", CharDevices: []inventory.CharDevice{
+		{Name: "uverbs0", Major: uverbsMajor, Minor: uverbsMinor, Present: true},
+	}}}}, testr.New(t), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithCancel(ctx)
+	pdone := make(chan error)
+	go func() { pdone <- plugin.Run(pctx) }()
+	defer func() { pcancel(); <-pdone }()
+	waitFor(t, 30*time.Second, "the plugin to register with containerd's NRI", func() error {
+		if s := plugin.State(); s != memlock.StateConnected {
+			return fmt.Errorf("state %s", s)
+		}
+		return nil
+	})
+	wantRuntime := &memlock.RuntimeLimit{PID: cmd.Process.Pid, Source: "peer", Limit: memlock.Limit{Soft: runtimeSoft, Hard: runtimeHard}}
+	if diff := cmp.Diff(wantRuntime, plugin.RuntimeLimit()); diff != "" {
+		t.Errorf("runtime limit learned over SO_PEERCRED (-want +got):\n%s", diff)
+	}
+
+	if out, err := exec.CommandContext(ctx, ctr, "--address", sock, "-n", "k8s.io", "images", "import", "--local",
+		"--snapshotter", "native", "--platform", "linux/"+runtime.GOARCH, image).CombinedOutput(); err != nil {
+		t.Fatalf("ctr images import: %v\n%s", err, out)
+	}
+
+	device := &cri.Device{ContainerPath: "/dev/infiniband/uverbs0", HostPath: uverbs, Permissions: "rw"}
+	tests := []struct {
+		name    string
+		memlock string // pod annotation; "" for none
+		devices []*cri.Device
+		want    string
+	}{
+		{"rdma-8mi", "8Mi", []*cri.Device{device}, "memlock soft=8388608 hard=8388608 uid=1000 devices=uverbs0"},
+		{"no-devices", "8Mi", nil, "memlock soft=65536 hard=8388608 uid=1000 devices="},
+		{"rdma-unlimited", "unlimited", []*cri.Device{device}, "memlock soft=8388608 hard=8388608 uid=1000 devices=uverbs0"},
+		{"rdma-bad-value", "lots", []*cri.Device{device}, "memlock soft=65536 hard=8388608 uid=1000 devices=uverbs0"},
+		{"rdma-no-annotation", "", []*cri.Device{device}, "memlock soft=65536 hard=8388608 uid=1000 devices=uverbs0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runProbe(ctx, t, rt, base, tt.name, tt.memlock, tt.devices)
+			if got != tt.want {
+				t.Errorf("container printed %q\n                    want %q", got, tt.want)
+			}
+			t.Logf("memlock=%q devices=%d: %s", tt.memlock, len(tt.devices), got)
+		})
+	}
+}
+
+// runProbe runs the probe in its own pod (host network, uid 1000, no added
+// capabilities) and returns the line it printed.
+func runProbe(ctx context.Context, t *testing.T, rt cri.RuntimeServiceClient, base, name, memlockValue string, devices []*cri.Device) string {
+	t.Helper()
+	logDir := filepath.Join(base, "logs", name)
+	annotations := map[string]string{}
+	if memlockValue != "" {
+		annotations[memlock.AnnotationKey] = memlockValue
+	}
+	nsOpts := &cri.NamespaceOption{Network: cri.NamespaceMode_NODE, Pid: cri.NamespaceMode_CONTAINER, Ipc: cri.NamespaceMode_POD}
+	sandboxCfg := &cri.PodSandboxConfig{
+		Metadata:     &cri.PodSandboxMetadata{Name: name, Namespace: "memlock-test", Uid: "uid-" + name},
+		Annotations:  annotations,
+		LogDirectory: logDir,
+		Linux: &cri.LinuxPodSandboxConfig{
+			CgroupParent:    cgroupParent,
+			SecurityContext: &cri.LinuxSandboxSecurityContext{NamespaceOptions: nsOpts},
+		},
+	}
+	sb, err := rt.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: sandboxCfg})
+	if err != nil {
+		t.Fatalf("RunPodSandbox: %v", err)
+	}
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := rt.StopPodSandbox(c, &cri.StopPodSandboxRequest{PodSandboxId: sb.PodSandboxId}); err != nil {
+			t.Logf("StopPodSandbox: %v", err)
+		}
+		if _, err := rt.RemovePodSandbox(c, &cri.RemovePodSandboxRequest{PodSandboxId: sb.PodSandboxId}); err != nil {
+			t.Logf("RemovePodSandbox: %v", err)
+		}
+	})
+	cc, err := rt.CreateContainer(ctx, &cri.CreateContainerRequest{
+		PodSandboxId: sb.PodSandboxId,
+		Config: &cri.ContainerConfig{
+			Metadata: &cri.ContainerMetadata{Name: "probe"},
+			Image:    &cri.ImageSpec{Image: imageRef},
+			Command:  []string{"/probe"},
+			Args:     []string{"limits"},
+			LogPath:  "probe.log",
+			Devices:  devices,
+			Linux: &cri.LinuxContainerConfig{SecurityContext: &cri.LinuxContainerSecurityContext{
+				RunAsUser:        &cri.Int64Value{Value: 1000},
+				RunAsGroup:       &cri.Int64Value{Value: 1000},
+				NamespaceOptions: nsOpts,
+			}},
+		},
+		SandboxConfig: sandboxCfg,
+	})
+	if err != nil {
+		t.Fatalf("CreateContainer: %v", err)
+	}
+	if _, err := rt.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: cc.ContainerId}); err != nil {
+		t.Fatalf("StartContainer (the container must start even when memlock is clamped): %v", err)
+	}
+	var status *cri.ContainerStatus
+	waitFor(t, 30*time.Second, "the probe to exit", func() error {
+		st, err := rt.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: cc.ContainerId})
+		if err != nil {
+			return err
+		}
+		status = st.Status
+		if status.State != cri.ContainerState_CONTAINER_EXITED {
+			return fmt.Errorf("state %s", status.State)
+		}
+		return nil
+	})
+	logData, err := os.ReadFile(filepath.Join(logDir, "probe.log"))
+	if err != nil {
+		t.Fatalf("read container log: %v", err)
+	}
+	if status.ExitCode != 0 {
+		t.Fatalf("probe exited %d: %s %s\n%s", status.ExitCode, status.Reason, status.Message, logData)
+	}
+	// CRI log lines: "<time> stdout F <text>".
+	for _, line := range bytes.Split(logData, []byte("\n")) {
+		if _, text, ok := strings.Cut(string(line), " stdout F "); ok && strings.HasPrefix(text, "memlock ") {
+			return text
+		}
+	}
+	t.Fatalf("no memlock line in the container log:\n%s", logData)
+	return ""
+}
