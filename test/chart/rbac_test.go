@@ -1,0 +1,187 @@
+//go:build integration
+
+package chart
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/ibkube/ibkube/webhook/certs"
+)
+
+// impersonate returns cfg acting as the ServiceAccount ns/name.
+func impersonate(cfg *rest.Config, ns, name string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + ns + ":" + name,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+	}
+	return c
+}
+
+// TestAPIServerRBAC installs manifests/ibkube.yaml for real and checks that
+// the ServiceAccounts can do what the binaries do, with nothing more: the
+// webhook's self-managed certificates bootstrap under the webhook's own
+// identity, and a few things it must not do are forbidden.
+func TestAPIServerRBAC(t *testing.T) {
+	cfg := startAPIServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	admin, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifests, err := os.ReadFile("../../manifests/ibkube.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range decodeAll(t, string(manifests)) {
+		gvk := obj.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == "namespace" {
+			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
+		}
+		data, _ := obj.MarshalJSON()
+		if _, err := ri.Patch(ctx, obj.GetName(), "application/apply-patch+yaml", data, metav1.PatchOptions{FieldManager: "kubectl", Force: ptr.To(true)}); err != nil {
+			t.Fatalf("apply %s %s: %v", gvk.Kind, obj.GetName(), err)
+		}
+	}
+
+	webhookCfg := impersonate(cfg, namespace, "ibkube-webhook")
+	webhook, err := kubernetes.NewForConfig(webhookCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webhookDyn, err := dynamic.NewForConfig(webhookCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("webhook reads namespaces and NADs", func(t *testing.T) {
+		if _, err := webhook.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
+			t.Error(err)
+		}
+		if _, err := webhook.CoreV1().Namespaces().Watch(ctx, metav1.ListOptions{}); err != nil {
+			t.Error(err)
+		}
+		nads := schema.GroupVersionResource{Group: "k8s.cni.cncf.io", Version: "v1", Resource: "network-attachment-definitions"}
+		if _, err := webhookDyn.Resource(nads).List(ctx, metav1.ListOptions{}); err != nil {
+			t.Error(err)
+		}
+	})
+
+	t.Run("webhook bootstraps its certificates with its own rights", func(t *testing.T) {
+		log := testr.New(t)
+		ctrllog.SetLogger(log)
+		scheme := runtime.NewScheme()
+		if err := metav1.AddMetaToScheme(scheme); err != nil {
+			t.Fatal(err)
+		}
+		mgr, err := manager.New(webhookCfg, manager.Options{Scheme: scheme, Logger: log,
+			Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := certs.Options{Management: certs.ManagementSelf, SecretName: "ibkube-webhook-tls", WebhookConfigName: "ibkube",
+			ServiceName: "ibkube-webhook", Namespace: namespace, CertDir: filepath.Join(t.TempDir(), "certs"), SyncPeriod: 200 * time.Millisecond}
+		ready, err := certs.Setup(opts, log)(ctx, mgr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- mgr.Start(mctx) }()
+		defer func() { stop(); <-done }()
+		select {
+		case <-ready:
+		case err := <-done:
+			t.Fatalf("manager stopped: %v", err)
+		case <-time.After(90 * time.Second):
+			t.Fatal("certificates not ready after 90s under the webhook's RBAC")
+		}
+		mwc, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "ibkube", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(mwc.Webhooks[0].ClientConfig.CABundle) == 0 {
+			t.Error("caBundle not injected")
+		}
+	})
+
+	t.Run("webhook cannot touch other secrets or webhook configurations", func(t *testing.T) {
+		if _, err := webhook.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("list secrets in default: %v, want forbidden", err)
+		}
+		if _, err := webhook.CoreV1().Secrets(namespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("create a secret: %v, want forbidden", err)
+		}
+		if err := webhook.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, "ibkube", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("delete the webhook configuration: %v, want forbidden", err)
+		}
+		if _, err := webhook.CoreV1().Pods("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("list pods: %v, want forbidden", err)
+		}
+	})
+
+	t.Run("agent reads its node and records events", func(t *testing.T) {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nd-0", Labels: map[string]string{"node.kubernetes.io/instance-type": "Standard_ND96isr_H100_v5"}}}
+		if _, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		agent, err := kubernetes.NewForConfig(impersonate(cfg, namespace, "ibkube-node-agent"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := agent.CoreV1().Nodes().Get(ctx, "nd-0", metav1.GetOptions{}); err != nil {
+			t.Error(err)
+		}
+		ev := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: "p.memlock", Namespace: "default"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "p"},
+			Reason:         "MemlockClamped", Message: "m", Type: corev1.EventTypeWarning,
+			Source: corev1.EventSource{Component: "ibkube-node-agent", Host: "nd-0"},
+		}
+		if _, err := agent.CoreV1().Events("default").Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			t.Error(err)
+		}
+		if _, err := agent.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("agent lists secrets: %v, want forbidden", err)
+		}
+		if _, err := agent.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("agent updates a node: %v, want forbidden", err)
+		}
+	})
+}
