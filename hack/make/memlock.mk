@@ -1,0 +1,14 @@
+# Memlock through NRI and the node doctor (deviceplugin/memlock, deviceplugin/doctor).
+# See docs/memlock.md.
+
+MEMLOCK_INTEGRATION_TIMEOUT ?= 15m
+
+.PHONY: test-integration-memlock
+test-integration-memlock: containerd apt-deps ## NRI memlock plugin against a real containerd 2.x + runc started by the test (root).
+	CONTAINERD_BIN=$(CONTAINERD_BIN) $(GO) test -count=1 -tags integration -timeout $(MEMLOCK_INTEGRATION_TIMEOUT) -v ./test/integration/memlock/...
+TEST_TARGETS += test-integration-memlock
+
+.PHONY: fuzz-memlock
+fuzz-memlock: ## Fuzz the memlock annotation parser for FUZZTIME.
+	$(GO) test -run '^$$' -fuzz '^FuzzParseValue$$' -fuzztime=$(FUZZTIME) ./deviceplugin/memlock/
+FUZZ_TARGETS += fuzz-memlock
