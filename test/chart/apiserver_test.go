@@ -31,11 +31,19 @@ import (
 // with the CRDs the optional templates need.
 func startAPIServer(t *testing.T) *rest.Config {
 	t.Helper()
+	cfg, _ := startEnv(t, filepath.Join("testdata", "crds"))
+	return cfg
+}
+
+// startEnv runs envtest with the CRDs in crdDirs (none: a cluster without
+// Multus, cert-manager or the Prometheus operator).
+func startEnv(t *testing.T, crdDirs ...string) (*rest.Config, *envtest.Environment) {
+	t.Helper()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Fatal("$KUBEBUILDER_ASSETS is not set: run `make test-chart-apiserver`, which builds kube-apiserver and sets it")
 	}
 	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("testdata", "crds")},
+		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
 	}
 	cfg, err := env.Start()
@@ -47,7 +55,7 @@ func startAPIServer(t *testing.T) *rest.Config {
 			t.Errorf("stop envtest: %v", err)
 		}
 	})
-	return cfg
+	return cfg, env
 }
 
 // TestAPIServer validates every render (manifests/ibkube.yaml and each golden

@@ -1,0 +1,104 @@
+//go:build integration
+
+package chart
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// TestAPIServerHelmInstall runs `helm install` and `helm upgrade` against a
+// real API server that has no Multus, cert-manager or Prometheus operator:
+// the chart must install cleanly there, print its NOTES, and an upgrade
+// must keep the certificates the webhook wrote into its Secret.
+func TestAPIServerHelmInstall(t *testing.T) {
+	cfg, env := startEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	user, err := env.AddUser(envtest.User{Name: "helm-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	helmKube := func(args ...string) string {
+		t.Helper()
+		out, err := helm(t, append(args, "--kubeconfig", kubeconfig)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	out := helmKube("install", release, chartDir(t), "--namespace", namespace, "--create-namespace")
+	for _, want := range []string{
+		"kubectl label namespace <ns> infiniband.azure.com/inject=enabled",
+		"infiniband.azure.com/mode=rdma-shared",
+		"failurePolicy is Fail",
+		"install Multus and upgrade the release",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("install NOTES lack %q:\n%s", want, out)
+		}
+	}
+
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the webhook's rotator does after start.
+	secret, err := cs.CoreV1().Secrets(namespace).Get(ctx, "ibkube-webhook-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret.Data = map[string][]byte{"ca.crt": []byte("ca"), "ca.key": []byte("k"), "tls.crt": []byte("c"), "tls.key": []byte("k")}
+	if _, err := cs.CoreV1().Secrets(namespace).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mwc, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "ibkube", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mwc.Webhooks[0].ClientConfig.CABundle = []byte("ca")
+	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, mwc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	helmKube("upgrade", release, chartDir(t), "--namespace", namespace, "--set", "webhook.replicas=3")
+	secret, err = cs.CoreV1().Secrets(namespace).Get(ctx, "ibkube-webhook-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(secret.Data["tls.crt"]) != "c" || string(secret.Data["ca.key"]) != "k" {
+		t.Errorf("helm upgrade wiped the webhook's certificates: secret data %v", secret.Data)
+	}
+	mwc, err = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "ibkube", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(mwc.Webhooks[0].ClientConfig.CABundle) != "ca" {
+		t.Errorf("helm upgrade wiped the injected caBundle (%q): the webhook would be unreachable until the rotator reinjects it", mwc.Webhooks[0].ClientConfig.CABundle)
+	}
+	dep, err := cs.AppsV1().Deployments(namespace).Get(ctx, "ibkube-webhook", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *dep.Spec.Replicas != 3 {
+		t.Errorf("upgrade did not apply: replicas %d", *dep.Spec.Replicas)
+	}
+	helmKube("uninstall", release, "--namespace", namespace)
+}
