@@ -45,6 +45,7 @@ func TestAPIServerHelmInstall(t *testing.T) {
 	}
 
 	out := helmKube("install", release, chartDir(t), "--namespace", namespace, "--create-namespace")
+	t.Log(out)
 	for _, want := range []string{
 		"kubectl label namespace <ns> infiniband.azure.com/inject=enabled",
 		"infiniband.azure.com/mode=rdma-shared",
