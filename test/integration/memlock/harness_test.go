@@ -252,18 +252,48 @@ func removeCgroup(dir string) {
 	syscall.Rmdir(dir)
 }
 
-// stopProcess ends a process the test started: SIGTERM, then SIGKILL.
-func stopProcess(cmd *exec.Cmd, done <-chan struct{}) {
-	if cmd.Process == nil {
-		return
+// daemon is a process the test started and must end.
+type daemon struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	log    *os.File
+}
+
+// startDaemon starts argv with its output appended to logPath and env
+// added to the test's environment.
+func startDaemon(t *testing.T, logPath, env string, argv ...string) *daemon {
+	t.Helper()
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), env)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		t.Fatal(err)
+	}
+	d := &daemon{cmd: cmd, exited: make(chan struct{}), log: log}
+	go func() { cmd.Wait(); close(d.exited) }()
+	return d
+}
+
+// stop ends the daemon (SIGTERM, then SIGKILL after 10 s), by its pid.
+func (d *daemon) stop() {
 	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		<-done
+	case <-d.exited:
+	default:
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.exited:
+		case <-time.After(10 * time.Second):
+			d.cmd.Process.Kill()
+			<-d.exited
+		}
 	}
+	d.log.Close()
 }
 
 // ctxT is a context bound to the test's deadline, if any.

@@ -89,26 +89,16 @@ func TestMemlockThroughNRI(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(containerdConfig(base, runc, imageRef)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logFile, err := os.Create(filepath.Join(base, "containerd.log"))
-	if err != nil {
-		t.Fatal(err)
+	logPath := filepath.Join(base, "containerd.log")
+	start := func() *daemon {
+		return startDaemon(t, logPath, "PATH="+filepath.Dir(shim)+":"+os.Getenv("PATH"),
+			prlimit, fmt.Sprintf("--memlock=%d:%d", runtimeSoft, runtimeHard), "--", containerd, "--config", cfg, "--log-level", "info")
 	}
-	cmd := exec.Command(prlimit, fmt.Sprintf("--memlock=%d:%d", runtimeSoft, runtimeHard), "--",
-		containerd, "--config", cfg, "--log-level", "info")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// containerd finds its shim next to itself or on PATH.
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(shim)+":"+os.Getenv("PATH"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
+	cur := start()
 	t.Cleanup(func() {
-		stopProcess(cmd, exited)
-		logFile.Close()
+		cur.stop()
 		if t.Failed() {
-			if b, err := os.ReadFile(logFile.Name()); err == nil {
+			if b, err := os.ReadFile(logPath); err == nil {
 				lines := strings.Split(string(b), "\n")
 				t.Logf("containerd log (last 40 lines):\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
 			}
@@ -127,7 +117,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 	rt := cri.NewRuntimeServiceClient(conn)
 	waitFor(t, 60*time.Second, "containerd's CRI service", func() error {
 		select {
-		case <-exited:
+		case <-cur.exited:
 			t.Fatal("containerd exited early")
 		default:
 		}
@@ -156,7 +146,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 		}
 		return nil
 	})
-	wantRuntime := &memlock.RuntimeLimit{PID: cmd.Process.Pid, Source: "peer", Limit: memlock.Limit{Soft: runtimeSoft, Hard: runtimeHard}}
+	wantRuntime := &memlock.RuntimeLimit{PID: cur.cmd.Process.Pid, Source: "peer", Limit: memlock.Limit{Soft: runtimeSoft, Hard: runtimeHard}}
 	if diff := cmp.Diff(wantRuntime, plugin.RuntimeLimit()); diff != "" {
 		t.Errorf("runtime limit learned over SO_PEERCRED (-want +got):\n%s", diff)
 	}
@@ -188,6 +178,34 @@ func TestMemlockThroughNRI(t *testing.T) {
 			t.Logf("memlock=%q devices=%d: %s", tt.memlock, len(tt.devices), got)
 		})
 	}
+
+	// containerd restarts: the plugin notices, registers with the new
+	// process (and learns its limits again), and keeps raising memlock.
+	t.Run("runtime-restart", func(t *testing.T) {
+		cur.stop()
+		waitFor(t, 30*time.Second, "the plugin to notice containerd is gone", func() error {
+			if s := plugin.State(); s == memlock.StateConnected {
+				return fmt.Errorf("state %s", s)
+			}
+			return nil
+		})
+		t.Logf("containerd stopped: plugin state %s", plugin.State())
+		cur = start()
+		waitFor(t, 60*time.Second, "the plugin to register again", func() error {
+			if s := plugin.State(); s != memlock.StateConnected {
+				return fmt.Errorf("state %s", s)
+			}
+			return nil
+		})
+		if rl := plugin.RuntimeLimit(); rl == nil || rl.PID != cur.cmd.Process.Pid {
+			t.Errorf("runtime after restart = %+v, want pid %d", rl, cur.cmd.Process.Pid)
+		}
+		got := runProbe(ctx, t, rt, base, "after-restart", "8Mi", []*cri.Device{device})
+		if want := "memlock soft=8388608 hard=8388608 uid=1000 devices=uverbs0"; got != want {
+			t.Errorf("after restart the container printed %q, want %q", got, want)
+		}
+		t.Logf("after restart: %s", got)
+	})
 }
 
 // runProbe runs the probe in its own pod (host network, uid 1000, no added
