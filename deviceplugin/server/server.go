@@ -294,11 +294,6 @@ func (p *plugin) register(ctx context.Context, kubeletSocket string) (err error)
 			p.observer.Registered(p.resource, err)
 		}
 	}()
-	conn, err := grpc.NewClient("unix://"+kubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return fmt.Errorf("dial %s: %w", kubeletSocket, err)
-	}
-	defer conn.Close()
 	req := &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
 		Endpoint:     filepath.Base(p.socket),
@@ -308,16 +303,21 @@ func (p *plugin) register(ctx context.Context, kubeletSocket string) (err error)
 	// Fail fast and retry briefly rather than wait for readiness: a stale
 	// kubelet.sock must not block the loop that watches for the new one, and
 	// a just-created socket may not be listening for a few microseconds.
+	// Each attempt dials anew: a gRPC connection that failed once waits out
+	// its reconnect backoff (1 s) before trying again.
 	for i, backoff := range registerBackoff {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(backoff):
 		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err = pluginapi.NewRegistrationClient(conn).Register(rctx, req)
-		cancel()
-		if err == nil {
+		if _, serr := os.Stat(kubeletSocket); serr != nil {
+			if err == nil {
+				err = serr
+			}
+			break // gone again: its next creation triggers registration
+		}
+		if err = p.registerOnce(ctx, kubeletSocket, req); err == nil {
 			p.log.Info("registered with kubelet", "attempt", i+1)
 			return nil
 		}
@@ -325,8 +325,20 @@ func (p *plugin) register(ctx context.Context, kubeletSocket string) (err error)
 	return fmt.Errorf("register %s with %s: %w", p.resource, kubeletSocket, err)
 }
 
+func (p *plugin) registerOnce(ctx context.Context, kubeletSocket string, req *pluginapi.RegisterRequest) error {
+	conn, err := grpc.NewClient("unix://"+kubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, req)
+	return err
+}
+
 // registerBackoff are the waits before each registration attempt.
-var registerBackoff = [...]time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond}
+var registerBackoff = [...]time.Duration{0, 2 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond}
 
 func (p *plugin) options() *pluginapi.DevicePluginOptions {
 	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: p.exclusive}

@@ -1,0 +1,20 @@
+# Node agent (deviceplugin/{config,selector,resource,server,agent},
+# cmd/ibkube-node-agent, ibkube node). See docs/node-agent.md.
+
+AGENT_PKGS       := ./deviceplugin/config/... ./deviceplugin/selector/... ./deviceplugin/resource/... \
+                    ./deviceplugin/server/... ./deviceplugin/agent/... ./cmd/ibkube-node-agent/...
+AGENT_BENCH_PKGS := ./deviceplugin/resource/ ./deviceplugin/server/ ./deviceplugin/agent/ ./cmd/ibkube-node-agent/
+
+BENCH_TARGETS += bench-agent
+
+.PHONY: test-agent
+test-agent: ## Node agent unit tests (config, selectors, model, kubelet-stub server, agent, ibkube node goldens).
+	$(GO) test -count=1 $(AGENT_PKGS) ./cmd/ibkube/
+
+.PHONY: bench-agent
+bench-agent: ## Node agent benchmarks: Allocate latency, port-down to Unhealthy, kubelet restart to re-registration, agent RSS.
+	$(GO) test -run '^$$' -bench . -benchmem $(AGENT_BENCH_PKGS)
+
+.PHONY: update-agent-golden
+update-agent-golden: ## Rewrite the ibkube node golden inventories (cmd/ibkube/testdata/node); review the diff.
+	$(GO) test ./cmd/ibkube/ -run TestRunNodeGolden -update-node
