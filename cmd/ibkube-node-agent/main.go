@@ -14,6 +14,7 @@ import (
 	"github.com/ibkube/ibkube/deviceplugin/agent"
 	"github.com/ibkube/ibkube/deviceplugin/config"
 	"github.com/ibkube/ibkube/deviceplugin/discovery"
+	"github.com/ibkube/ibkube/deviceplugin/memlock"
 )
 
 func main() {
@@ -39,10 +40,35 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	// NRI memlock plugin (memlock engineer): build it here from opts.nri,
-	// opts.nriSocket, opts.procRoot and opts.memlockMax with a as its
-	// Inventory and a.Registry() for metrics, then a.Add(plugin.Run).
+	stopEvents, err := addMemlockPlugin(a, opts, log)
+	if err != nil {
+		return err
+	}
+	defer stopEvents()
 	return a.Run(ctx)
+}
+
+// addMemlockPlugin runs the NRI memlock plugin beside the agent (see
+// docs/memlock.md); with --nri=false it only says so.
+func addMemlockPlugin(a *agent.Agent, opts options, log logr.Logger) (stop func(), err error) {
+	log = log.WithName("memlock")
+	if !opts.nri {
+		log.Info("NRI memlock plugin disabled (--nri=false): RDMA containers keep the runtime's default memlock")
+		return func() {}, nil
+	}
+	maxV, err := memlock.ParseMax(opts.memlockMax)
+	if err != nil {
+		return nil, err
+	}
+	events, stop := memlock.InClusterEventSink(opts.nodeName, log)
+	p, err := memlock.NewPlugin(memlock.Config{SocketPath: opts.nriSocket, ProcRoot: opts.procRoot, Max: maxV},
+		a, log, a.Registry(), events)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	a.Add(p.Run)
+	return stop, nil
 }
 
 // newAgent turns the options into an agent; it reads the config file and
