@@ -1,0 +1,17 @@
+# Webhook server: admission handler, server, ibkube-webhook, and its envtest suite.
+
+WEBHOOK_HANDLER_PKG := ./webhook/handler
+
+.PHONY: fuzz-webhook-review
+fuzz-webhook-review: ## Fuzz AdmissionReview decoding and the whole admission handler for FUZZTIME.
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAdmissionReview$$' -fuzztime $(FUZZTIME) $(WEBHOOK_HANDLER_PKG)
+FUZZ_TARGETS += fuzz-webhook-review
+
+.PHONY: bench-webhook-handler
+bench-webhook-handler: ## Benchmark the admission handler against a no-op controller-runtime defaulter (ratio x-noop).
+	$(GO) test -run '^$$' -bench '^BenchmarkAdmission$$' -benchmem -count 1 $(WEBHOOK_HANDLER_PKG)
+BENCH_TARGETS += bench-webhook-handler
+
+.PHONY: test-integration-webhook
+test-integration-webhook: envtest-assets ## Webhook against a real kube-apiserver + etcd (envtest), with the shipped MutatingWebhookConfiguration.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -tags integration -timeout 15m ./test/integration/webhook/...
