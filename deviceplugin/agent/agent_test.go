@@ -18,6 +18,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/ibkube/ibkube/deviceplugin/config"
+	"github.com/ibkube/ibkube/deviceplugin/fixture"
 	"github.com/ibkube/ibkube/deviceplugin/inventory"
 	"github.com/ibkube/ibkube/deviceplugin/server/kubeletstub"
 )
@@ -222,4 +223,28 @@ func writeDMI(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return root
+}
+
+// TestAgentOnFixture runs real discovery on the ND H100 v5 fixture: a port
+// going down and up in the tree reaches the kubelet stub's stream, and the
+// Ethernet mlx5_8 is in no pool.
+func TestAgentOnFixture(t *testing.T) {
+	t.Parallel()
+	dir, stub, a, stop := runOnFixture(t)
+	defer stop()
+	if got := len(a.Inventory().HCAs); got != 9 {
+		t.Errorf("Inventory has %d HCAs, want 9", got)
+	}
+	if err := fixture.SetPortState(dir, "mlx5_5", 1, "DOWN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stub.WaitList("rdma/ib", 5*time.Second, func(d []*pluginapi.Device) bool { return health(d, "mlx5_5") == "Unhealthy" }); err != nil {
+		t.Fatal(err)
+	}
+	if err := fixture.SetPortState(dir, "mlx5_5", 1, "ACTIVE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stub.WaitList("rdma/ib", 5*time.Second, func(d []*pluginapi.Device) bool { return health(d, "mlx5_5") == "Healthy" }); err != nil {
+		t.Fatal(err)
+	}
 }

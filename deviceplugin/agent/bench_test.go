@@ -19,7 +19,7 @@ import (
 
 // runOnFixture runs a real agent (discovery on an ndv5 fixture) against a
 // stub kubelet and waits for its first rdma/ib list.
-func runOnFixture(b *testing.B) (dir string, stub *kubeletstub.Stub, a *Agent, stop func()) {
+func runOnFixture(b testing.TB) (dir string, stub *kubeletstub.Stub, a *Agent, stop func()) {
 	b.Helper()
 	dir = b.TempDir()
 	if err := fixture.Build(dir, fixture.NDv5); err != nil {

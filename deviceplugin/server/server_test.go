@@ -230,6 +230,8 @@ func TestReregistrationAfterKubeletRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	waitObserved(t, obs, "rdma/ib", 1)
+	waitObserved(t, obs, "rdma/shared_ib", 1)
 	// A change while the kubelet is away must be in the first list after.
 	stub.Stop()
 	node.HCAs[6].Healthy = false
@@ -256,16 +258,22 @@ func TestReregistrationAfterKubeletRestart(t *testing.T) {
 	if len(l.Devices) != 8 {
 		t.Errorf("new stream's list has %d devices, want 8", len(l.Devices))
 	}
-	// The stub records a registration before the plugin sees the reply.
-	for deadline := time.Now().Add(wait); ; time.Sleep(10 * time.Millisecond) {
+	waitObserved(t, obs, "rdma/ib", 2)
+}
+
+// waitObserved waits for the plugin to see n successful registrations: the
+// stub records one before the plugin has its reply.
+func waitObserved(t *testing.T, obs *counter, resource string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(wait); ; time.Sleep(5 * time.Millisecond) {
 		obs.mu.Lock()
-		n := obs.registered["rdma/ib"]
+		got := obs.registered[resource]
 		obs.mu.Unlock()
-		if n >= 2 {
-			break
+		if got >= n {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("registrations of rdma/ib observed = %d, want 2", n)
+			t.Fatalf("registrations of %s observed = %d, want %d", resource, got, n)
 		}
 	}
 }
@@ -287,5 +295,37 @@ func TestRegistersWhenKubeletAppearsLater(t *testing.T) {
 	defer stub.Stop()
 	if _, err := stub.WaitRegistration("rdma/ib", wait); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNewStreamGetsCurrentList: a second ListAndWatch stream (a kubelet
+// reconnecting) starts with the whole current list, changes included.
+func TestNewStreamGetsCurrentList(t *testing.T) {
+	t.Parallel()
+	node := testNode()
+	stub, m, _ := start(t, node)
+	if _, err := stub.WaitRegistration("rdma/ib", wait); err != nil {
+		t.Fatal(err)
+	}
+	node.HCAs[2].Healthy = false
+	for _, s := range specs(resource.Build(config.Default(), node, resource.Options{})) {
+		m.Update(s.Resource, s.Pool)
+	}
+	c, err := stub.Client("rdma/ib")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Devices) != 8 || healthOf(first.Devices, "mlx5_2") != "Unhealthy" || healthOf(first.Devices, "mlx5_1") != "Healthy" {
+		t.Errorf("first message of a new stream = %v", first.Devices)
 	}
 }
