@@ -1,0 +1,62 @@
+# End-to-end: a real single-node Kubernetes (etcd, kube-apiserver,
+# controller-manager, scheduler, kube-proxy, containerd, kubelet) inside the
+# network namespace ibk-e2e, images built as tarballs without Docker, and the
+# scenarios of test/e2e. See docs/e2e.md.
+
+E2E_DIR     := $(OUTPUT)/e2e
+IMAGES_DIR  := $(OUTPUT)/images
+IMAGE_TOOL  := $(BIN)/image-tool
+PAUSE_BIN   := $(OUTPUT)/e2e-bin/pause
+REPORT_BIN  := $(OUTPUT)/e2e-bin/report
+# Keep the node after `make e2e` (for debugging): make e2e E2E_KEEP=1
+E2E_KEEP    ?=
+# go test -run filter for the scenarios: make e2e E2E_RUN=Scenario2
+E2E_RUN     ?= .
+E2E_TIMEOUT ?= 40m
+
+IMAGE_TOOL_STAMP = $(shell cat $(TOOLS_DIR)/image/go.sum $(TOOLS_DIR)/image/*.go $(TOOLS_DIR)/image/pause/*.go | sha256sum | cut -c1-16)
+
+E2E_ENV = ROOT=$(ROOT) E2E_DIR=$(E2E_DIR) K8S_BIN=$(K8S_BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) \
+  IMAGES_DIR=$(IMAGES_DIR) KUBE_VERSION=$(KUBE_VERSION) HELM=$(HELM) BIN=$(BIN)
+
+.PHONY: image-tool
+image-tool: ## Build the image writer (hack/tools/image) and the pause program.
+	@$(GOBUILD) $(TOOLS_DIR)/image $(IMAGE_TOOL) "$(IMAGE_TOOL_STAMP)" "image tool" "~30 s" -- -ldflags '-s -w' .
+	@$(GOBUILD) $(TOOLS_DIR)/image $(PAUSE_BIN) "$(IMAGE_TOOL_STAMP)" "pause" "~5 s" -- -ldflags '-s -w' ./pause
+
+.PHONY: images
+images: build image-tool ## Image tarballs ibkube:dev, ibkube-report:dev, ibkube-pause:dev in _output/images (no Docker).
+	@mkdir -p $(IMAGES_DIR) $(dir $(REPORT_BIN))
+	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(REPORT_BIN) ./test/e2e/report
+	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube.tar -t ibkube:dev $(addprefix $(BIN)/,$(COMMANDS))
+	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube-report.tar -t ibkube-report:dev -entrypoint /usr/local/bin/report $(REPORT_BIN)
+	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube-pause.tar -t ibkube-pause:dev -entrypoint /usr/local/bin/pause $(PAUSE_BIN)
+	@echo "images: $$(cd $(IMAGES_DIR) && ls *.tar | tr '\n' ' ')"
+
+.PHONY: e2e-tools
+e2e-tools: apt-deps kube-binaries containerd helm
+
+.PHONY: e2e-up
+e2e-up: e2e-tools images ## Bring the e2e node up in netns ibk-e2e (idempotent; KUBECONFIG=_output/e2e/kubeconfig).
+	@$(E2E_ENV) $(ROOT)/test/e2e/node/node.sh up
+
+.PHONY: e2e-down
+e2e-down: ## Stop the e2e node (pods deleted through the API first) and restore every host change.
+	@$(E2E_ENV) $(ROOT)/test/e2e/node/node.sh down
+
+.PHONY: e2e-status
+e2e-status: ## Which e2e node daemons run.
+	@$(E2E_ENV) $(ROOT)/test/e2e/node/node.sh status
+
+.PHONY: e2e
+e2e: e2e-up ## End-to-end scenarios on the real node; report in _output/e2e/report.json (E2E_KEEP=1 keeps the node).
+	@rc=0; $(E2E_ENV) $(GO) test -count=1 -v -tags e2e -timeout $(E2E_TIMEOUT) -run '$(E2E_RUN)' ./test/e2e/ || rc=$$?; \
+	  if [ -z "$(E2E_KEEP)" ]; then $(E2E_ENV) $(ROOT)/test/e2e/node/node.sh down; fi; \
+	  exit $$rc
+
+.PHONY: demo
+demo: e2e-up ## Bring a real node up, install the chart, run an annotated pod and show what ibkube did.
+	@$(E2E_ENV) $(ROOT)/test/e2e/demo.sh
+
+.PHONY: demo-down
+demo-down: e2e-down ## Tear the demo node down and restore the host.
