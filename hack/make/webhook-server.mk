@@ -15,3 +15,4 @@ BENCH_TARGETS += bench-webhook-handler
 .PHONY: test-integration-webhook
 test-integration-webhook: envtest-assets ## Webhook against a real kube-apiserver + etcd (envtest), with the shipped MutatingWebhookConfiguration.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -tags integration -timeout 15m ./test/integration/webhook/...
+TEST_TARGETS += test-integration-webhook

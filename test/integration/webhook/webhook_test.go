@@ -1,0 +1,698 @@
+//go:build integration
+
+// Package webhook runs ibkube-webhook's server in-process against a real
+// kube-apiserver and etcd (envtest), behind the MutatingWebhookConfiguration
+// the project ships in manifests/ibkube.yaml, and checks what the API server
+// stores.
+package webhook
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ibkube/ibkube/webhook/handler"
+	"github.com/ibkube/ibkube/webhook/mutate"
+	"github.com/ibkube/ibkube/webhook/server"
+)
+
+const manifestsFile = "../../../manifests/ibkube.yaml"
+
+// warnings collects the Warning headers the API server returns.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) HandleWarningHeader(_ int, _ string, msg string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, msg)
+}
+
+func (w *warnings) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := w.msgs
+	w.msgs = nil
+	return m
+}
+
+// shippedWebhookConfig loads the MutatingWebhookConfiguration from the
+// rendered chart. It is never written by hand here: the test must exercise what
+// users install.
+func shippedWebhookConfig(t *testing.T) *admissionregistrationv1.MutatingWebhookConfiguration {
+	t.Helper()
+	data, err := os.ReadFile(manifestsFile)
+	if errors.Is(err, os.ErrNotExist) {
+		t.Skipf("%s does not exist yet (rendered from charts/ibkube by the chart's make target): nothing shipped to test against", manifestsFile)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := dec.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", manifestsFile, err)
+		}
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &meta); err != nil || meta.Kind != "MutatingWebhookConfiguration" {
+			continue
+		}
+		var mwc admissionregistrationv1.MutatingWebhookConfiguration
+		if err := yaml.UnmarshalStrict(doc, &mwc); err != nil {
+			t.Fatalf("%s: MutatingWebhookConfiguration: %v", manifestsFile, err)
+		}
+		return &mwc
+	}
+	t.Fatalf("%s has no MutatingWebhookConfiguration", manifestsFile)
+	return nil
+}
+
+// serving writes a CA and a serving certificate for 127.0.0.1 into dir and
+// returns the CA bundle.
+func serving(t *testing.T, dir string) []byte {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ibkube-test-ca"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, typ string, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("tls.crt", "CERTIFICATE", der)
+	write("tls.key", "EC PRIVATE KEY", keyDER)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// configDir lays a config file out the way a ConfigMap volume does (the file
+// is a symlink through "..data", swapped atomically on update).
+type configDir struct {
+	dir string
+	n   int
+}
+
+func (c *configDir) path() string { return filepath.Join(c.dir, "webhook.yaml") }
+
+func (c *configDir) write(t *testing.T, content string) {
+	t.Helper()
+	c.n++
+	ts := filepath.Join(c.dir, fmt.Sprintf("..v%d", c.n))
+	if err := os.Mkdir(ts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ts, "webhook.yaml"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(c.dir, "..data_tmp")
+	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(c.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(c.path()); errors.Is(err, os.ErrNotExist) {
+		if err := os.Symlink(filepath.Join("..data", "webhook.yaml"), c.path()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func httpGet(url string) (int, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// env is what every subtest uses.
+type env struct {
+	cs       *kubernetes.Clientset
+	dyn      dynamic.Interface
+	warn     *warnings
+	envtest  *envtest.Environment
+	release  string
+	metrics  string
+	cfgDir   *configDir
+	gpu, ipc string
+}
+
+func pod(name string, annotations map[string]string, gpus int64) *corev1.Pod {
+	res := corev1.ResourceRequirements{
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+	}
+	if gpus > 0 {
+		res.Limits["nvidia.com/gpu"] = *resource.NewQuantity(gpus, resource.DecimalSI)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{
+				Name: "worker", Image: "registry.k8s.io/pause:3.10", Resources: res,
+			}},
+		},
+	}
+}
+
+func (e *env) create(t *testing.T, ns string, p *corev1.Pod) (*corev1.Pod, []string, error) {
+	t.Helper()
+	e.warn.take()
+	got, err := e.cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
+	w := e.warn.take()
+	if err != nil {
+		return nil, w, err
+	}
+	stored, gerr := e.cs.CoreV1().Pods(ns).Get(context.Background(), got.Name, metav1.GetOptions{})
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	return stored, w, nil
+}
+
+func hasCap(c corev1.Container, capName corev1.Capability) bool {
+	if c.SecurityContext == nil || c.SecurityContext.Capabilities == nil {
+		return false
+	}
+	for _, a := range c.SecurityContext.Capabilities.Add {
+		if a == capName {
+			return true
+		}
+	}
+	return false
+}
+
+func TestWebhook(t *testing.T) {
+	mwc := shippedWebhookConfig(t)
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("$KUBEBUILDER_ASSETS is not set: run `make test-integration-webhook`, which builds kube-apiserver and sets it")
+	}
+	if len(mwc.Webhooks) != 1 || mwc.Webhooks[0].ClientConfig.Service == nil {
+		t.Fatalf("shipped MutatingWebhookConfiguration: want one webhook with a service clientConfig, got %+v", mwc.Webhooks)
+	}
+	release := mwc.Webhooks[0].ClientConfig.Service.Namespace
+	path := ptr.Deref(mwc.Webhooks[0].ClientConfig.Service.Path, "")
+	if path != handler.Path {
+		t.Fatalf("shipped webhook path %q, the server serves %q", path, handler.Path)
+	}
+
+	te := &envtest.Environment{}
+	restCfg, err := te.Start()
+	if err != nil {
+		t.Fatalf("start envtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := te.Stop(); err != nil {
+			t.Errorf("stop envtest: %v", err)
+		}
+	})
+
+	log := logr.FromSlogHandler(newTestLogHandler(t))
+	ctrllog.SetLogger(log)
+	certDir := t.TempDir()
+	caBundle := serving(t, certDir)
+	port, metricsPort, probePort := freePort(t), freePort(t), freePort(t)
+	cd := &configDir{dir: t.TempDir()}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- server.Run(ctx, server.Config{
+			ConfigFile:             cd.path(),
+			CertDir:                certDir,
+			Host:                   "127.0.0.1",
+			Port:                   port,
+			MetricsBindAddress:     fmt.Sprintf("127.0.0.1:%d", metricsPort),
+			HealthProbeBindAddress: fmt.Sprintf("127.0.0.1:%d", probePort),
+			ReleaseNamespace:       release,
+			CheckNetworks:          true,
+			Rest:                   rest.CopyConfig(restCfg),
+			Log:                    log,
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("server.Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("server did not stop")
+		}
+	})
+	eventually(t, time.Minute, "readyz", func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("server.Run returned early: %v", err)
+		default:
+		}
+		code, body, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort))
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK {
+			return fmt.Errorf("HTTP %d: %s", code, body)
+		}
+		return nil
+	})
+
+	warn := &warnings{}
+	clientCfg := rest.CopyConfig(restCfg)
+	clientCfg.WarningHandler = warn
+	cs, err := kubernetes.NewForConfig(clientCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{cs: cs, dyn: dyn, warn: warn, envtest: te, release: release,
+		metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort), cfgDir: cd}
+
+	bg := context.Background()
+	for _, ns := range []corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: "rdma", Labels: map[string]string{mutate.LabelInject: mutate.InjectEnabled}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "plain"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "baseline", Labels: map[string]string{
+			mutate.LabelInject: mutate.InjectEnabled, "pod-security.kubernetes.io/enforce": "baseline"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: release, Labels: map[string]string{mutate.LabelInject: mutate.InjectEnabled}}},
+	} {
+		if _, err := cs.CoreV1().Namespaces().Create(bg, &ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Install the shipped configuration, pointing it at this process.
+	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, handler.Path)
+	mwc.Webhooks[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle}
+	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(bg, mwc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("install the shipped MutatingWebhookConfiguration: %v", err)
+	}
+	// The API server picks the configuration up asynchronously.
+	eventually(t, time.Minute, "webhook in effect", func() error {
+		p := pod("probe", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0)
+		got, err := cs.CoreV1().Pods("rdma").Create(bg, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return err
+		}
+		if _, ok := got.Annotations[mutate.AnnotationInjected]; !ok {
+			return errors.New("dry-run pod not mutated yet")
+		}
+		return nil
+	})
+
+	t.Run("TLS", func(t *testing.T) { testTLS(t, port) })
+	t.Run("opted-in namespace", e.testOptedIn)
+	t.Run("plain namespace", e.testPlain)
+	t.Run("release namespace", e.testRelease)
+	t.Run("baseline namespace", e.testBaseline)
+	t.Run("refusals", e.testRefusals)
+	t.Run("IPoIB network check", e.testNetworks)
+	t.Run("config reload", e.testConfigReload)
+	t.Run("metrics", e.testMetrics)
+}
+
+func (e *env) testOptedIn(t *testing.T) {
+	t.Run("rdma-shared", func(t *testing.T) {
+		got, w, err := e.create(t, "rdma", pod("shared", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := got.Spec.Containers[0]
+		if q := c.Resources.Limits["rdma/shared_ib"]; q.Value() != 1 {
+			t.Errorf("stored limits %v: want rdma/shared_ib: 1", c.Resources.Limits)
+		}
+		if !hasCap(c, "IPC_LOCK") {
+			t.Errorf("stored container has no IPC_LOCK: %+v", c.SecurityContext)
+		}
+		if got.Annotations[mutate.AnnotationMemlock] != "unlimited" {
+			t.Errorf("memlock annotation = %q, want unlimited", got.Annotations[mutate.AnnotationMemlock])
+		}
+		if !strings.Contains(got.Annotations[mutate.AnnotationInjected], mutate.ModeShared) {
+			t.Errorf("status annotation %q does not name the mode", got.Annotations[mutate.AnnotationInjected])
+		}
+		if len(w) != 0 {
+			t.Errorf("unexpected warnings %q", w)
+		}
+	})
+	t.Run("rdma-exclusive on 8 GPUs", func(t *testing.T) {
+		got, _, err := e.create(t, "rdma", pod("exclusive", map[string]string{mutate.AnnotationMode: mutate.ModeExclusive}, 8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := got.Spec.Containers[0]
+		if q := c.Resources.Limits["rdma/ib"]; q.Value() != 8 {
+			t.Errorf("stored limits %v: want rdma/ib: 8 (one HCA per GPU)", c.Resources.Limits)
+		}
+		if q := c.Resources.Limits["nvidia.com/gpu"]; q.Value() != 8 {
+			t.Errorf("user's GPU limit changed: %v", c.Resources.Limits)
+		}
+	})
+	t.Run("pod without annotation or GPU is not sent", func(t *testing.T) {
+		got, _, err := e.create(t, "rdma", pod("cpu-only", nil, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Annotations) != 0 || len(got.Spec.Containers[0].Resources.Limits) != 1 {
+			t.Errorf("cpu-only pod changed: annotations %v limits %v", got.Annotations, got.Spec.Containers[0].Resources.Limits)
+		}
+	})
+	t.Run("mode none opts out", func(t *testing.T) {
+		got, _, err := e.create(t, "rdma", pod("opt-out", map[string]string{mutate.AnnotationMode: mutate.ModeNone}, 8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := got.Annotations[mutate.AnnotationInjected]; ok {
+			t.Errorf("mode none pod was injected: %v", got.Annotations)
+		}
+	})
+}
+
+func (e *env) testPlain(t *testing.T) {
+	got, _, err := e.create(t, "plain", pod("shared", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Spec.Containers[0].Resources.Limits["rdma/shared_ib"]; ok {
+		t.Errorf("pod in a namespace that did not opt in was mutated: %v", got.Spec.Containers[0].Resources.Limits)
+	}
+	if len(got.Annotations) != 1 {
+		t.Errorf("annotations changed: %v", got.Annotations)
+	}
+}
+
+func (e *env) testRelease(t *testing.T) {
+	got, _, err := e.create(t, e.release, pod("shared", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Annotations) != 1 || hasCap(got.Spec.Containers[0], "IPC_LOCK") {
+		t.Errorf("pod in the release namespace %s was mutated: %v", e.release, got.Annotations)
+	}
+}
+
+func (e *env) testBaseline(t *testing.T) {
+	got, w, err := e.create(t, "baseline", pod("shared", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 8))
+	if err != nil {
+		t.Fatalf("pod refused in a baseline namespace (IPC_LOCK must be skipped there): %v", err)
+	}
+	c := got.Spec.Containers[0]
+	if hasCap(c, "IPC_LOCK") {
+		t.Errorf("IPC_LOCK added in a namespace enforcing baseline")
+	}
+	if q := c.Resources.Limits["rdma/shared_ib"]; q.Value() != 1 {
+		t.Errorf("stored limits %v: want rdma/shared_ib: 1", c.Resources.Limits)
+	}
+	if !strings.Contains(strings.Join(w, "\n"), "IPC_LOCK") {
+		t.Errorf("warnings %q: want one explaining why IPC_LOCK was skipped", w)
+	}
+}
+
+func (e *env) testRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		want        []string
+	}{
+		{"unknown mode", map[string]string{mutate.AnnotationMode: "rdma-shard"}, []string{mutate.AnnotationMode, "rdma-shard", "rdma-shared"}},
+		{"bad hcas", map[string]string{mutate.AnnotationMode: mutate.ModeExclusive, mutate.AnnotationHCAs: "eight"}, []string{mutate.AnnotationHCAs, "eight"}},
+		{"typo under the prefix", map[string]string{"infiniband.azure.com/moed": mutate.ModeShared}, []string{"infiniband.azure.com/moed"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := e.create(t, "rdma", pod("refused", tc.annotations, 0))
+			if err == nil {
+				t.Fatal("pod admitted, want a refusal")
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("refusal %q does not mention %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+var nadGVR = schema.GroupVersionResource{Group: "k8s.cni.cncf.io", Version: "v1", Resource: "network-attachment-definitions"}
+
+func (e *env) testNetworks(t *testing.T) {
+	ipoib := func(name string) *corev1.Pod {
+		return pod(name, map[string]string{mutate.AnnotationMode: "rdma-shared,ipoib"}, 8)
+	}
+	nad := e.release + "/ibkube-ipoib"
+
+	// 1. No NetworkAttachmentDefinition API at all (no Multus).
+	_, _, err := e.create(t, "rdma", ipoib("no-crd"))
+	if err == nil || !strings.Contains(err.Error(), "Multus/NAD CRD is missing") {
+		t.Fatalf("without the NAD CRD: got %v, want a refusal saying the Multus/NAD CRD is missing", err)
+	}
+	// rdma-only pods do not need the network.
+	if _, _, err := e.create(t, "rdma", pod("rdma-only", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 8)); err != nil {
+		t.Fatalf("rdma-shared pod refused without the NAD CRD: %v", err)
+	}
+
+	// 2. CRD installed (from the NAD client module), NAD absent.
+	crds, err := envtest.InstallCRDs(rest.CopyConfig(e.envtestConfig()), envtest.CRDInstallOptions{
+		Paths: []string{nadCRD(t)}, ErrorIfPathMissing: true,
+	})
+	if err != nil || len(crds) != 1 {
+		t.Fatalf("install NAD CRD: %v (%d CRDs)", err, len(crds))
+	}
+	eventually(t, time.Minute, "refusal naming the missing NAD", func() error {
+		_, _, err := e.create(t, "rdma", ipoib("no-nad"))
+		if err == nil {
+			return errors.New("pod admitted without its NetworkAttachmentDefinition")
+		}
+		for _, s := range []string{nad, "does not exist", "networks.ipoib.enabled=true"} {
+			if !strings.Contains(err.Error(), s) {
+				return fmt.Errorf("refusal %q does not mention %q", err, s)
+			}
+		}
+		return nil
+	})
+
+	// 3. NAD present: admitted with the network merged in.
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+		"metadata": map[string]any{"name": "ibkube-ipoib", "namespace": e.release},
+		"spec":     map[string]any{"config": `{"cniVersion":"1.0.0","type":"ipoib","master":"ib0"}`},
+	}}
+	if _, err := e.dyn.Resource(nadGVR).Namespace(e.release).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := e.create(t, "rdma", ipoib("with-nad"))
+	if err != nil {
+		t.Fatalf("pod refused although %s exists: %v", nad, err)
+	}
+	if nets := got.Annotations["k8s.v1.cni.cncf.io/networks"]; !strings.Contains(nets, "ibkube-ipoib") {
+		t.Errorf("networks annotation %q does not name the IPoIB network", nets)
+	}
+}
+
+func (e *env) envtestConfig() *rest.Config { return e.envtest.Config }
+
+func (e *env) testConfigReload(t *testing.T) {
+	// A valid file: the shared resource of an NVIDIA Network Operator install.
+	e.cfgDir.write(t, "apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nresources:\n  shared: rdma/rdma_shared_device_a\n  exclusive: rdma/ib\n")
+	n := 0
+	eventually(t, 30*time.Second, "new shared resource name", func() error {
+		n++
+		got, _, err := e.create(t, "rdma", pod(fmt.Sprintf("reload-%d", n), map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
+		if err != nil {
+			return err
+		}
+		if _, ok := got.Spec.Containers[0].Resources.Limits["rdma/rdma_shared_device_a"]; !ok {
+			return fmt.Errorf("limits %v", got.Spec.Containers[0].Resources.Limits)
+		}
+		return nil
+	})
+	// A bad file keeps the last good config, and says so.
+	e.cfgDir.write(t, "apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nresources:\n  shard: rdma/typo\n")
+	eventually(t, 30*time.Second, "bad config reported", func() error {
+		_, body, err := httpGet(e.metrics)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(body, "ibkube_webhook_config_last_reload_successful 0") {
+			return errors.New("ibkube_webhook_config_last_reload_successful is not 0")
+		}
+		return nil
+	})
+	got, _, err := e.create(t, "rdma", pod("after-bad-config", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Spec.Containers[0].Resources.Limits["rdma/rdma_shared_device_a"]; !ok {
+		t.Errorf("after a bad config file the last good one must stay: limits %v", got.Spec.Containers[0].Resources.Limits)
+	}
+}
+
+func (e *env) testMetrics(t *testing.T) {
+	_, body, err := httpGet(e.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`ibkube_webhook_mutations_total{mode="rdma-shared",outcome="injected"}`,
+		`ibkube_webhook_mutations_total{mode="rdma-shared,ipoib",outcome="refused"}`,
+		`ibkube_webhook_mutation_duration_seconds_bucket{outcome="injected"`,
+		`ibkube_webhook_config_reloads_total{result="failure"}`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+}
+
+// testTLS checks the listener's TLS floor and that HTTP/2 is off.
+func testTLS(t *testing.T, port int) {
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	old, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS11})
+	if err == nil {
+		old.Close()
+		t.Error("TLS 1.1 handshake succeeded, want TLS 1.2 at least")
+	}
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if p := c.ConnectionState().NegotiatedProtocol; p == "h2" {
+		t.Error("HTTP/2 negotiated, want it off")
+	}
+}
+
+// nadCRD is the NetworkAttachmentDefinition CRD as the NAD client module ships it.
+func nadCRD(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/k8snetworkplumbingwg/network-attachment-definition-client").Output()
+	if err != nil {
+		t.Fatalf("locate the NAD client module: %v", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "artifacts", "networks-crd.yaml")
+}
+
+// newTestLogHandler sends the server's logs to t.Log.
+// Lines logged after the test ended (stray goroutines) are dropped.
+func newTestLogHandler(t *testing.T) slog.Handler {
+	w := &testWriter{t: t}
+	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
+	return slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})
+}
+
+type testWriter struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
