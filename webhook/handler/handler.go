@@ -29,8 +29,8 @@ const Path = "/mutate-v1-pod"
 // handler checks it again so a misconfigured selector never mutates a namespace
 // that did not opt in.
 const (
-	LabelInject   = "infiniband.azure.com/inject"
-	InjectEnabled = "enabled"
+	LabelInject   = mutate.LabelInject
+	InjectEnabled = mutate.InjectEnabled
 )
 
 // maxBodyBytes bounds a request body: the API server limits objects to 3 MiB,

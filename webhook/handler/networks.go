@@ -15,9 +15,6 @@ import (
 // modeNone labels requests that never reached the core or were not injected.
 const modeNone = "none"
 
-// annotationMode is the pod annotation a user names the mode with.
-const annotationMode = "infiniband.azure.com/mode"
-
 // knownModes bounds the "mode" metric label: a refused pod's annotation is user
 // input and must not create label values at will.
 var knownModes = map[string]bool{
@@ -30,7 +27,7 @@ func modeLabel(res mutate.Result, pod *corev1.Pod) string {
 	if res.Mode != "" {
 		return res.Mode
 	}
-	if m, ok := pod.Annotations[annotationMode]; ok {
+	if m, ok := pod.Annotations[mutate.AnnotationMode]; ok {
 		if knownModes[m] {
 			return m
 		}

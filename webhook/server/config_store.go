@@ -33,8 +33,9 @@ type configStore struct {
 	cur atomic.Pointer[config.Config]
 
 	mu       sync.Mutex // serialises reloads
-	lastData []byte
+	lastData []byte     // content in use (nil: defaults)
 	missing  bool
+	lastBad  []byte // last content that failed to parse
 
 	reloads *prometheus.CounterVec
 	lastOK  prometheus.Gauge
@@ -74,7 +75,8 @@ func newConfigStore(path string, apply func(*config.Config), reg prometheus.Regi
 // Current returns the configuration in use. Callers must not modify it.
 func (s *configStore) Current() *config.Config { return s.cur.Load() }
 
-// read loads and parses the file; a missing file yields the defaults.
+// read loads and parses the file; a missing file yields the defaults. data is
+// returned even when parsing fails, so a bad file is reported once.
 func (s *configStore) read() (cfg *config.Config, data []byte, missing bool, err error) {
 	data, err = os.ReadFile(s.path)
 	switch {
@@ -85,7 +87,7 @@ func (s *configStore) read() (cfg *config.Config, data []byte, missing bool, err
 	default:
 		cfg, err = config.Parse(data)
 		if err != nil {
-			return nil, nil, false, fmt.Errorf("webhook config %s: %w", s.path, err)
+			return nil, data, false, fmt.Errorf("webhook config %s: %w", s.path, err)
 		}
 	}
 	if s.apply != nil {
@@ -95,25 +97,30 @@ func (s *configStore) read() (cfg *config.Config, data []byte, missing bool, err
 }
 
 // reload re-reads the file and swaps the configuration if the file changed and
-// parses. It reports whether the configuration changed.
+// parses. It reports whether the configuration changed. The same bad content
+// is logged and counted once, however often it is re-read.
 func (s *configStore) reload() (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cfg, data, missing, err := s.read()
 	if err != nil {
+		if data != nil && bytes.Equal(data, s.lastBad) {
+			return false, err
+		}
+		s.lastBad = data
 		s.reloads.WithLabelValues("failure").Inc()
 		s.lastOK.Set(0)
 		s.log.Error(err, "webhook config not reloaded, keeping the last good one")
 		return false, err
 	}
+	s.lastBad = nil
+	s.lastOK.Set(1)
 	if missing == s.missing && bytes.Equal(data, s.lastData) {
-		s.lastOK.Set(1)
 		return false, nil
 	}
 	s.cur.Store(cfg)
 	s.lastData, s.missing = data, missing
 	s.reloads.WithLabelValues("success").Inc()
-	s.lastOK.Set(1)
 	if missing {
 		s.log.Info("webhook config file gone, using the built-in defaults", "path", s.path)
 	} else {

@@ -1,0 +1,165 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ibkube/ibkube/webhook/config"
+)
+
+// configMapDir writes files the way the kubelet updates a ConfigMap volume:
+// each version in its own directory, "..data" swapped atomically, and the file
+// a symlink through "..data".
+type configMapDir struct {
+	dir string
+	n   int
+}
+
+func (c *configMapDir) file() string { return filepath.Join(c.dir, "webhook.yaml") }
+
+func (c *configMapDir) write(t *testing.T, content string) {
+	t.Helper()
+	c.n++
+	v := fmt.Sprintf("..v%d", c.n)
+	if err := os.Mkdir(filepath.Join(c.dir, v), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, v, "webhook.yaml"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(c.dir, "..data_tmp")
+	if err := os.Symlink(v, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(c.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(c.file()); os.IsNotExist(err) {
+		if err := os.Symlink(filepath.Join("..data", "webhook.yaml"), c.file()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func configYAML(shared string) string {
+	return fmt.Sprintf("apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nresources:\n  shared: %s\n  exclusive: rdma/ib\n", shared)
+}
+
+const badYAML = "apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nresources:\n  shard: rdma/typo\n"
+
+func gauge(t *testing.T, g prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
+}
+
+func counter(t *testing.T, c *prometheus.CounterVec, label string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.WithLabelValues(label).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func setRelease(c *config.Config) { c.ReleaseNamespace = "ibkube-system" }
+
+func TestConfigStoreStart(t *testing.T) {
+	t.Parallel()
+	t.Run("missing file: defaults", func(t *testing.T) {
+		s, err := newConfigStore(filepath.Join(t.TempDir(), "webhook.yaml"), setRelease, prometheus.NewRegistry(), logr.Discard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := s.Current().Resources, config.Default().Resources; got != want {
+			t.Errorf("resources %+v, want defaults %+v", got, want)
+		}
+		if s.Current().ReleaseNamespace != "ibkube-system" {
+			t.Errorf("release namespace not applied: %q", s.Current().ReleaseNamespace)
+		}
+	})
+	t.Run("bad file at start is an error naming the file and field", func(t *testing.T) {
+		c := &configMapDir{dir: t.TempDir()}
+		c.write(t, badYAML)
+		_, err := newConfigStore(c.file(), nil, prometheus.NewRegistry(), logr.Discard())
+		if err == nil {
+			t.Fatal("bad config accepted at start")
+		}
+		for _, s := range []string{c.file(), "shard"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error %q does not mention %q", err, s)
+			}
+		}
+	})
+}
+
+// TestConfigStoreWatch swaps the file as a ConfigMap update does and checks
+// that the watcher picks the new content up, keeps the last good config on a
+// bad file (reporting it once), and recovers.
+func TestConfigStoreWatch(t *testing.T) {
+	t.Parallel()
+	c := &configMapDir{dir: t.TempDir()}
+	c.write(t, configYAML("rdma/shared_a"))
+	s, err := newConfigStore(c.file(), setRelease, prometheus.NewRegistry(), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, 0) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	shared := func() string { return s.Current().Resources.Shared }
+
+	// fsnotify needs the watch in place before the first swap.
+	time.Sleep(100 * time.Millisecond)
+	c.write(t, configYAML("rdma/shared_b"))
+	waitFor("rdma/shared_b", func() bool { return shared() == "rdma/shared_b" })
+	if s.Current().ReleaseNamespace != "ibkube-system" {
+		t.Errorf("release namespace lost on reload")
+	}
+
+	c.write(t, badYAML)
+	waitFor("failure reported", func() bool { return gauge(t, s.lastOK) == 0 })
+	if shared() != "rdma/shared_b" {
+		t.Errorf("bad file replaced the config: shared = %q", shared())
+	}
+	if _, err := s.reload(); err == nil {
+		t.Error("re-reading the bad file: no error")
+	}
+	if n := counter(t, s.reloads, "failure"); n != 1 {
+		t.Errorf("failures counted %v times for one bad file, want 1", n)
+	}
+
+	c.write(t, configYAML("rdma/shared_c"))
+	waitFor("recovery", func() bool { return shared() == "rdma/shared_c" && gauge(t, s.lastOK) == 1 })
+	if n := counter(t, s.reloads, "success"); n != 2 {
+		t.Errorf("successful reloads = %v, want 2", n)
+	}
+}
