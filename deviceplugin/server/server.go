@@ -82,6 +82,7 @@ func NewManager(opts Options, specs []Spec) *Manager {
 			log:       opts.Logger.WithValues("resource", s.Resource),
 			observer:  opts.Observer,
 			changed:   make(chan struct{}),
+			kick:      make(chan struct{}, 1),
 		}
 		p.setPool(s.Pool)
 		m.plugins = append(m.plugins, p)
@@ -132,30 +133,20 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 	}
 	kubelet := filepath.Join(m.opts.SocketDir, KubeletSocket)
-	pending := map[*plugin]bool{}
-	registerAll := func(which []*plugin) {
-		for _, p := range which {
-			if err := p.register(ctx, kubelet); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				log.Error(err, "registration failed; retrying when kubelet.sock is re-created or periodically", "resource", p.resource)
-				pending[p] = true
-				continue
-			}
-			delete(pending, p)
-		}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }() // registrars end before the servers stop
+	for _, p := range m.plugins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.registrar(ctx, kubelet, m.opts.RetryPeriod)
+		}()
+		p.kickRegistration()
 	}
-	if _, err := os.Stat(kubelet); err == nil {
-		registerAll(m.plugins)
-	} else {
+	if _, err := os.Stat(kubelet); err != nil {
 		log.Info("kubelet.sock not there yet; registering when it appears", "dir", m.opts.SocketDir)
-		for _, p := range m.plugins {
-			pending[p] = true
-		}
 	}
-	retry := time.NewTicker(m.opts.RetryPeriod)
-	defer retry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -170,8 +161,8 @@ func (m *Manager) Run(ctx context.Context) error {
 					if err := p.restartIfGone(); err != nil {
 						return err
 					}
+					p.kickRegistration()
 				}
-				registerAll(m.plugins)
 			case ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename):
 				for _, p := range m.plugins {
 					if ev.Name != p.socket {
@@ -181,23 +172,9 @@ func (m *Manager) Run(ctx context.Context) error {
 					if err := p.restartIfGone(); err != nil {
 						return err
 					}
-					if _, err := os.Stat(kubelet); err == nil {
-						registerAll([]*plugin{p})
-					}
+					p.kickRegistration()
 				}
 			}
-		case <-retry.C:
-			if len(pending) == 0 {
-				break
-			}
-			if _, err := os.Stat(kubelet); err != nil {
-				break
-			}
-			var which []*plugin
-			for p := range pending {
-				which = append(which, p)
-			}
-			registerAll(which)
 		}
 	}
 }
@@ -217,8 +194,52 @@ type plugin struct {
 	devices []*pluginapi.Device
 	changed chan struct{} // closed and replaced when devices change
 
-	srv *grpc.Server // owned by Manager.Run's goroutine
+	srv  *grpc.Server  // owned by Manager.Run's goroutine
+	kick chan struct{} // asks the registrar to (re-)register now
 }
+
+// kickRegistration asks the registrar to register now, dropping any backoff
+// it is waiting out; kicks coalesce.
+func (p *plugin) kickRegistration() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// registrar registers the plugin whenever kicked, in its own goroutine so the
+// directory watch never waits on a kubelet. A failed registration is retried
+// with a short backoff, then every retryPeriod while kubelet.sock exists; a
+// kick starts over at once.
+func (p *plugin) registrar(ctx context.Context, kubeletSocket string, retryPeriod time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+		}
+	attempts:
+		for {
+			err := p.register(ctx, kubeletSocket)
+			switch {
+			case err == nil || ctx.Err() != nil:
+				break attempts
+			case errors.Is(err, errNoKubelet):
+				p.log.V(1).Info("kubelet.sock absent; registering when it is created")
+				break attempts
+			}
+			p.log.Error(err, "registration failed; retrying", "in", retryPeriod)
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.kick:
+			case <-time.After(retryPeriod):
+			}
+		}
+	}
+}
+
+var errNoKubelet = errors.New("kubelet.sock absent")
 
 func (p *plugin) setPool(pool Pool) {
 	devs := pool.Devices()
@@ -290,7 +311,7 @@ func (p *plugin) restartIfGone() error {
 
 func (p *plugin) register(ctx context.Context, kubeletSocket string) (err error) {
 	defer func() {
-		if p.observer != nil {
+		if p.observer != nil && !errors.Is(err, errNoKubelet) && ctx.Err() == nil {
 			p.observer.Registered(p.resource, err)
 		}
 	}()
@@ -309,18 +330,19 @@ func (p *plugin) register(ctx context.Context, kubeletSocket string) (err error)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-p.kick:
+			// kubelet.sock re-created meanwhile: start over without waiting
 		case <-time.After(backoff):
 		}
 		if _, serr := os.Stat(kubeletSocket); serr != nil {
-			if err == nil {
-				err = serr
-			}
-			break // gone again: its next creation triggers registration
+			// gone (again): its next creation kicks registration
+			return fmt.Errorf("register %s: %w", p.resource, errNoKubelet)
 		}
 		if err = p.registerOnce(ctx, kubeletSocket, req); err == nil {
 			p.log.Info("registered with kubelet", "attempt", i+1)
 			return nil
 		}
+		p.log.V(1).Info("registration attempt failed", "attempt", i+1, "error", err.Error())
 	}
 	return fmt.Errorf("register %s with %s: %w", p.resource, kubeletSocket, err)
 }

@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -327,5 +330,43 @@ func TestNewStreamGetsCurrentList(t *testing.T) {
 	}
 	if len(first.Devices) != 8 || healthOf(first.Devices, "mlx5_2") != "Unhealthy" || healthOf(first.Devices, "mlx5_1") != "Healthy" {
 		t.Errorf("first message of a new stream = %v", first.Devices)
+	}
+}
+
+// TestStaleKubeletSocket: a kubelet.sock nobody listens on (the kubelet is
+// down) must not hold up registration once the kubelet comes back.
+func TestStaleKubeletSocket(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	lis, err := net.Listen("unix", filepath.Join(dir, KubeletSocket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
+	lis.Close()
+	m := NewManager(Options{SocketDir: dir, Logger: testr.New(t), RetryPeriod: time.Minute},
+		specs(resource.Build(config.Default(), testNode(), resource.Options{})))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(200 * time.Millisecond) // let the registrations fail against the stale socket
+	if err := os.Remove(filepath.Join(dir, KubeletSocket)); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	stub, err := kubeletstub.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stub.Stop()
+	for _, r := range []string{"rdma/ib", "rdma/shared_ib"} {
+		reg, err := stub.WaitRegistration(r, wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := reg.At.Sub(started); d > time.Second {
+			t.Errorf("%s registered %v after the kubelet came back, want within 1s", r, d)
+		}
 	}
 }
