@@ -53,6 +53,9 @@ func runNode(ctx context.Context, args []string, s stdio) error {
 		return fmt.Errorf("node: scan %s: %w", *sysfsRoot, err)
 	}
 	report := agent.Report(resource.Build(cfg, node, resource.Options{}))
+	if len(report) == 0 {
+		fmt.Fprintf(s.err, "no RDMA devices under %s (source: %s)\n", *sysfsRoot, dash(node.Source))
+	}
 	if *output == "json" {
 		enc := json.NewEncoder(s.out)
 		enc.SetIndent("", "  ")

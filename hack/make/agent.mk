@@ -18,3 +18,9 @@ bench-agent: ## Node agent benchmarks: Allocate latency, port-down to Unhealthy,
 .PHONY: update-agent-golden
 update-agent-golden: ## Rewrite the ibkube node golden inventories (cmd/ibkube/testdata/node); review the diff.
 	$(GO) test ./cmd/ibkube/ -run TestRunNodeGolden -update-node
+
+FUZZ_TARGETS += fuzz-agent-config
+
+.PHONY: fuzz-agent-config
+fuzz-agent-config: ## Fuzz the AgentConfig parser for FUZZTIME.
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime=$(FUZZTIME) ./deviceplugin/config/
