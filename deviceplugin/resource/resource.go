@@ -81,9 +81,12 @@ type Pool struct {
 	Mode     string
 	Slots    int
 	// HCAs are the selected HCAs in inventory order.
-	HCAs   []inventory.HCA
-	rdmaCM *inventory.CharDevice
-	opts   Options
+	HCAs []inventory.HCA
+	// linkLayers are the selector's link layers: only such ports are named
+	// in NCCL_IB_HCA (a VPI card may run one port InfiniBand, one Ethernet).
+	linkLayers []string
+	rdmaCM     *inventory.CharDevice
+	opts       Options
 }
 
 // Build applies the config's pools to node. Pools are taken in config order;
@@ -97,7 +100,7 @@ func Build(cfg *config.AgentConfig, node inventory.Node, opts Options) *Model {
 		status[i].HCA = h
 	}
 	for pi, pc := range cfg.Pools {
-		p := &Pool{Resource: pc.ResourceName, Mode: pc.Mode, Slots: pc.Slots, rdmaCM: node.RDMACM, opts: opts}
+		p := &Pool{Resource: pc.ResourceName, Mode: pc.Mode, Slots: pc.Slots, linkLayers: pc.Selector.LinkLayers, rdmaCM: node.RDMACM, opts: opts}
 		if claimed[pc.Mode] == nil {
 			claimed[pc.Mode] = map[string]string{}
 		}
@@ -229,7 +232,9 @@ func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, err
 	var ports []string
 	for _, h := range hcas {
 		for _, port := range h.Ports {
-			ports = append(ports, fmt.Sprintf("%s:%d", h.Name, port.Number))
+			if len(p.linkLayers) == 0 || slices.Contains(p.linkLayers, port.LinkLayer) {
+				ports = append(ports, fmt.Sprintf("%s:%d", h.Name, port.Number))
+			}
 		}
 		for _, c := range h.CharDevices {
 			if c.Present {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ibkube/ibkube/deviceplugin/config"
 	"github.com/ibkube/ibkube/deviceplugin/inventory"
+	"github.com/ibkube/ibkube/deviceplugin/selector"
 )
 
 // ndv5 is an ND H100 v5-like node: eight IB VFs, four per NUMA node, and an
@@ -235,5 +236,30 @@ func TestPreferred(t *testing.T) {
 				t.Errorf("Preferred (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// TestAllocateVPIPorts: on a card running port 1 InfiniBand and port 2
+// Ethernet, the IB pool names only port 1 to NCCL.
+func TestAllocateVPIPorts(t *testing.T) {
+	t.Parallel()
+	n := ndv5()
+	n.HCAs[0].Ports = append(n.HCAs[0].Ports, inventory.Port{Number: 2, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: "Ethernet"})
+	cfg := config.Default()
+	cfg.Pools = append(cfg.Pools[1:], config.Pool{ResourceName: "rdma/any", Mode: "shared", Slots: 1, Selector: selector.Selector{Match: selector.Match{Names: []string{"mlx5_0"}}}})
+	m := Build(cfg, n, Options{})
+	got, err := m.Pool("rdma/ib").Allocate([]string{"mlx5_0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Envs["NCCL_IB_HCA"] != "=mlx5_0:1" {
+		t.Errorf("NCCL_IB_HCA = %q, want =mlx5_0:1", got.Envs["NCCL_IB_HCA"])
+	}
+	got, err = m.Pool("rdma/any").Allocate([]string{"slot-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Envs["NCCL_IB_HCA"] != "=mlx5_0:1,mlx5_0:2" {
+		t.Errorf("pool without linkLayers: NCCL_IB_HCA = %q, want both ports", got.Envs["NCCL_IB_HCA"])
 	}
 }
