@@ -110,36 +110,52 @@ func shippedWebhookConfig(t *testing.T) *admissionregistrationv1.MutatingWebhook
 	return nil
 }
 
-// serving writes a CA and a serving certificate for 127.0.0.1 into dir and
-// returns the CA bundle.
-func serving(t *testing.T, dir string) []byte {
+// testCA issues serving certificates for 127.0.0.1.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t *testing.T) *testCA {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ibkube-test-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
+	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ibkube-test-ca"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue writes tls.crt and tls.key with the given serial into dir, each
+// replaced atomically as a rotating Secret mount would.
+func (ca *testCA) issue(t *testing.T, dir string, serial int64) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,13 +164,26 @@ func serving(t *testing.T, dir string) []byte {
 		t.Fatal(err)
 	}
 	write := func(name, typ string, b []byte) {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+		tmp := filepath.Join(dir, "."+name+".tmp")
+		if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write("tls.crt", "CERTIFICATE", der)
 	write("tls.key", "EC PRIVATE KEY", keyDER)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	write("tls.crt", "CERTIFICATE", der)
+}
+
+// servedSerial is the serial of the certificate the webhook presents.
+func servedSerial(port int) (int64, error) {
+	c, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
 }
 
 func freePort(t *testing.T) int {
@@ -311,7 +340,9 @@ func TestWebhook(t *testing.T) {
 	log := logr.FromSlogHandler(newTestLogHandler(t))
 	ctrllog.SetLogger(log)
 	certDir := t.TempDir()
-	caBundle := serving(t, certDir)
+	ca := newTestCA(t)
+	ca.issue(t, certDir, 2)
+	caBundle := ca.pem
 	port, metricsPort, probePort := freePort(t), freePort(t), freePort(t)
 	cd := &configDir{dir: t.TempDir()}
 
@@ -413,6 +444,27 @@ func TestWebhook(t *testing.T) {
 	t.Run("IPoIB network check", e.testNetworks)
 	t.Run("config reload", e.testConfigReload)
 	t.Run("metrics", e.testMetrics)
+	t.Run("certificate rotation", func(t *testing.T) {
+		ca.issue(t, certDir, 3)
+		eventually(t, 30*time.Second, "rotated certificate served", func() error {
+			serial, err := servedSerial(port)
+			if err != nil {
+				return err
+			}
+			if serial != 3 {
+				return fmt.Errorf("serving serial %d, want 3", serial)
+			}
+			return nil
+		})
+		// The API server still reaches the webhook through the new certificate.
+		got, _, err := e.create(t, "rdma", pod("after-rotation", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := got.Annotations[mutate.AnnotationInjected]; !ok {
+			t.Error("pod not mutated after the certificate rotated")
+		}
+	})
 }
 
 func (e *env) testOptedIn(t *testing.T) {
