@@ -5,6 +5,7 @@
 package handler
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -130,7 +131,10 @@ func (h *Handler) serve(r *http.Request) (outcome, string, *admissionv1.Admissio
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
 		return out, "", nil, &httpError{http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", ct)}
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	if r.ContentLength > maxBodyBytes {
+		return out, "", nil, &httpError{http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", maxBodyBytes)}
+	}
+	body, err := readBody(r.Body, r.ContentLength)
 	if err != nil {
 		return out, "", nil, &httpError{http.StatusBadRequest, fmt.Errorf("read request body: %w", err)}
 	}
@@ -231,4 +235,15 @@ func podName(pod *corev1.Pod, req *reviewRequest) string {
 	default:
 		return pod.GenerateName + "*"
 	}
+}
+
+// readBody reads at most maxBodyBytes+1 bytes, in one allocation when the
+// length is known.
+func readBody(body io.Reader, length int64) ([]byte, error) {
+	if length < 0 {
+		return io.ReadAll(io.LimitReader(body, maxBodyBytes+1))
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, length+bytes.MinRead))
+	_, err := buf.ReadFrom(io.LimitReader(body, maxBodyBytes+1))
+	return buf.Bytes(), err
 }

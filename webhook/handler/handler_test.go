@@ -411,8 +411,13 @@ func TestHandlerRejectsBadHTTP(t *testing.T) {
 	}{
 		{"GET", http.MethodGet, "application/json", http.StatusMethodNotAllowed},
 		{"YAML body", http.MethodPost, "application/yaml", http.StatusUnsupportedMediaType},
+		{"body over the limit", http.MethodPost, "application/json", http.StatusRequestEntityTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			body := body
+			if tc.want == http.StatusRequestEntityTooLarge {
+				body = append(bytes.Repeat([]byte(" "), maxBodyBytes), body...)
+			}
 			req := httptest.NewRequest(tc.method, Path, bytes.NewReader(body))
 			req.Header.Set("Content-Type", tc.contentType)
 			rec := httptest.NewRecorder()
