@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -46,6 +47,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ibkube/ibkube/webhook/handler"
@@ -747,4 +749,88 @@ func (w *testWriter) Write(p []byte) (int, error) {
 		w.t.Log(strings.TrimRight(string(p), "\n"))
 	}
 	return len(p), nil
+}
+
+// TestCertSetupGatesReadiness: with a CertSetup hook (self-managed
+// certificates), the webhook server waits for it and /readyz stays false until
+// the certificates are written.
+func TestCertSetupGatesReadiness(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("$KUBEBUILDER_ASSETS is not set: run `make test-integration-webhook`, which builds kube-apiserver and sets it")
+	}
+	te := &envtest.Environment{}
+	restCfg, err := te.Start()
+	if err != nil {
+		t.Fatalf("start envtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := te.Stop(); err != nil {
+			t.Errorf("stop envtest: %v", err)
+		}
+	})
+	certDir := t.TempDir()
+	port, probePort := freePort(t), freePort(t)
+	ready := make(chan struct{})
+	setupCalled := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- server.Run(ctx, server.Config{
+			ConfigFile:             filepath.Join(t.TempDir(), "absent.yaml"),
+			CertDir:                certDir,
+			Host:                   "127.0.0.1",
+			Port:                   port,
+			MetricsBindAddress:     "0",
+			HealthProbeBindAddress: fmt.Sprintf("127.0.0.1:%d", probePort),
+			ReleaseNamespace:       "ibkube-system",
+			Rest:                   rest.CopyConfig(restCfg),
+			Log:                    logr.FromSlogHandler(newTestLogHandler(t)),
+			Registry:               prometheus.NewRegistry(),
+			CertSetup: func(context.Context, manager.Manager) (<-chan struct{}, error) {
+				close(setupCalled)
+				return ready, nil
+			},
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server.Run: %v", err)
+		}
+	})
+	select {
+	case <-setupCalled:
+	case err := <-done:
+		t.Fatalf("server.Run returned: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("CertSetup not called")
+	}
+	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
+	// Give the cache time to sync: only the missing certificates hold readiness back.
+	time.Sleep(3 * time.Second)
+	code, body, err := httpGet(readyz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code == http.StatusOK {
+		t.Fatalf("/readyz is OK before any certificate exists: %s", body)
+	}
+	if _, err := servedSerial(port); err == nil {
+		t.Fatal("webhook port answers TLS before CertSetup said the certificates are there")
+	}
+	newTestCA(t).issue(t, certDir, 7)
+	close(ready)
+	eventually(t, 30*time.Second, "readyz after certificates", func() error {
+		code, body, err := httpGet(readyz)
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK {
+			return fmt.Errorf("HTTP %d: %s", code, body)
+		}
+		return nil
+	})
+	if serial, err := servedSerial(port); err != nil || serial != 7 {
+		t.Errorf("served serial %d (%v), want 7", serial, err)
+	}
 }
