@@ -39,13 +39,16 @@ type configStore struct {
 
 	reloads *prometheus.CounterVec
 	lastOK  prometheus.Gauge
+
+	watching chan struct{} // closed once Run watches the directory (tests wait on it)
 }
 
 func newConfigStore(path string, apply func(*config.Config), reg prometheus.Registerer, log logr.Logger) (*configStore, error) {
 	s := &configStore{
-		path:  path,
-		log:   log,
-		apply: apply,
+		path:     path,
+		log:      log,
+		apply:    apply,
+		watching: make(chan struct{}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ibkube_webhook_config_reloads_total",
 			Help: "Re-reads of the webhook config file that changed it, by result (success, failure: the last good config stays).",
@@ -142,6 +145,7 @@ func (s *configStore) Run(ctx context.Context, poll time.Duration) error {
 		// The directory may not exist (no ConfigMap mounted): poll only.
 		s.log.Info("cannot watch the config directory, polling only", "dir", dir, "err", err.Error())
 	}
+	close(s.watching)
 	var tick <-chan time.Time
 	if poll > 0 {
 		t := time.NewTicker(poll)

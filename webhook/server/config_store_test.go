@@ -137,8 +137,7 @@ func TestConfigStoreWatch(t *testing.T) {
 	}
 	shared := func() string { return s.Current().Resources.Shared }
 
-	// fsnotify needs the watch in place before the first swap.
-	time.Sleep(100 * time.Millisecond)
+	<-s.watching
 	c.write(t, configYAML("rdma/shared_b"))
 	waitFor("rdma/shared_b", func() bool { return shared() == "rdma/shared_b" })
 	if s.Current().ReleaseNamespace != "ibkube-system" {
