@@ -30,7 +30,8 @@ func Builtin() []Profile {
 				// Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml.
 				{Name: "CUDA_DEVICE_ORDER", Value: "PCI_BUS_ID"},
 			},
-			// Azure/azhpc-images topology/ndv4-topo.xml (NCCL_TOPO_FILE in ndv4.sh).
+			// Our rendering of the layout azhpc-images states in topology/ndv4-topo.xml
+			// (NCCL_TOPO_FILE in ndv4.sh); see ndv4Machine.
 			TopologyFile: "ndv4-topo.xml",
 		},
 		{
@@ -46,7 +47,8 @@ func Builtin() []Profile {
 				// Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml.
 				{Name: "CUDA_DEVICE_ORDER", Value: "PCI_BUS_ID"},
 			},
-			// Azure/azhpc-images topology/ndv5-topo.xml (NCCL_TOPO_FILE in ndv5.sh).
+			// Our rendering of the layout azhpc-images states in topology/ndv5-topo.xml
+			// (NCCL_TOPO_FILE in ndv5.sh); see ndv5Machine.
 			TopologyFile: "ndv5-topo.xml",
 		},
 		{

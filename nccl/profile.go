@@ -24,7 +24,7 @@ type Profile struct {
 	// carry; the webhook adds them as container env only where the user
 	// did not set them.
 	Env []Var `json:"env,omitempty"`
-	// TopologyFile names an embedded NCCL topology XML (see Topology) that the
+	// TopologyFile names an NCCL topology XML (rendered by Topology) that the
 	// node agent writes under its state dir for this machine class; empty if none.
 	TopologyFile string `json:"topologyFile,omitempty"`
 }
