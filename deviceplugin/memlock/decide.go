@@ -12,13 +12,13 @@ package memlock
 import (
 	"fmt"
 	"math"
-	"math/big"
 	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/ibkube/ibkube/deviceplugin/inventory"
+	"github.com/ibkube/ibkube/internal/memlockvalue"
 )
 
 // AnnotationKey is the pod annotation the webhook writes: "unlimited" or a
@@ -26,7 +26,7 @@ import (
 const AnnotationKey = "infiniband.azure.com/memlock"
 
 // Unlimited is RLIM_INFINITY as the kernel and the OCI spec spell it.
-const Unlimited = math.MaxUint64
+const Unlimited = memlockvalue.Unlimited
 
 // RlimitType is the OCI/NRI name of the limit this package sets.
 const RlimitType = "RLIMIT_MEMLOCK"
@@ -192,44 +192,17 @@ func ibkubeDevice(devs []Device, ib DeviceSet) string {
 	return ""
 }
 
-// ParseValue parses the annotation's value: "unlimited" or a Kubernetes
-// quantity of bytes ("64Gi", "8388608", "512M"). Zero, negative, fractional
-// and out-of-range values are errors that say what is accepted.
+// ParseValue parses the annotation's value with the rule the webhook
+// admits it by (internal/memlockvalue): "unlimited" or a Kubernetes quantity
+// of bytes ("64Gi", "8388608", "512M"). Zero, negative, fractional and
+// out-of-range values are errors that name the annotation, the value and
+// what is accepted.
 func ParseValue(s string) (uint64, error) {
-	v := strings.TrimSpace(s)
-	if strings.EqualFold(v, "unlimited") {
-		return Unlimited, nil
-	}
-	const accepted = `accepted: "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi"`
-	q, err := resource.ParseQuantity(v)
+	v, err := memlockvalue.Parse(s)
 	if err != nil {
-		return 0, fmt.Errorf("%s=%q is not a quantity (%s)", AnnotationKey, s, accepted)
+		return 0, fmt.Errorf("%s=%w", AnnotationKey, err)
 	}
-	if q.Sign() <= 0 {
-		return 0, fmt.Errorf("%s=%q is not positive (%s)", AnnotationKey, s, accepted)
-	}
-	n, whole := wholeBytes(q)
-	if !whole {
-		return 0, fmt.Errorf("%s=%q is not a whole number of bytes (%s)", AnnotationKey, s, accepted)
-	}
-	// Quantities saturate at MaxInt64 when parsed, so MaxInt64 itself means
-	// "overflowed" and is refused rather than turned into a limit.
-	if !n.IsInt64() || n.Int64() == math.MaxInt64 {
-		return 0, fmt.Errorf("%s=%q is too large (below 8Ei; %s)", AnnotationKey, s, accepted)
-	}
-	return uint64(n.Int64()), nil
-}
-
-// wholeBytes returns q as an integer, and false when q has a fractional part.
-func wholeBytes(q resource.Quantity) (*big.Int, bool) {
-	dec := q.AsDec()
-	n := new(big.Int).Set(dec.UnscaledBig())
-	scale := int64(dec.Scale())
-	if scale <= 0 {
-		return n.Mul(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(-scale), nil)), true
-	}
-	quo, rem := new(big.Int).QuoRem(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(scale), nil), new(big.Int))
-	return quo, rem.Sign() == 0
+	return v, nil
 }
 
 // FormatBytes prints a limit the way people write it: "unlimited", "8Mi",

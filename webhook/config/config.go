@@ -11,11 +11,11 @@ import (
 	"sort"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ibkube/ibkube/internal/memlockvalue"
 	"github.com/ibkube/ibkube/nccl"
 )
 
@@ -323,14 +323,17 @@ func overlay(base []nccl.Var, over map[string]string) []nccl.Var {
 // MaxHCAs bounds the hcas annotation and defaultHCAs (OCI BM.GPU.H100.8 has 16 ports).
 const MaxHCAs = 64
 
-// ValidateMemlock checks a memlock value: "unlimited" or a positive quantity.
+// ValidateMemlock checks a memlock value by the rule the node agent applies
+// it with (internal/memlockvalue): "unlimited" or a positive whole number of
+// bytes below 8Ei. The error says what is wrong and what is accepted; callers
+// name the field and the value.
 func ValidateMemlock(v string) error {
-	if v == "unlimited" {
-		return nil
-	}
-	q, err := resource.ParseQuantity(v)
-	if err != nil || q.Sign() <= 0 {
-		return errors.New(`want "unlimited" or a positive quantity such as 64Gi`)
+	if _, err := memlockvalue.Parse(v); err != nil {
+		var e *memlockvalue.Error
+		if errors.As(err, &e) {
+			return fmt.Errorf("%s; want %s", e.Detail(), memlockvalue.Accepted)
+		}
+		return err
 	}
 	return nil
 }

@@ -88,7 +88,12 @@ func TestParseErrors(t *testing.T) {
 		{"bad resource", head + "resources:\n  shared: shared_ib\n", []string{`resources.shared: invalid value "shared_ib": want an extended resource name such as rdma/shared_ib (domain/name)`}},
 		{"same resources", head + "resources:\n  shared: rdma/ib\n", []string{`resources.exclusive: invalid value "rdma/ib": must differ from resources.shared`}},
 		{"bad policy", head + "capabilityPolicy: sometimes\n", []string{`capabilityPolicy: invalid value "sometimes": want auto, always or never`}},
-		{"bad memlock", head + "memlock: infinite\n", []string{`memlock: invalid value "infinite": want "unlimited" or a positive quantity such as 64Gi`}},
+		{"bad memlock", head + "memlock: infinite\n", []string{`memlock: invalid value "infinite": not a quantity; want "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi"`}},
+		// The node agent refuses these, so the webhook must not admit them.
+		{"fractional memlock", head + "memlock: 100m\n", []string{`memlock: invalid value "100m": not a whole number of bytes; want "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi"`}},
+		{"huge memlock", head + "memlock: \"1e99\"\n", []string{`memlock: invalid value "1e99": too large (below 8Ei); want "unlimited"`}},
+		{"8Ei memlock", head + "memlock: 8Ei\n", []string{`memlock: invalid value "8Ei": too large (below 8Ei)`}},
+		{"zero memlock", head + "memlock: \"0\"\n", []string{`memlock: invalid value "0": not positive; want "unlimited"`}},
 		{"bad hcas", head + "defaultHCAs: 0\n", []string{`defaultHCAs: invalid value "0": want an integer from 1 to 64`}},
 		{"bad network", head + "ipoib:\n  name: IB_Net\n", []string{`ipoib.name: invalid value "IB_Net"`}},
 		{"unknown default profile", head + "defaultProfile: ndv9\n", []string{`defaultProfile: invalid value "ndv9": want one of generic-ib, hb, ndv4, ndv5, oci-h100-roce`}},

@@ -212,7 +212,16 @@ func TestMutateRefusals(t *testing.T) {
 		},
 		{
 			"bad memlock", map[string]string{AnnotationMode: "rdma-shared", AnnotationMemlock: "lots"}, optedIn("t"),
-			`annotation infiniband.azure.com/memlock: invalid value "lots": want "unlimited" or a positive quantity such as 64Gi`,
+			`annotation infiniband.azure.com/memlock: invalid value "lots": not a quantity; want "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi"`,
+		},
+		{
+			// The node agent cannot apply 0.1 byte, so admission refuses it.
+			"fractional memlock", map[string]string{AnnotationMode: "rdma-shared", AnnotationMemlock: "100m"}, optedIn("t"),
+			`annotation infiniband.azure.com/memlock: invalid value "100m": not a whole number of bytes; want "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi"`,
+		},
+		{
+			"overflowing memlock", map[string]string{AnnotationMode: "rdma-shared", AnnotationMemlock: "1e99"}, optedIn("t"),
+			`annotation infiniband.azure.com/memlock: invalid value "1e99": too large (below 8Ei); want "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi"`,
 		},
 		{
 			"malformed networks", map[string]string{AnnotationMode: "ipoib", "k8s.v1.cni.cncf.io/networks": `[{"name":`}, optedIn("t"),
