@@ -17,6 +17,9 @@ if [[ ! -x $BIN/ibkube-node-agent ]]; then
 	echo "note: cmd/ibkube-node-agent is not built yet; installing the webhook only"
 	agent=false
 fi
+# No Multus on this node, but its CRD, so the chart creates the IPoIB network.
+"${kubectl[@]}" apply -f "$ROOT/test/e2e/testdata/nad-crd.yaml" >/dev/null
+"${kubectl[@]}" wait --for=condition=Established --timeout=60s crd/network-attachment-definitions.k8s.cni.cncf.io >/dev/null
 say "helm install ibkube (chart charts/ibkube, image ibkube:dev imported into containerd)"
 "$HELM" upgrade --install ibkube "$ROOT/charts/ibkube" -n ibkube-system --create-namespace \
 	-f "$ROOT/test/e2e/values-e2e.yaml" --set agent.enabled=$agent --wait --timeout 5m

@@ -119,6 +119,14 @@ func testInstall(t *testing.T, st *state) {
 	} else {
 		r.Notes = append(r.Notes, "cmd/ibkube-node-agent is not built: chart installed with agent.enabled=false")
 	}
+	// No Multus here, but its CRD: the chart then creates the IPoIB network
+	// and the webhook admits ipoib pods.
+	if out, err := h.kubectlRun(ctx, "apply", "-f", filepath.Join(h.root, "test/e2e/testdata/nad-crd.yaml")); err != nil {
+		fail(t, r, "NetworkAttachmentDefinition CRD: %v %s", err, out)
+	}
+	if out, err := h.kubectlRun(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd/network-attachment-definitions.k8s.cni.cncf.io"); err != nil {
+		fail(t, r, "NetworkAttachmentDefinition CRD not established: %v %s", err, out)
+	}
 	// test/e2e/values-e2e.yaml points the agent at fixtureDir.
 	vf := filepath.Join(h.root, "test/e2e/values-e2e.yaml")
 	start := time.Now()
@@ -237,7 +245,7 @@ func testModes(t *testing.T, st *state) {
 	const privNS = "e2e-rdma-priv"
 	optedIn(ctx, t, privNS, false)
 	p := reportPod("root-shared", map[string]string{prefix + "mode": "rdma-shared"})
-	p.Spec.SecurityContext = nil
+	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: new(int64)} // root: the image's default user is 65532
 	if _, err := h.cs.CoreV1().Pods(privNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		fail(t, r, "create root pod: %v", err)
 	}
@@ -424,7 +432,7 @@ func testWebhookReplicaDeleted(t *testing.T, st *state) {
 	go func() {
 		defer close(done)
 		for i := 0; i < total; i++ {
-			p := reportPod(fmt.Sprintf("burst-%02d", i), map[string]string{prefix + "mode": "ipoib"})
+			p := reportPod(fmt.Sprintf("burst-%02d", i), map[string]string{prefix + "mode": "rdma-shared"})
 			p.Spec.NodeName = "no-such-node" // admitted and stored, never run
 			_, err := h.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 			errs <- err

@@ -95,6 +95,15 @@ record_host_state() {
 		done
 		mv "$HOST_STATE/dirs.tmp" "$HOST_STATE/dirs"
 	fi
+	# The chart mounts the host /dev with HostToContainer propagation, which
+	# needs /dev to be a shared (or slave) mount, as it is on systemd hosts.
+	if [[ ! -f $HOST_STATE/dev-propagation ]]; then
+		findmnt -no PROPAGATION /dev >"$HOST_STATE/dev-propagation"
+	fi
+	if [[ $(findmnt -no PROPAGATION /dev) == private ]]; then
+		log "making /dev a shared mount (restored by down)"
+		mount --make-shared /dev
+	fi
 	if [[ ! -f $HOST_STATE/netns ]]; then
 		(ls /run/netns 2>/dev/null || true) >"$HOST_STATE/netns"
 	fi
@@ -110,6 +119,10 @@ restore_host_state() {
 				sysctl -qw "$k=$v" || log "could not restore $k"
 			fi
 		done <"$HOST_STATE/sysctls"
+	fi
+	if [[ $(cat "$HOST_STATE/dev-propagation" 2>/dev/null) == private && $(findmnt -no PROPAGATION /dev) != private ]]; then
+		log "making /dev a private mount again"
+		mount --make-private /dev
 	fi
 	# Pod network namespaces containerd left behind (not ours before up).
 	if [[ -d /run/netns ]]; then
@@ -154,7 +167,7 @@ remove_cgroups() {
 		for n in "${CGROUP_NAMES[@]}"; do
 			[[ -d $c/$n ]] || continue
 			find "$c/$n" -depth -type d -exec rmdir {} \; 2>/dev/null || true
-			[[ -d $c/$n ]] && log "cgroup $c/$n still busy"
+			if [[ -d $c/$n ]]; then log "cgroup $c/$n still busy"; fi
 		done
 	done
 }
@@ -174,6 +187,10 @@ netns_up() {
 	ip -n "$NETNS" addr replace "$NODE_IP/24" dev ibk-e2e-n
 	ip -n "$NETNS" link set ibk-e2e-n up
 	ip -n "$NETNS" link set lo up
+	# Services need a route for connect() to get as far as kube-proxy's DNAT
+	# (the namespace has no default route). Through lo: a packet to a service
+	# IP without a rule is dropped inside the namespace, never sent out.
+	ip -n "$NETNS" route replace "$SERVICE_CIDR" dev lo src "$NODE_IP"
 	"${NSENTER[@]}" sh -c 'echo 1 >/proc/sys/net/ipv4/ip_forward'
 }
 
@@ -206,8 +223,16 @@ gen_pki() {
 	cd - >/dev/null
 }
 
+# put FILE: write stdin to FILE only when it differs (kube-proxy exits when
+# its config file changes, so a repeated up must not touch it).
+put() {
+	local tmp=$1.tmp
+	cat >"$tmp"
+	if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv -f "$tmp" "$1"; fi
+}
+
 kubeconfig() { # file cert
-	cat >"$1" <<EOF
+	put "$1" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -231,7 +256,7 @@ write_configs() {
 	mkdir -p "$CONF" "$E2E_DIR/cni/net.d" "$E2E_DIR/cni/ipam"
 	kubeconfig "$KUBECONFIG_ADMIN" admin
 	kubeconfig "$CONF/kubelet.kubeconfig" kubelet
-	cat >"$E2E_DIR/cni/net.d/10-ibk-e2e.conflist" <<EOF
+	put "$E2E_DIR/cni/net.d/10-ibk-e2e.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "ibk-e2e",
@@ -253,7 +278,7 @@ write_configs() {
   ]
 }
 EOF
-	cat >"$CONF/containerd.toml" <<EOF
+	put "$CONF/containerd.toml" <<EOF
 version = 3
 root = "$E2E_DIR/containerd/root"
 state = "$RUN_DIR/containerd/state"
@@ -288,7 +313,7 @@ state = "$RUN_DIR/containerd/state"
   plugin_path = "$E2E_DIR/nri/plugins"
   plugin_config_path = "$E2E_DIR/nri/conf.d"
 EOF
-	cat >"$CONF/kubelet.yaml" <<EOF
+	put "$CONF/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -315,7 +340,7 @@ serializeImagePulls: false
 protectKernelDefaults: false
 resolvConf: /etc/resolv.conf
 EOF
-	cat >"$CONF/kube-proxy.yaml" <<EOF
+	put "$CONF/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:
@@ -324,6 +349,7 @@ mode: iptables
 hostnameOverride: $NODE_NAME
 clusterCIDR: $POD_CIDR
 bindAddress: $NODE_IP
+nodePortAddresses: [primary]
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 # Pods on one bridge reach services through the namespace's routing, so every
