@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,11 +29,24 @@ import (
 )
 
 // startAPIServer runs envtest's kube-apiserver and etcd (KUBEBUILDER_ASSETS)
-// with the CRDs the optional templates need.
+// with the CRDs the optional templates need: stand-ins for cert-manager and
+// the Prometheus operator, and the real NetworkAttachmentDefinition CRD as
+// the NAD client module ships it.
 func startAPIServer(t *testing.T) *rest.Config {
 	t.Helper()
-	cfg, _ := startEnv(t, filepath.Join("testdata", "crds"))
+	cfg, _ := startEnv(t, filepath.Join("testdata", "crds"), nadCRD(t))
 	return cfg
+}
+
+// nadCRD is the NetworkAttachmentDefinition CRD file in the NAD client
+// module, read where Go keeps the module rather than copied into the repo.
+func nadCRD(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/k8snetworkplumbingwg/network-attachment-definition-client").Output()
+	if err != nil {
+		t.Fatalf("locate the NAD client module: %v", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "artifacts", "networks-crd.yaml")
 }
 
 // startEnv runs envtest with the CRDs in crdDirs (none: a cluster without
