@@ -167,6 +167,8 @@ func TestSchemaRejects(t *testing.T) {
 		{name: "timeout out of range", set: []string{"webhook.timeoutSeconds=60"}, want: []string{"timeoutSeconds"}},
 		{name: "bad resource name", set: []string{"rdmaResources.shared=shared_ib"}, want: []string{"shared"}},
 		{name: "bad memlock", set: []string{"webhook.config.memlock=lots"}, want: []string{"memlock"}},
+		{name: "fractional memlock (not whole bytes)", set: []string{"webhook.config.memlock=100m"}, want: []string{"memlock"}},
+		{name: "zero memlock cap", set: []string{"agent.nri.memlockMax=0"}, want: []string{"memlockMax"}},
 		{name: "removed master key", set: []string{"networks.ipoib.master=ib0"}, want: []string{"master"}},
 		{name: "IPoIB range in Azure's reserved space", set: []string{"networks.ipoib.enabled=true", "networks.ipoib.ipam.range=172.16.0.0/16"}, want: []string{"172.16.0.0/16", "Azure"}},
 		{name: "IPoIB range with host bits", set: []string{"networks.ipoib.enabled=true", "networks.ipoib.ipam.range=192.168.1.0/16"}, want: []string{"host bits"}},
