@@ -16,10 +16,12 @@ import (
 const injectUsage = `usage: ibkube inject -f FILE|- [--config FILE] [--namespace-labels k=v,...] [--namespace-annotations k=v,...]
 
 Applies the admission webhook's mutation to Kubernetes YAML and writes the
-result to stdout: Pods, workloads with pod templates (Deployment, Job,
-CronJob, ...) and custom resources such as PyTorchJob, MPIJob and JobSet,
-in multi-document streams. Other objects pass through unchanged. A refusal
-exits non-zero with the webhook's message; warnings go to stderr.
+result to stdout: Pods, workloads with pod templates (Deployment,
+StatefulSet, DaemonSet, Job, CronJob) and custom resources such as
+PyTorchJob, MPIJob, JobSet and Kubeflow Trainer runtimes, in multi-document
+streams. Other objects pass through unchanged, a TrainJob too (the webhook
+injects its pods at admission). A refusal exits non-zero with the webhook's
+message; warnings go to stderr.
 
 flags:
 `

@@ -199,8 +199,16 @@ func mutateTemplate(tmpl map[string]any, namespace string, ns mutate.Namespace, 
 
 // Templates returns the JSON pointers of the pod templates in obj: every
 // object whose spec holds a containers list (a Pod itself is at ""), not
-// looking inside one once found.
+// looking inside one once found. A Kubeflow TrainJob has none: its
+// podTemplateOverrides (and runtimePatches) are partial overrides merged
+// into its runtime's templates, with no resources or security context of
+// their own, so the webhook handles its pods at admission instead.
 func Templates(obj map[string]any) []string {
+	if kind, _ := obj["kind"].(string); kind == "TrainJob" {
+		if av, _ := obj["apiVersion"].(string); strings.HasPrefix(av, "trainer.kubeflow.org/") {
+			return nil
+		}
+	}
 	var out []string
 	var walk func(v any, path string)
 	walk = func(v any, path string) {

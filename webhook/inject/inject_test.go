@@ -203,3 +203,78 @@ func mustObject(t *testing.T, doc string) map[string]any {
 	}
 	return obj
 }
+
+// TestWorkloadKinds injects one multi-document stream holding every workload
+// kind the CLI promises, each with a pod template asking for rdma-shared, and
+// objects that must pass through byte for byte: a ConfigMap and a Kubeflow
+// TrainJob (its podTemplateOverrides are partial overrides, not pod
+// templates: the webhook injects its pods at admission).
+func TestWorkloadKinds(t *testing.T) {
+	t.Parallel()
+	const tmpl = `metadata:
+  annotations: {infiniband.azure.com/mode: rdma-shared}
+spec:
+  containers: [{name: main, image: busybox}]
+`
+	indent := func(n int) string {
+		pad := strings.Repeat(" ", n)
+		return pad + strings.ReplaceAll(strings.TrimSuffix(tmpl, "\n"), "\n", "\n"+pad) + "\n"
+	}
+	cases := []struct {
+		doc  string
+		path string // the pod template's JSON pointer; "-" for pass-through
+	}{
+		{"apiVersion: v1\nkind: Pod\nmetadata: {name: p, annotations: {infiniband.azure.com/mode: rdma-shared}}\nspec:\n  containers: [{name: main, image: busybox}]\n", ""},
+		{"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  template:\n" + indent(4), "/spec/template"},
+		{"apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: s}\nspec:\n  serviceName: s\n  template:\n" + indent(4), "/spec/template"},
+		{"apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: ds}\nspec:\n  template:\n" + indent(4), "/spec/template"},
+		{"apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec:\n  template:\n" + indent(4), "/spec/template"},
+		{"apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: c}\nspec:\n  schedule: '@daily'\n  jobTemplate:\n    spec:\n      template:\n" + indent(8), "/spec/jobTemplate/spec/template"},
+		{"apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: pt}\nspec:\n  pytorchReplicaSpecs:\n    Worker:\n      replicas: 2\n      template:\n" + indent(8), "/spec/pytorchReplicaSpecs/Worker/template"},
+		{"apiVersion: kubeflow.org/v2beta1\nkind: MPIJob\nmetadata: {name: mpi}\nspec:\n  mpiReplicaSpecs:\n    Worker:\n      template:\n" + indent(8), "/spec/mpiReplicaSpecs/Worker/template"},
+		{"apiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata: {name: js}\nspec:\n  replicatedJobs:\n  - name: w\n    template:\n      spec:\n        template:\n" + indent(10), "/spec/replicatedJobs/0/template/spec/template"},
+		{"apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\nmetadata: {name: rt}\nspec:\n  template:\n    spec:\n      replicatedJobs:\n      - name: node\n        template:\n          spec:\n            template:\n" + indent(14),
+			"/spec/template/spec/replicatedJobs/0/template/spec/template"},
+		{"apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {name: tj}\nspec:\n  runtimeRef: {name: rt}\n  podTemplateOverrides:\n  - targetJobs: [{name: node}]\n" + indent(4), "-"},
+		{"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata: {a: b}\n", "-"},
+	}
+	docs := make([]string, len(cases))
+	for i, c := range cases {
+		docs[i] = c.doc
+	}
+	var out bytes.Buffer
+	if _, err := Stream(strings.NewReader(strings.Join(docs, "---\n")), &out, testOptions()); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(out.String(), "---\n")
+	if len(got) != len(cases) {
+		t.Fatalf("%d documents out, want %d:\n%s", len(got), len(cases), out.String())
+	}
+	for i, c := range cases {
+		obj, err := decode([]byte(got[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kind := obj["kind"].(string)
+		if c.path == "-" {
+			if got[i] != c.doc {
+				t.Errorf("%s changed, want it passed through:\n%s", kind, got[i])
+			}
+			continue
+		}
+		if diff := cmp.Diff([]string{c.path}, Templates(obj)); diff != "" {
+			t.Errorf("%s templates (-want +got):\n%s", kind, diff)
+		}
+		pod, _ := lookup(obj, c.path).(map[string]any)
+		containers, _ := nested(pod, "spec", "containers").([]any)
+		if len(containers) != 1 {
+			t.Fatalf("%s: no container at %s/spec/containers:\n%s", kind, c.path, got[i])
+		}
+		if q := nested(containers[0].(map[string]any), "resources", "limits", "rdma/shared_ib"); q != "1" {
+			t.Errorf("%s: container limits rdma/shared_ib = %v, want \"1\":\n%s", kind, q, got[i])
+		}
+		if _, ok := nested(pod, "metadata", "annotations").(map[string]any)[mutate.AnnotationInjected]; !ok {
+			t.Errorf("%s: no %s annotation on the template", kind, mutate.AnnotationInjected)
+		}
+	}
+}
