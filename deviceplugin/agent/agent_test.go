@@ -18,6 +18,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/ibkube/ibkube/deviceplugin/config"
+	"github.com/ibkube/ibkube/deviceplugin/discovery"
 	"github.com/ibkube/ibkube/deviceplugin/fixture"
 	"github.com/ibkube/ibkube/deviceplugin/inventory"
 	"github.com/ibkube/ibkube/deviceplugin/server/kubeletstub"
@@ -246,5 +247,80 @@ func TestAgentOnFixture(t *testing.T) {
 	}
 	if _, err := stub.WaitList("rdma/ib", 5*time.Second, func(d []*pluginapi.Device) bool { return health(d, "mlx5_5") == "Healthy" }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAgentFollowsLateDriversAndCharDevices starts the agent on a node whose
+// drivers have not loaded yet, with the periodic rescan out of reach, so
+// only change events can move it: the HCAs appearing later are advertised,
+// a char device that vanishes makes its HCA Unhealthy and its re-creation
+// makes it Healthy again, and every update carries the whole list.
+func TestAgentFollowsLateDriversAndCharDevices(t *testing.T) {
+	t.Parallel()
+	dir, sockets := t.TempDir(), t.TempDir()
+	stub, err := kubeletstub.Start(sockets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stub.Stop()
+	cfg := config.Default()
+	cfg.RescanPeriod.Duration = time.Hour
+	scanner := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Logger: testr.New(t)})
+	a, err := New(Config{Agent: cfg, Scanner: scanner, SysfsRoot: fixture.SysfsRoot(dir), KubeletSocketDir: sockets, StateDir: t.TempDir()}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	if _, err := stub.WaitList("rdma/ib", 5*time.Second, func(d []*pluginapi.Device) bool { return len(d) == 0 }); err != nil {
+		t.Fatal("before the drivers load: ", err)
+	}
+
+	healthyExcept := func(unhealthy string) func([]*pluginapi.Device) bool {
+		return func(d []*pluginapi.Device) bool {
+			if len(d) != 8 {
+				return false
+			}
+			for _, dev := range d {
+				if (dev.ID == unhealthy) != (dev.Health == pluginapi.Unhealthy) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	if err := fixture.Build(dir, fixture.NDv5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stub.WaitList("rdma/ib", 5*time.Second, healthyExcept("")); err != nil {
+		t.Fatal("drivers loaded after start: ", err)
+	}
+	if _, err := stub.WaitList("rdma/shared_ib", 5*time.Second, func(d []*pluginapi.Device) bool {
+		return len(d) == 63 && d[0].Health == pluginapi.Healthy
+	}); err != nil {
+		t.Fatal("shared pool after the drivers loaded: ", err)
+	}
+
+	if err := fixture.RemoveCharDevice(dir, "uverbs3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stub.WaitList("rdma/ib", 5*time.Second, healthyExcept("mlx5_3")); err != nil {
+		t.Fatal("uverbs3 removed: ", err)
+	}
+	if err := fixture.AddCharDevice(dir, "uverbs3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stub.WaitList("rdma/ib", 5*time.Second, healthyExcept("")); err != nil {
+		t.Fatal("uverbs3 re-created: ", err)
+	}
+	if got := a.Inventory().HCAs[3]; got.Name != "mlx5_3" || !got.Healthy {
+		t.Errorf("Inventory mlx5_3 = %s healthy=%v (%s)", got.Name, got.Healthy, got.HealthReason)
 	}
 }
