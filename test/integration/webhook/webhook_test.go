@@ -703,10 +703,20 @@ func (e *env) testMetrics(t *testing.T) {
 // testTLS checks the listener's TLS floor and that HTTP/2 is off.
 func testTLS(t *testing.T, port int) {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	old, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS11})
+	// MinVersion too: Go clients refuse to offer anything below TLS 1.2 by
+	// default, which would fail the handshake here whatever the server allows.
+	old, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11})
 	if err == nil {
 		old.Close()
 		t.Error("TLS 1.1 handshake succeeded, want TLS 1.2 at least")
+	} else if !strings.Contains(err.Error(), "protocol version") {
+		t.Errorf("TLS 1.1 handshake failed for another reason than the version floor: %v", err)
+	}
+	v12, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Errorf("TLS 1.2 handshake: %v (API servers may still speak TLS 1.2)", err)
+	} else {
+		v12.Close()
 	}
 	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}})
 	if err != nil {
