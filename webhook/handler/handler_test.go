@@ -361,6 +361,9 @@ func TestHandler(t *testing.T) {
 			if n := counterValue(t, h.opts.Metrics.mutations.WithLabelValues(tc.mode, tc.outcome)); n != 1 {
 				t.Errorf("ibkube_webhook_mutations_total{mode=%q,outcome=%q} = %v, want 1", tc.mode, tc.outcome, n)
 			}
+			if n := histogramCount(t, h.opts.Metrics.latency.WithLabelValues(tc.outcome)); n != 1 {
+				t.Errorf("ibkube_webhook_mutation_duration_seconds_count{outcome=%q} = %v, want 1", tc.outcome, n)
+			}
 			if got.code != http.StatusOK {
 				return
 			}
@@ -484,4 +487,13 @@ func counterValue(t testing.TB, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+func histogramCount(t testing.TB, o prometheus.Observer) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := o.(prometheus.Metric).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }
