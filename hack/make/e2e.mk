@@ -8,6 +8,7 @@ IMAGES_DIR  := $(OUTPUT)/images
 IMAGE_TOOL  := $(BIN)/image-tool
 PAUSE_BIN   := $(OUTPUT)/e2e-bin/pause
 REPORT_BIN  := $(OUTPUT)/e2e-bin/report
+NOOP_BIN    := $(OUTPUT)/e2e-bin/noopwebhook
 # Keep the node after `make e2e` (for debugging): make e2e E2E_KEEP=1
 E2E_KEEP    ?=
 # go test -run filter for the scenarios: make e2e E2E_RUN=Scenario2
@@ -25,11 +26,12 @@ image-tool: ## Build the image writer (hack/tools/image) and the pause program.
 	@$(GOBUILD) $(TOOLS_DIR)/image $(PAUSE_BIN) "$(IMAGE_TOOL_STAMP)" "pause" "~5 s" -- -ldflags '-s -w' ./pause
 
 .PHONY: images
-images: build image-tool ## Image tarballs ibkube:dev, ibkube-report:dev, ibkube-pause:dev in _output/images (no Docker).
+images: build image-tool ## Image tarballs ibkube:dev, ibkube-report:dev (+ no-op webhook), ibkube-pause:dev in _output/images (no Docker).
 	@mkdir -p $(IMAGES_DIR) $(dir $(REPORT_BIN))
 	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(REPORT_BIN) ./test/e2e/report
+	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(NOOP_BIN) ./test/e2e/noopwebhook
 	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube.tar -t ibkube:dev $(addprefix $(BIN)/,$(COMMANDS))
-	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube-report.tar -t ibkube-report:dev -entrypoint /usr/local/bin/report $(REPORT_BIN)
+	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube-report.tar -t ibkube-report:dev -entrypoint /usr/local/bin/report $(REPORT_BIN) $(NOOP_BIN)
 	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube-pause.tar -t ibkube-pause:dev -entrypoint /usr/local/bin/pause $(PAUSE_BIN)
 	@echo "images: $$(cd $(IMAGES_DIR) && ls *.tar | tr '\n' ' ')"
 

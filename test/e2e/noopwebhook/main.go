@@ -1,8 +1,9 @@
 // Command noopwebhook is the floor of any mutating webhook for the e2e scale
 // scenario: it decodes each AdmissionReview and allows it unchanged, over TLS
-// 1.2+ with HTTP/2 off (as ibkube-webhook serves).
+// 1.2+ with HTTP/2 off (as ibkube-webhook serves). It ships in the e2e test
+// image and runs as a Deployment shaped like the chart's webhook.
 //
-//	noopwebhook -addr 198.18.0.2:9444 -cert tls.crt -key tls.key
+//	noopwebhook -addr :9443 -cert tls.crt -key tls.key
 package main
 
 import (
