@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 
 	"github.com/go-logr/logr"
 
 	"github.com/ibkube/ibkube/deviceplugin/config"
-	"github.com/ibkube/ibkube/deviceplugin/discovery"
 	"github.com/ibkube/ibkube/deviceplugin/doctor"
 	"github.com/ibkube/ibkube/deviceplugin/memlock"
 )
@@ -18,16 +18,17 @@ import (
 func runDoctor(ctx context.Context, args []string, s stdio) error {
 	fs := flag.NewFlagSet("ibkube doctor", flag.ContinueOnError)
 	fs.SetOutput(s.err)
-	sysfsRoot := fs.String("sysfs-root", "/sys", "where to read sysfs")
-	devRoot := fs.String("dev-root", "/dev", "where to read /dev")
+	host := addHostFlags(fs)
 	procRoot := fs.String("proc-root", "/proc", "where to read /proc (kernel modules, the runtime's limits)")
 	nri := fs.Bool("nri", true, "check the NRI socket (the agent's --nri)")
 	nriSocket := fs.String("nri-socket", memlock.DefaultSocketPath, "the runtime's NRI socket (the agent's --nri-socket)")
 	memlockMax := fs.String("memlock-max", "", `the agent's --memlock-max ("unlimited", "64Gi"; empty: what the runtime holds)`)
-	configPath := fs.String("config", "/etc/ibkube/agent.yaml", "the agent's config file, for the pools it would advertise (missing: defaults)")
 	output := fs.String("o", "text", "output format: text or json")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("ibkube doctor: %w", err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("ibkube doctor: unexpected arguments %q", fs.Args())
@@ -39,17 +40,14 @@ func runDoctor(ctx context.Context, args []string, s stdio) error {
 	if err != nil {
 		return fmt.Errorf("ibkube doctor: %w", err)
 	}
-	cfg, err := config.Load(*configPath)
+	cfg, err := config.Load(*host.config)
 	if err != nil {
 		return fmt.Errorf("ibkube doctor: %w", err)
 	}
 	o := doctor.Options{
-		SysfsRoot: *sysfsRoot, DevRoot: *devRoot, ProcRoot: *procRoot,
+		SysfsRoot: *host.sysfsRoot, DevRoot: *host.devRoot, ProcRoot: *procRoot, Netlink: host.netlink(),
 		NRI: *nri, NRISocket: *nriSocket, MemlockMax: maxV, Config: cfg,
 		Logger: logr.Discard(),
-	}
-	if *sysfsRoot == "/sys" {
-		o.Netlink = discovery.SystemNetlink{}
 	}
 	report := doctor.Check(doctor.Gather(ctx, o))
 	if *output == "json" {

@@ -54,6 +54,13 @@ func TestDoctorCommand(t *testing.T) {
 		t.Errorf("json report: %+v", report)
 	}
 
+	for _, cmd := range []string{"doctor", "node"} {
+		var help bytes.Buffer
+		if err := run(context.Background(), []string{cmd, "-h"}, stdio{out: &bytes.Buffer{}, err: &help}); err != nil || !strings.Contains(help.String(), "-sysfs-root") {
+			t.Errorf("ibkube %s -h = %v (want nil: asking for help is no failure), usage:\n%s", cmd, err, help.String())
+		}
+	}
+
 	if err := run(context.Background(), []string{"doctor", "-o", "yaml"}, stdio{out: &out, err: &errOut}); err == nil || !strings.Contains(err.Error(), "want text or json") {
 		t.Errorf("-o yaml: err = %v", err)
 	}

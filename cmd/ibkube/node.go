@@ -24,9 +24,7 @@ import (
 func runNode(ctx context.Context, args []string, s stdio) error {
 	fs := flag.NewFlagSet("ibkube node", flag.ContinueOnError)
 	fs.SetOutput(s.err)
-	sysfsRoot := fs.String("sysfs-root", "/sys", "directory that stands for /sys")
-	devRoot := fs.String("dev-root", "/dev", "directory that stands for /dev")
-	configFile := fs.String("config", "/etc/ibkube/agent.yaml", "AgentConfig file (missing: the agent's defaults)")
+	host := addHostFlags(fs)
 	output := fs.String("o", "table", "output format: table or json")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -40,21 +38,18 @@ func runNode(ctx context.Context, args []string, s stdio) error {
 	if *output != "table" && *output != "json" {
 		return fmt.Errorf("node: -o %q: want table or json", *output)
 	}
-	cfg, err := config.Load(*configFile)
+	cfg, err := config.Load(*host.config)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	opts := discovery.Options{SysfsRoot: *sysfsRoot, DevRoot: *devRoot, Logger: logr.Discard()}
-	if *sysfsRoot == "/sys" {
-		opts.Netlink = discovery.SystemNetlink{} // the host's own devices
-	}
+	opts := discovery.Options{SysfsRoot: *host.sysfsRoot, DevRoot: *host.devRoot, Netlink: host.netlink(), Logger: logr.Discard()}
 	node, err := discovery.NewScanner(opts).Scan(ctx)
 	if err != nil {
-		return fmt.Errorf("node: scan %s: %w", *sysfsRoot, err)
+		return fmt.Errorf("node: scan %s: %w", *host.sysfsRoot, err)
 	}
 	report := agent.Report(resource.Build(cfg, node, resource.Options{}))
 	if len(report) == 0 {
-		fmt.Fprintf(s.err, "no RDMA devices under %s (source: %s)\n", *sysfsRoot, dash(node.Source))
+		fmt.Fprintf(s.err, "no RDMA devices under %s (source: %s)\n", *host.sysfsRoot, dash(node.Source))
 	}
 	if *output == "json" {
 		enc := json.NewEncoder(s.out)
