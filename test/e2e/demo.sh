@@ -38,15 +38,15 @@ say "opt a namespace in: label infiniband.azure.com/inject=enabled"
 "${kubectl[@]}" create namespace ibkube-demo --dry-run=client -o yaml | "${kubectl[@]}" apply -f - >/dev/null
 "${kubectl[@]}" label namespace ibkube-demo --overwrite infiniband.azure.com/inject=enabled pod-security.kubernetes.io/enforce=baseline
 "${kubectl[@]}" -n ibkube-demo delete pod trainer --ignore-not-found --wait=true >/dev/null
-"${kubectl[@]}" apply -f "$ROOT/test/e2e/demo/pod.yaml"
+"${kubectl[@]}" create -f "$ROOT/test/e2e/demo/pod.yaml"
 
-say "the pod as written (left) and as admitted by ibkube (right)"
-admitted=$(mktemp)
-"${kubectl[@]}" -n ibkube-demo get pod trainer -o yaml |
-	awk '/^status:/{exit} /managedFields:/{skip=1; next} skip && /^  [a-z]/{skip=0} !skip' >"$admitted"
-diff -y -W 200 --suppress-common-lines <(grep -v '^#' "$ROOT/test/e2e/demo/pod.yaml") "$admitted" || true
-echo "(full admitted pod: kubectl -n ibkube-demo get pod trainer -o yaml)"
-rm -f "$admitted"
+say "the pod as written (left) and as admitted (right): what ibkube changed"
+podview=$E2E_DIR/podview
+go build -o "$podview" "$ROOT/test/e2e/podview"
+diff -y -W 170 <("$podview" "$ROOT/test/e2e/demo/pod.yaml") \
+	<("${kubectl[@]}" -n ibkube-demo get pod trainer -o yaml | "$podview" -) || true
+echo "(annotations, containers' env/resources/securityContext/volumeMounts and volumes;"
+echo " the whole pod: kubectl -n ibkube-demo get pod trainer -o yaml)"
 
 say "waiting for the pod to run"
 if ! "${kubectl[@]}" -n ibkube-demo wait pod/trainer --for=condition=Ready --timeout=120s; then
