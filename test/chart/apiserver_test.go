@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,6 +25,8 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/ibkube/ibkube/internal/testenv"
 )
 
 // startAPIServer runs envtest's kube-apiserver and etcd (KUBEBUILDER_ASSETS)
@@ -34,42 +35,15 @@ import (
 // the NAD client module ships it.
 func startAPIServer(t *testing.T) *rest.Config {
 	t.Helper()
-	cfg, _ := startEnv(t, filepath.Join("testdata", "crds"), nadCRD(t))
+	cfg, _ := startEnv(t, filepath.Join("testdata", "crds"), testenv.NADCRD(t))
 	return cfg
-}
-
-// nadCRD is the NetworkAttachmentDefinition CRD file in the NAD client
-// module, read where Go keeps the module rather than copied into the repo.
-func nadCRD(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/k8snetworkplumbingwg/network-attachment-definition-client").Output()
-	if err != nil {
-		t.Fatalf("locate the NAD client module: %v", err)
-	}
-	return filepath.Join(strings.TrimSpace(string(out)), "artifacts", "networks-crd.yaml")
 }
 
 // startEnv runs envtest with the CRDs in crdDirs (none: a cluster without
 // Multus, cert-manager or the Prometheus operator).
 func startEnv(t *testing.T, crdDirs ...string) (*rest.Config, *envtest.Environment) {
 	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("$KUBEBUILDER_ASSETS is not set: run `make test-chart-apiserver`, which builds kube-apiserver and sets it")
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     crdDirs,
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop envtest: %v", err)
-		}
-	})
-	return cfg, env
+	return testenv.Start(t, "test-chart-apiserver", crdDirs...)
 }
 
 // TestAPIServer validates every render (manifests/ibkube.yaml and each golden

@@ -25,10 +25,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/ibkube/ibkube/internal/testenv"
 )
 
 const (
@@ -42,17 +43,9 @@ const (
 // to expiry (same CA, caBundle unchanged), and renewal of an expiring CA
 // (new caBundle, new serving certificate), each reaching the cert dir.
 func TestSelfManagedCertificates(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("$KUBEBUILDER_ASSETS is not set: run `make test-certs-integration`")
-	}
+	cfg, _ := testenv.Start(t, "test-certs-integration")
 	log := testr.New(t)
 	ctrllog.SetLogger(log)
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cs, err := kubernetes.NewForConfig(cfg)

@@ -25,7 +25,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -50,6 +49,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ibkube/ibkube/internal/testenv"
 	"github.com/ibkube/ibkube/webhook/handler"
 	"github.com/ibkube/ibkube/webhook/mutate"
 	"github.com/ibkube/ibkube/webhook/server"
@@ -316,9 +316,6 @@ func hasCap(c corev1.Container, capName corev1.Capability) bool {
 
 func TestWebhook(t *testing.T) {
 	mwc := shippedWebhookConfig(t)
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("$KUBEBUILDER_ASSETS is not set: run `make test-integration-webhook`, which builds kube-apiserver and sets it")
-	}
 	if len(mwc.Webhooks) != 1 || mwc.Webhooks[0].ClientConfig.Service == nil {
 		t.Fatalf("shipped MutatingWebhookConfiguration: want one webhook with a service clientConfig, got %+v", mwc.Webhooks)
 	}
@@ -328,16 +325,7 @@ func TestWebhook(t *testing.T) {
 		t.Fatalf("shipped webhook path %q, the server serves %q", path, handler.Path)
 	}
 
-	te := &envtest.Environment{}
-	restCfg, err := te.Start()
-	if err != nil {
-		t.Fatalf("start envtest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := te.Stop(); err != nil {
-			t.Errorf("stop envtest: %v", err)
-		}
-	})
+	restCfg, te := testenv.Start(t, "test-integration-webhook")
 
 	log := logr.FromSlogHandler(newTestLogHandler(t))
 	ctrllog.SetLogger(log)
@@ -609,7 +597,7 @@ func (e *env) testNetworks(t *testing.T) {
 
 	// 2. CRD installed (from the NAD client module), NAD absent.
 	crds, err := envtest.InstallCRDs(rest.CopyConfig(e.envtestConfig()), envtest.CRDInstallOptions{
-		Paths: []string{nadCRD(t)}, ErrorIfPathMissing: true,
+		Paths: []string{testenv.NADCRD(t)}, ErrorIfPathMissing: true,
 	})
 	if err != nil || len(crds) != 1 {
 		t.Fatalf("install NAD CRD: %v (%d CRDs)", err, len(crds))
@@ -728,16 +716,6 @@ func testTLS(t *testing.T, port int) {
 	}
 }
 
-// nadCRD is the NetworkAttachmentDefinition CRD as the NAD client module ships it.
-func nadCRD(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/k8snetworkplumbingwg/network-attachment-definition-client").Output()
-	if err != nil {
-		t.Fatalf("locate the NAD client module: %v", err)
-	}
-	return filepath.Join(strings.TrimSpace(string(out)), "artifacts", "networks-crd.yaml")
-}
-
 // newTestLogHandler sends the server's logs to t.Log.
 // Lines logged after the test ended (stray goroutines) are dropped.
 func newTestLogHandler(t *testing.T) slog.Handler {
@@ -765,19 +743,7 @@ func (w *testWriter) Write(p []byte) (int, error) {
 // certificates), the webhook server waits for it and /readyz stays false until
 // the certificates are written.
 func TestCertSetupGatesReadiness(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("$KUBEBUILDER_ASSETS is not set: run `make test-integration-webhook`, which builds kube-apiserver and sets it")
-	}
-	te := &envtest.Environment{}
-	restCfg, err := te.Start()
-	if err != nil {
-		t.Fatalf("start envtest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := te.Stop(); err != nil {
-			t.Errorf("stop envtest: %v", err)
-		}
-	})
+	restCfg, _ := testenv.Start(t, "test-integration-webhook")
 	certDir := t.TempDir()
 	port, probePort := freePort(t), freePort(t)
 	ready := make(chan struct{})

@@ -1,0 +1,51 @@
+// Package testenv starts envtest's kube-apiserver and etcd for the
+// integration suites (test/chart, test/integration/webhook, webhook/certs),
+// so they start, stop and find CRDs the same way. Only tests import it.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Start runs envtest with the CRDs at crdPaths (files or directories; none:
+// a cluster without Multus, cert-manager or the Prometheus operator) and
+// stops it when the test ends. makeTarget is the make target that builds the
+// binaries and sets $KUBEBUILDER_ASSETS, named when it is unset.
+func Start(t testing.TB, makeTarget string, crdPaths ...string) (*rest.Config, *envtest.Environment) {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatalf("$KUBEBUILDER_ASSETS is not set: run `make %s`, which builds kube-apiserver and sets it", makeTarget)
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     crdPaths,
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start envtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop envtest: %v", err)
+		}
+	})
+	return cfg, env
+}
+
+// NADCRD is the NetworkAttachmentDefinition CRD file in the NAD client
+// module, read where Go keeps the module rather than copied into the repo.
+func NADCRD(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/k8snetworkplumbingwg/network-attachment-definition-client").Output()
+	if err != nil {
+		t.Fatalf("locate the NAD client module: %v", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "artifacts", "networks-crd.yaml")
+}
