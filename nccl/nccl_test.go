@@ -2,9 +2,7 @@ package nccl
 
 import (
 	"encoding/xml"
-	"flag"
 	"fmt"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -13,9 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ibkube/ibkube/deviceplugin/fixture"
+	"github.com/ibkube/ibkube/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata golden files")
 
 func TestProfileForSKU(t *testing.T) {
 	t.Parallel()
@@ -231,20 +228,7 @@ func TestTopologyGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		golden := filepath.Join("testdata", name+".golden")
-		if *update {
-			if err := os.WriteFile(golden, got, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want, err := os.ReadFile(golden)
-		if err != nil {
-			t.Fatalf("%v (run go test ./nccl -update)", err)
-		}
-		if diff := cmp.Diff(string(want), string(got)); diff != "" {
-			t.Errorf("%s differs from %s (-want +got):\n%s", name, golden, diff)
-		}
+		golden.Check(t, filepath.Join("testdata", name+".golden"), got)
 	}
 }
 

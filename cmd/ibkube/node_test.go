@@ -4,18 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/ibkube/ibkube/deviceplugin/fixture"
+	"github.com/ibkube/ibkube/internal/golden"
 )
-
-var updateNode = flag.Bool("update-node", false, "rewrite the ibkube node golden files under testdata/node")
 
 func TestRunNodeGolden(t *testing.T) {
 	t.Parallel()
@@ -23,13 +19,13 @@ func TestRunNodeGolden(t *testing.T) {
 	if len(names) < 5 {
 		t.Fatalf("fixtures = %v, want at least ndv5, ndv4, hb, oci-h100, broken", names)
 	}
-	type golden struct{ name, fixture, config string }
-	var cases []golden
+	type nodeCase struct{ name, fixture, config string }
+	var cases []nodeCase
 	for _, n := range names {
-		cases = append(cases, golden{n, n, ""})
+		cases = append(cases, nodeCase{n, n, ""})
 	}
 	// RoCE needs a config: the default pools take InfiniBand only.
-	cases = append(cases, golden{"oci-h100-roce", "oci-h100", filepath.Join("testdata", "node", "oci-h100-roce.yaml")})
+	cases = append(cases, nodeCase{"oci-h100-roce", "oci-h100", filepath.Join("testdata", "node", "oci-h100-roce.yaml")})
 	for _, tc := range cases {
 		for _, format := range []string{"json", "table"} {
 			t.Run(tc.name+"/"+format, func(t *testing.T) {
@@ -49,23 +45,7 @@ func TestRunNodeGolden(t *testing.T) {
 					t.Fatalf("runNode: %v (%s)", err, errb.String())
 				}
 				ext := map[string]string{"json": ".json", "table": ".txt"}[format]
-				golden := filepath.Join("testdata", "node", tc.name+ext)
-				if *updateNode {
-					if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
-						t.Fatal(err)
-					}
-					if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
-						t.Fatal(err)
-					}
-					return
-				}
-				want, err := os.ReadFile(golden)
-				if err != nil {
-					t.Fatalf("%v (run go test ./cmd/ibkube -run TestRunNodeGolden -update-node)", err)
-				}
-				if d := cmp.Diff(string(want), out.String()); d != "" {
-					t.Errorf("%s (-want +got):\n%s", golden, d)
-				}
+				golden.Check(t, filepath.Join("testdata", "node", tc.name+ext), out.Bytes())
 			})
 		}
 	}

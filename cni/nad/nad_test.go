@@ -1,8 +1,6 @@
 package nad
 
 import (
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,9 +12,8 @@ import (
 	"github.com/ibkube/ibkube/cni/plugin"
 	"github.com/ibkube/ibkube/deviceplugin/inventory"
 	"github.com/ibkube/ibkube/deviceplugin/selector"
+	"github.com/ibkube/ibkube/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 func TestRenderGolden(t *testing.T) {
 	t.Parallel()
@@ -68,9 +65,9 @@ func TestRenderGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkGolden(t, filepath.Join("testdata", tt.golden+".yaml"), got)
+			golden.Check(t, filepath.Join("testdata", tt.golden+".yaml"), got)
 			// The config alone, as the chart's spec.config must render it.
-			checkGolden(t, filepath.Join("testdata", tt.golden+".config.json"), []byte(obj.Spec.Config))
+			golden.Check(t, filepath.Join("testdata", tt.golden+".config.json"), []byte(obj.Spec.Config))
 		})
 	}
 }
@@ -167,24 +164,5 @@ func TestConfigRejectsBadNetworks(t *testing.T) {
 	}
 	if _, err := PerHCA(Network{Name: "r", Delegate: "macvlan", IPAM: IPAM{Range: "10.0.0.0/30"}}, 16); err == nil {
 		t.Error("PerHCA() with a tiny range succeeded")
-	}
-}
-
-func checkGolden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden (run go test -update): %v", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s mismatch (-want +got):\n%s", path, diff)
 	}
 }

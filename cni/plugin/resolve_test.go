@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,9 +15,8 @@ import (
 	"github.com/ibkube/ibkube/deviceplugin/fixture"
 	"github.com/ibkube/ibkube/deviceplugin/inventory"
 	"github.com/ibkube/ibkube/deviceplugin/selector"
+	"github.com/ibkube/ibkube/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 // scanned caches fixture scans (JSON, so each caller gets its own copy).
 var scanned sync.Map
@@ -218,26 +215,7 @@ func TestDelegateConfigGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			pretty.WriteByte('\n')
-			checkGolden(t, filepath.Join("testdata", "delegate", tt.name+".json"), pretty.Bytes())
+			golden.Check(t, filepath.Join("testdata", "delegate", tt.name+".json"), pretty.Bytes())
 		})
-	}
-}
-
-func checkGolden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden (run go test -update): %v", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s mismatch (-want +got):\n%s", path, diff)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,9 +20,8 @@ import (
 	"github.com/ibkube/ibkube/deviceplugin/discovery"
 	"github.com/ibkube/ibkube/deviceplugin/fixture"
 	"github.com/ibkube/ibkube/deviceplugin/inventory"
+	"github.com/ibkube/ibkube/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden.json from the current output")
 
 func newScanner(t testing.TB, dir string, nl discovery.Netlink) *discovery.Scanner {
 	t.Helper()
@@ -60,19 +58,7 @@ func TestScanFixtures(t *testing.T) {
 				t.Fatal(err)
 			}
 			got = append(got, '\n')
-			golden := filepath.Join("testdata", name+".golden.json")
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("inventory differs from %s (-want +got):\n%s", golden, diff)
-			}
+			golden.Check(t, filepath.Join("testdata", name+".golden.json"), got)
 		})
 	}
 }

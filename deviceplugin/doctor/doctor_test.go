@@ -3,7 +3,6 @@ package doctor
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -11,12 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/ibkube/ibkube/deviceplugin/fixture"
+	"github.com/ibkube/ibkube/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 // host is the non-RDMA part of a fake node.
 type host struct {
@@ -96,26 +92,9 @@ func TestDoctorGolden(t *testing.T) {
 			var text, js bytes.Buffer
 			must(t, r.WriteText(&text))
 			must(t, r.WriteJSON(&js))
-			golden(t, c.name+".txt", strings.ReplaceAll(text.String(), root, "$ROOT"))
-			golden(t, c.name+".json", strings.ReplaceAll(js.String(), root, "$ROOT"))
+			golden.Check(t, filepath.Join("testdata", c.name+".txt"), []byte(strings.ReplaceAll(text.String(), root, "$ROOT")))
+			golden.Check(t, filepath.Join("testdata", c.name+".json"), []byte(strings.ReplaceAll(js.String(), root, "$ROOT")))
 		})
-	}
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		must(t, os.MkdirAll("testdata", 0o755))
-		must(t, os.WriteFile(path, []byte(got), 0o644))
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s mismatch (-want +got):\n%s", path, diff)
 	}
 }
 

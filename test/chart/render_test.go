@@ -10,7 +10,6 @@ package chart
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,10 +17,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/ibkube/ibkube/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden.yaml from the current chart")
 
 const (
 	release   = "ibkube"
@@ -114,20 +111,8 @@ func TestGoldenRenders(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden := filepath.Join("testdata", c.name+".golden.yaml")
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run make test-chart UPDATE=1)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("render of %s differs from %s (-want +got); if intended, run make test-chart UPDATE=1 and review the diff:\n%s", c.name, golden, diff)
-			}
+			// make test-chart UPDATE=1 passes -update.
+			golden.Check(t, filepath.Join("testdata", c.name+".golden.yaml"), []byte(got))
 		})
 	}
 }

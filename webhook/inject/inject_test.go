@@ -3,7 +3,6 @@ package inject
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,11 +10,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ibkube/ibkube/internal/golden"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
 
 func testOptions() Options {
 	cfg := config.Default()
@@ -50,20 +48,7 @@ func TestExamples(t *testing.T) {
 				got.WriteString("# warning: " + w.String() + "\n")
 			}
 			got.Write(out.Bytes())
-			path := filepath.Join("testdata", "golden", name)
-			if *update {
-				if err := os.WriteFile(path, got.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				want, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatalf("%v (run go test -update)", err)
-				}
-				if diff := cmp.Diff(string(want), got.String()); diff != "" {
-					t.Errorf("golden %s mismatch (-want +got):\n%s", path, diff)
-				}
-			}
+			golden.Check(t, filepath.Join("testdata", "golden", name), got.Bytes())
 			if !strings.Contains(out.String(), mutate.AnnotationInjected) {
 				t.Errorf("example was not injected")
 			}

@@ -3,7 +3,6 @@ package mutate
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,10 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ibkube/ibkube/internal/golden"
 	"github.com/ibkube/ibkube/webhook/config"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
 
 func optedIn(name string, kv ...string) Namespace {
 	ns := Namespace{Name: name, Labels: map[string]string{LabelInject: InjectEnabled}, Annotations: map[string]string{}}
@@ -68,8 +66,8 @@ func readPod(t testing.TB, name string) *corev1.Pod {
 	return &pod
 }
 
-// golden is what a golden file holds.
-type golden struct {
+// goldenFile is what a golden file holds.
+type goldenFile struct {
 	Warnings []string    `json:"warnings"`
 	Patch    []PatchOp   `json:"patch"`
 	Pod      *corev1.Pod `json:"pod"`
@@ -88,24 +86,11 @@ func TestMutateGolden(t *testing.T) {
 			if !res.Injected {
 				t.Fatalf("Injected = false")
 			}
-			got, err := yaml.Marshal(golden{Warnings: res.Warnings, Patch: res.Patch, Pod: pod})
+			got, err := yaml.Marshal(goldenFile{Warnings: res.Warnings, Patch: res.Patch, Pod: pod})
 			if err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", "golden", tc.name+".yaml")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -update)", err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("golden %s mismatch (-want +got), rerun with -update if intended:\n%s", path, diff)
-			}
+			golden.Check(t, filepath.Join("testdata", "golden", tc.name+".yaml"), got)
 		})
 	}
 }
