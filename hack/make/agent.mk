@@ -17,7 +17,7 @@ bench-agent: ## Node agent benchmarks: Allocate latency, port-down to Unhealthy,
 
 .PHONY: update-agent-golden
 update-agent-golden: ## Rewrite the ibkube node golden inventories (cmd/ibkube/testdata/node); review the diff.
-	$(GO) test ./cmd/ibkube/ -run TestRunNodeGolden -update-node
+	$(GO) test ./cmd/ibkube/ -run TestRunNodeGolden -update
 
 FUZZ_TARGETS += fuzz-agent-config
 
