@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -46,20 +47,19 @@ func startEnv(t *testing.T, crdDirs ...string) (*rest.Config, *envtest.Environme
 	return testenv.Start(t, "test-chart-apiserver", crdDirs...)
 }
 
-// TestAPIServer validates every render (manifests/ibkube.yaml and each golden
-// case) against the real API server: a server-side apply with dryRun=All runs
-// schema validation, defaulting, CEL compilation of matchConditions and every
-// validating admission step, without storing anything.
-func TestAPIServer(t *testing.T) {
-	cfg := startAPIServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+// cluster holds the clients the tests apply rendered objects with.
+type cluster struct {
+	cs     *kubernetes.Clientset
+	dyn    dynamic.Interface
+	mapper meta.RESTMapper
+}
 
+func newCluster(t *testing.T, cfg *rest.Config) *cluster {
+	t.Helper()
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -68,8 +68,45 @@ func TestAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &cluster{cs: cs, dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
+}
+
+// apply server-side applies obj as fieldManager, taking over conflicting
+// fields as kubectl apply --server-side --force-conflicts does; with dryRun
+// the API server validates and admits it without storing anything.
+func (c *cluster) apply(ctx context.Context, obj *unstructured.Unstructured, fieldManager string, dryRun bool) error {
+	gvk := obj.GroupVersionKind()
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return fmt.Errorf("the API server does not serve this kind: %w", err)
+	}
+	data, err := obj.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	var ri dynamic.ResourceInterface = c.dyn.Resource(m.Resource)
+	if m.Scope.Name() == "namespace" {
+		ri = c.dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
+	}
+	opts := metav1.PatchOptions{FieldManager: fieldManager, Force: ptr.To(true)}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	_, err = ri.Patch(ctx, obj.GetName(), "application/apply-patch+yaml", data, opts)
+	return err
+}
+
+// TestAPIServer validates every render (manifests/ibkube.yaml and each golden
+// case) against the real API server: a server-side apply with dryRun=All runs
+// schema validation, defaulting, CEL compilation of matchConditions and every
+// validating admission step, without storing anything.
+func TestAPIServer(t *testing.T) {
+	c := newCluster(t, startAPIServer(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
 	// Namespaced objects can only be dry-run into a namespace that exists.
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -87,25 +124,7 @@ func TestAPIServer(t *testing.T) {
 	}
 
 	dryRun := func(obj *unstructured.Unstructured) error {
-		gvk := obj.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			return fmt.Errorf("the API server does not serve this kind: %w", err)
-		}
-		data, err := obj.MarshalJSON()
-		if err != nil {
-			return err
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if m.Scope.Name() == "namespace" {
-			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
-		}
-		_, err = ri.Patch(ctx, obj.GetName(), "application/apply-patch+yaml", data, metav1.PatchOptions{
-			DryRun:       []string{metav1.DryRunAll},
-			FieldManager: "ibkube-chart-test",
-			Force:        ptr.To(true),
-		})
-		return err
+		return c.apply(ctx, obj, "ibkube-chart-test", true)
 	}
 
 	for name, stream := range renders {
@@ -169,17 +188,10 @@ func TestAPIServer(t *testing.T) {
 // refused and every pod it does not send is created. That shows which pods
 // the namespaceSelector and the matchConditions select.
 func TestAPIServerWebhookSelection(t *testing.T) {
-	cfg := startAPIServer(t)
+	c := newCluster(t, startAPIServer(t))
+	cs, dyn := c.cs, c.dyn
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	manifests, err := os.ReadFile("../../manifests/ibkube.yaml")
 	if err != nil {

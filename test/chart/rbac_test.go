@@ -15,13 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
-	"k8s.io/utils/ptr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -45,38 +41,17 @@ func impersonate(cfg *rest.Config, ns, name string) *rest.Config {
 // identity, and a few things it must not do are forbidden.
 func TestAPIServerRBAC(t *testing.T) {
 	cfg := startAPIServer(t)
+	c := newCluster(t, cfg)
+	admin := c.cs
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	admin, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	manifests, err := os.ReadFile("../../manifests/ibkube.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, obj := range decodeAll(t, string(manifests)) {
-		gvk := obj.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if m.Scope.Name() == "namespace" {
-			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
-		}
-		data, _ := obj.MarshalJSON()
-		if _, err := ri.Patch(ctx, obj.GetName(), "application/apply-patch+yaml", data, metav1.PatchOptions{FieldManager: "kubectl", Force: ptr.To(true)}); err != nil {
-			t.Fatalf("apply %s %s: %v", gvk.Kind, obj.GetName(), err)
+		if err := c.apply(ctx, obj, "kubectl", false); err != nil {
+			t.Fatalf("apply %s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}
 	}
 
