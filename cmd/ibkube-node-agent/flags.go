@@ -5,9 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 
-	"github.com/go-logr/logr"
+	"github.com/ibkube/ibkube/internal/logging"
 )
 
 // options is everything the command line says.
@@ -61,29 +60,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q: ibkube-node-agent takes flags only", fs.Args())
 	}
-	if _, err := parseLevel(o.logLevel); err != nil {
+	if _, err := logging.ParseLevel(o.logLevel); err != nil {
 		return o, err
 	}
 	return o, nil
-}
-
-func parseLevel(s string) (slog.Level, error) {
-	switch s {
-	case "error":
-		return slog.LevelError, nil
-	case "info":
-		return slog.LevelInfo, nil
-	case "debug":
-		return slog.LevelDebug, nil
-	}
-	return 0, fmt.Errorf("--log-level %q: want error, info or debug", s)
-}
-
-// newLogger is a JSON logr logger; V(1) is debug.
-func newLogger(level string, out io.Writer) (logr.Logger, error) {
-	l, err := parseLevel(level)
-	if err != nil {
-		return logr.Logger{}, err
-	}
-	return logr.FromSlogHandler(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: l})), nil
 }

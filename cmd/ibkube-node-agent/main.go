@@ -15,6 +15,7 @@ import (
 	"github.com/ibkube/ibkube/deviceplugin/config"
 	"github.com/ibkube/ibkube/deviceplugin/discovery"
 	"github.com/ibkube/ibkube/deviceplugin/memlock"
+	"github.com/ibkube/ibkube/internal/logging"
 )
 
 func main() {
@@ -32,7 +33,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil || opts.help {
 		return err
 	}
-	log, err := newLogger(opts.logLevel, os.Stderr)
+	log, err := logging.New(opts.logLevel, "json", os.Stderr)
 	if err != nil {
 		return err
 	}

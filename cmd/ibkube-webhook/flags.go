@@ -5,14 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"github.com/ibkube/ibkube/internal/logging"
 	"github.com/ibkube/ibkube/webhook/certs"
 	"github.com/ibkube/ibkube/webhook/server"
 )
@@ -68,39 +67,13 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	if err := o.certs.Validate(); err != nil {
 		return o, err
 	}
-	if _, err := parseLevel(o.logLevel); err != nil {
+	if _, err := logging.ParseLevel(o.logLevel); err != nil {
 		return o, err
 	}
-	if o.logFormat != "json" && o.logFormat != "text" {
-		return o, fmt.Errorf("--log-format %q: want json or text", o.logFormat)
+	if err := logging.CheckFormat(o.logFormat); err != nil {
+		return o, err
 	}
 	return o, nil
-}
-
-func parseLevel(s string) (slog.Level, error) {
-	switch s {
-	case "error":
-		return slog.LevelError, nil
-	case "info":
-		return slog.LevelInfo, nil
-	case "debug":
-		// logr V(1) maps to slog level -1.
-		return slog.Level(-4), nil
-	}
-	return 0, fmt.Errorf("--log-level %q: want error, info or debug", s)
-}
-
-func newLogger(level, format string, w io.Writer) (logr.Logger, error) {
-	lvl, err := parseLevel(level)
-	if err != nil {
-		return logr.Logger{}, err
-	}
-	ho := &slog.HandlerOptions{Level: lvl}
-	var h slog.Handler = slog.NewJSONHandler(w, ho)
-	if format == "text" {
-		h = slog.NewTextHandler(w, ho)
-	}
-	return logr.FromSlogHandler(h), nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

@@ -10,6 +10,7 @@ import (
 
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/ibkube/ibkube/internal/logging"
 	"github.com/ibkube/ibkube/webhook/certs"
 	"github.com/ibkube/ibkube/webhook/server"
 )
@@ -29,7 +30,7 @@ func run(args []string) error {
 	if opts.help {
 		return nil
 	}
-	log, err := newLogger(opts.logLevel, opts.logFormat, os.Stderr)
+	log, err := logging.New(opts.logLevel, opts.logFormat, os.Stderr)
 	if err != nil {
 		return err
 	}
