@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,42 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ibkube/ibkube/internal/configmapdir"
 	"github.com/ibkube/ibkube/webhook/config"
 )
-
-// configMapDir writes files the way the kubelet updates a ConfigMap volume:
-// each version in its own directory, "..data" swapped atomically, and the file
-// a symlink through "..data".
-type configMapDir struct {
-	dir string
-	n   int
-}
-
-func (c *configMapDir) file() string { return filepath.Join(c.dir, "webhook.yaml") }
-
-func (c *configMapDir) write(t *testing.T, content string) {
-	t.Helper()
-	c.n++
-	v := fmt.Sprintf("..v%d", c.n)
-	if err := os.Mkdir(filepath.Join(c.dir, v), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(c.dir, v, "webhook.yaml"), []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tmp := filepath.Join(c.dir, "..data_tmp")
-	if err := os.Symlink(v, tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(c.dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Lstat(c.file()); os.IsNotExist(err) {
-		if err := os.Symlink(filepath.Join("..data", "webhook.yaml"), c.file()); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 func configYAML(shared string) string {
 	return fmt.Sprintf("apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nresources:\n  shared: %s\n  exclusive: rdma/ib\n", shared)
@@ -91,13 +57,13 @@ func TestConfigStoreStart(t *testing.T) {
 		}
 	})
 	t.Run("bad file at start is an error naming the file and field", func(t *testing.T) {
-		c := &configMapDir{dir: t.TempDir()}
-		c.write(t, badYAML)
-		_, err := newConfigStore(c.file(), nil, prometheus.NewRegistry(), logr.Discard())
+		c := configmapdir.New(t.TempDir(), "webhook.yaml")
+		c.Write(t, badYAML)
+		_, err := newConfigStore(c.Path(), nil, prometheus.NewRegistry(), logr.Discard())
 		if err == nil {
 			t.Fatal("bad config accepted at start")
 		}
-		for _, s := range []string{c.file(), "shard"} {
+		for _, s := range []string{c.Path(), "shard"} {
 			if !strings.Contains(err.Error(), s) {
 				t.Errorf("error %q does not mention %q", err, s)
 			}
@@ -110,9 +76,9 @@ func TestConfigStoreStart(t *testing.T) {
 // bad file (reporting it once), and recovers.
 func TestConfigStoreWatch(t *testing.T) {
 	t.Parallel()
-	c := &configMapDir{dir: t.TempDir()}
-	c.write(t, configYAML("rdma/shared_a"))
-	s, err := newConfigStore(c.file(), setRelease, prometheus.NewRegistry(), logr.Discard())
+	c := configmapdir.New(t.TempDir(), "webhook.yaml")
+	c.Write(t, configYAML("rdma/shared_a"))
+	s, err := newConfigStore(c.Path(), setRelease, prometheus.NewRegistry(), logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,13 +104,13 @@ func TestConfigStoreWatch(t *testing.T) {
 	shared := func() string { return s.Current().Resources.Shared }
 
 	<-s.watching
-	c.write(t, configYAML("rdma/shared_b"))
+	c.Write(t, configYAML("rdma/shared_b"))
 	waitFor("rdma/shared_b", func() bool { return shared() == "rdma/shared_b" })
 	if s.Current().ReleaseNamespace != "ibkube-system" {
 		t.Errorf("release namespace lost on reload")
 	}
 
-	c.write(t, badYAML)
+	c.Write(t, badYAML)
 	waitFor("failure reported", func() bool { return gauge(t, s.lastOK) == 0 })
 	if shared() != "rdma/shared_b" {
 		t.Errorf("bad file replaced the config: shared = %q", shared())
@@ -156,7 +122,7 @@ func TestConfigStoreWatch(t *testing.T) {
 		t.Errorf("failures counted %v times for one bad file, want 1", n)
 	}
 
-	c.write(t, configYAML("rdma/shared_c"))
+	c.Write(t, configYAML("rdma/shared_c"))
 	waitFor("recovery", func() bool { return shared() == "rdma/shared_c" && gauge(t, s.lastOK) == 1 })
 	if n := counter(t, s.reloads, "success"); n != 2 {
 		t.Errorf("successful reloads = %v, want 2", n)

@@ -49,6 +49,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ibkube/ibkube/internal/configmapdir"
 	"github.com/ibkube/ibkube/internal/testenv"
 	"github.com/ibkube/ibkube/webhook/handler"
 	"github.com/ibkube/ibkube/webhook/mutate"
@@ -198,39 +199,6 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// configDir lays a config file out the way a ConfigMap volume does (the file
-// is a symlink through "..data", swapped atomically on update).
-type configDir struct {
-	dir string
-	n   int
-}
-
-func (c *configDir) path() string { return filepath.Join(c.dir, "webhook.yaml") }
-
-func (c *configDir) write(t *testing.T, content string) {
-	t.Helper()
-	c.n++
-	ts := filepath.Join(c.dir, fmt.Sprintf("..v%d", c.n))
-	if err := os.Mkdir(ts, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ts, "webhook.yaml"), []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tmp := filepath.Join(c.dir, "..data_tmp")
-	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(c.dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Lstat(c.path()); errors.Is(err, os.ErrNotExist) {
-		if err := os.Symlink(filepath.Join("..data", "webhook.yaml"), c.path()); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -264,7 +232,7 @@ type env struct {
 	envtest  *envtest.Environment
 	release  string
 	metrics  string
-	cfgDir   *configDir
+	cfgDir   *configmapdir.Dir
 	gpu, ipc string
 }
 
@@ -334,13 +302,13 @@ func TestWebhook(t *testing.T) {
 	ca.issue(t, certDir, 2)
 	caBundle := ca.pem
 	port, metricsPort, probePort := freePort(t), freePort(t), freePort(t)
-	cd := &configDir{dir: t.TempDir()}
+	cd := configmapdir.New(t.TempDir(), "webhook.yaml")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- server.Run(ctx, server.Config{
-			ConfigFile:             cd.path(),
+			ConfigFile:             cd.Path(),
 			CertDir:                certDir,
 			Host:                   "127.0.0.1",
 			Port:                   port,
@@ -637,7 +605,7 @@ func (e *env) envtestConfig() *rest.Config { return e.envtest.Config }
 
 func (e *env) testConfigReload(t *testing.T) {
 	// A valid file: the shared resource of an NVIDIA Network Operator install.
-	e.cfgDir.write(t, "apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nresources:\n  shared: rdma/rdma_shared_device_a\n  exclusive: rdma/ib\n")
+	e.cfgDir.Write(t, "apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nresources:\n  shared: rdma/rdma_shared_device_a\n  exclusive: rdma/ib\n")
 	n := 0
 	eventually(t, 30*time.Second, "new shared resource name", func() error {
 		n++
@@ -651,7 +619,7 @@ func (e *env) testConfigReload(t *testing.T) {
 		return nil
 	})
 	// A bad file keeps the last good config, and says so.
-	e.cfgDir.write(t, "apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nresources:\n  shard: rdma/typo\n")
+	e.cfgDir.Write(t, "apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nresources:\n  shard: rdma/typo\n")
 	eventually(t, 30*time.Second, "bad config reported", func() error {
 		_, body, err := httpGet(e.metrics)
 		if err != nil {
