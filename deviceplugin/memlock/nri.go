@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
 	"github.com/containerd/nri/pkg/stub"
+	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -30,6 +32,9 @@ const (
 	DefaultPluginIndex = "90"
 	DefaultMinBackoff  = time.Second
 	DefaultMaxBackoff  = 30 * time.Second
+	// freshSocketRetry is the first wait after a failed connection to a
+	// just-created socket; it doubles from there.
+	freshSocketRetry = 10 * time.Millisecond
 )
 
 // Config configures the NRI plugin.
@@ -180,9 +185,13 @@ func (p *Plugin) setState(s State, err error) {
 }
 
 // Run keeps the plugin connected to the runtime until ctx ends: it waits
-// for the socket, registers, serves, and reconnects with backoff when the
-// runtime restarts. It returns nil when ctx ends.
+// for the socket, registers, serves, and reconnects when the runtime
+// restarts. The socket's (re-)creation is seen through filesystem events,
+// so a restarted runtime is joined at once rather than after the backoff;
+// the backoff (MinBackoff doubling to MaxBackoff) only paces retries when
+// connecting fails. It returns nil when ctx ends.
 func (p *Plugin) Run(ctx context.Context) error {
+	created := p.watchSocket(ctx)
 	backoff := p.cfg.MinBackoff
 	for ctx.Err() == nil {
 		if _, err := os.Stat(p.cfg.SocketPath); err != nil {
@@ -200,12 +209,60 @@ func (p *Plugin) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+		case <-created:
+			// A socket is created at bind, a moment before the runtime
+			// listens on it: retry quickly at first.
+			backoff = min(freshSocketRetry, p.cfg.MinBackoff)
+			continue
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, p.cfg.MaxBackoff)
 	}
 	p.metrics.connected.Set(0)
 	return nil
+}
+
+// watchSocket reports creations of the NRI socket (a runtime starting or
+// restarting) on the returned channel, coalesced. When the socket's
+// directory cannot be watched (it does not exist, as with containerd 1.x)
+// the channel never fires and Run relies on its backoff.
+func (p *Plugin) watchSocket(ctx context.Context) <-chan struct{} {
+	created := make(chan struct{}, 1)
+	w, err := fsnotify.NewWatcher()
+	if err == nil {
+		err = w.Add(filepath.Dir(p.cfg.SocketPath))
+		if err != nil {
+			_ = w.Close()
+		}
+	}
+	if err != nil {
+		p.log.V(1).Info("cannot watch the NRI socket's directory; polling it with backoff", "socket", p.cfg.SocketPath, "error", err.Error())
+		return created
+	}
+	go func() {
+		defer w.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if ev.Name == filepath.Clean(p.cfg.SocketPath) && ev.Has(fsnotify.Create) {
+					select {
+					case created <- struct{}{}:
+					default:
+					}
+				}
+			case _, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+			}
+		}
+	}()
+	return created
 }
 
 // serveOnce connects, registers and serves one NRI connection until it

@@ -325,3 +325,37 @@ func TestBesideUlimitAdjuster(t *testing.T) {
 		})
 	}
 }
+
+// TestJoinsRestartedRuntimeAtOnce: with a backoff far beyond the test's
+// patience, only the socket's creation event can bring the plugin to the
+// runtime, both when the runtime starts after the agent and when it
+// restarts (containers created meanwhile would miss their memlock).
+func TestJoinsRestartedRuntimeAtOnce(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "nri.sock")
+	p, err := NewPlugin(Config{SocketPath: sock, ProcRoot: fakeProc(t), MinBackoff: time.Hour, MaxBackoff: time.Hour},
+		testNode, testr.New(t), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	waitState(t, p, StateNoSocket)
+	r := startRuntime(t, filepath.Join(t.TempDir(), "nri.sock"))
+	front := startProxy(t, sock, r.sock)
+	waitState(t, p, StateConnected)
+	waitServed(t, r)
+
+	front.kill() // the runtime goes away: its socket and the connection
+	for deadline := time.Now().Add(10 * time.Second); p.State() == StateConnected; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("plugin still connected after the runtime went away")
+		}
+	}
+	r = startRuntime(t, filepath.Join(t.TempDir(), "nri.sock"))
+	startProxy(t, sock, r.sock)
+	waitState(t, p, StateConnected)
+	waitServed(t, r)
+}
