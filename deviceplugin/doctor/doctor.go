@@ -123,7 +123,9 @@ func checkDevices(f Facts) Result {
 		}
 		names := hcaNames(f.Node.HCAs)
 		if len(bad) > 0 {
-			res.Status = Warn
+			// An unhealthy HCA is not advertised: exclusive pods asking for
+			// every rail cannot be placed here, shared pods lose a rail.
+			res.Status = Fail
 			res.Message = fmt.Sprintf("%d RDMA devices (%s), %d unhealthy: %s", len(names), strings.Join(names, ", "), len(bad), strings.Join(bad, "; "))
 			res.Fix = "an unhealthy HCA is not advertised; a missing /dev/infiniband node usually means the driver (ib_uverbs, ib_umad) is not loaded yet"
 		} else {
@@ -156,7 +158,8 @@ func checkPorts(f Facts) Result {
 		res.Status, res.Message = Fail, fmt.Sprintf("no port is ACTIVE: %s", strings.Join(down, ", "))
 		res.Fix = "check the cable/fabric and the subnet manager (on Azure: the VM must be in the same InfiniBand partition; `ibstat` shows the state)"
 	case len(down) > 0:
-		res.Status, res.Message = Warn, fmt.Sprintf("%d/%d ports ACTIVE; not active: %s", active, total, strings.Join(down, ", "))
+		// One rail down is a broken node for a job that spans them all.
+		res.Status, res.Message = Fail, fmt.Sprintf("%d/%d ports ACTIVE; not active: %s", active, total, strings.Join(down, ", "))
 		res.Fix = "ports that are not ACTIVE carry no RDMA traffic; check them with `ibstat`"
 	default:
 		res.Status, res.Message = Pass, fmt.Sprintf("%d/%d ports ACTIVE", active, total)

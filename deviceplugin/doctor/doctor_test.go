@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ibkube/ibkube/deviceplugin/fixture"
+	"github.com/ibkube/ibkube/deviceplugin/inventory"
 	"github.com/ibkube/ibkube/internal/golden"
 )
 
@@ -102,5 +103,15 @@ func TestFailedDecidesExit(t *testing.T) {
 	t.Parallel()
 	if r := Check(Facts{}); !r.Failed {
 		t.Error("an empty node must fail")
+	}
+	// A RoCE node (no IPoIB to fail on) with one rail of two down: the
+	// ports check alone must fail it, so node health automation sees it.
+	roce := func(state string, n int) inventory.HCA {
+		return inventory.HCA{Name: fmt.Sprintf("mlx5_%d", n), Healthy: state == inventory.PortStateActive,
+			Ports: []inventory.Port{{Number: 1, State: state, PhysState: "LinkUp", LinkLayer: "Ethernet"}}}
+	}
+	r := Check(Facts{Node: inventory.Node{HCAs: []inventory.HCA{roce(inventory.PortStateActive, 0), roce("DOWN", 1)}}})
+	if !r.Failed || r.Results[1].Name != CheckPorts || r.Results[1].Status != Fail {
+		t.Errorf("one RoCE port down: %+v", r)
 	}
 }
