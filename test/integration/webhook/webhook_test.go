@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -462,9 +463,21 @@ func (e *env) testOptedIn(t *testing.T) {
 		}
 	})
 	t.Run("pod without annotation or GPU is not sent", func(t *testing.T) {
+		before := e.admissions(t)
 		got, _, err := e.create(t, "rdma", pod("cpu-only", nil, 0))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if after := e.admissions(t); after != before {
+			t.Errorf("the API server sent the pod to the webhook (%v admissions counted, then %v): the matchConditions should keep it away", before, after)
+		}
+		// The count does move for a pod that is sent: a GPU pod, which a
+		// namespace default mode would apply to.
+		if _, _, err := e.create(t, "rdma", pod("gpu-no-mode", nil, 8)); err != nil {
+			t.Fatal(err)
+		}
+		if after := e.admissions(t); after != before+1 {
+			t.Errorf("GPU pod: %v admissions counted, want %v", after, before+1)
 		}
 		if len(got.Annotations) != 0 || len(got.Spec.Containers[0].Resources.Limits) != 1 {
 			t.Errorf("cpu-only pod changed: annotations %v limits %v", got.Annotations, got.Spec.Containers[0].Resources.Limits)
@@ -479,6 +492,28 @@ func (e *env) testOptedIn(t *testing.T) {
 			t.Errorf("mode none pod was injected: %v", got.Annotations)
 		}
 	})
+}
+
+// admissions is the number of admission requests the webhook has counted,
+// summed over ibkube_webhook_mutations_total's labels.
+func (e *env) admissions(t *testing.T) float64 {
+	t.Helper()
+	_, body, err := httpGet(e.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, "ibkube_webhook_mutations_total{") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		n += v
+	}
+	return n
 }
 
 func (e *env) testPlain(t *testing.T) {
