@@ -105,15 +105,7 @@ func TestAgentEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer start(t, a)()
 
 	if _, err := stub.WaitList("rdma/ib", 5*time.Second, func(d []*pluginapi.Device) bool { return len(d) == 2 }); err != nil {
 		t.Fatal(err)
@@ -126,7 +118,7 @@ func TestAgentEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"mlx5_1"}}}})
+	resp, err := c.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"mlx5_1"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,15 +262,7 @@ func TestAgentFollowsLateDriversAndCharDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer start(t, a)()
 	if _, err := stub.WaitList("rdma/ib", 5*time.Second, func(d []*pluginapi.Device) bool { return len(d) == 0 }); err != nil {
 		t.Fatal("before the drivers load: ", err)
 	}

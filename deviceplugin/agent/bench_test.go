@@ -36,16 +36,26 @@ func runOnFixture(b testing.TB) (dir string, stub *kubeletstub.Stub, a *Agent, s
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	stopAgent := start(b, a)
 	if _, err := stub.WaitList("rdma/ib", 10*time.Second, func(d []*pluginapi.Device) bool { return len(d) == 8 }); err != nil {
 		b.Fatal(err)
 	}
 	return dir, stub, a, func() {
-		cancel()
-		<-done
+		stopAgent()
 		stub.Stop()
+	}
+}
+
+// start runs a until the returned stop, which fails tb if Run failed.
+func start(tb testing.TB, a *Agent) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("Run: %v", err)
+		}
 	}
 }
 
