@@ -104,12 +104,7 @@ func (s *Stub) Registrations(resource string) <-chan Registration {
 }
 
 func (s *Stub) registrationsLocked(resource string) chan Registration {
-	ch, ok := s.registrations[resource]
-	if !ok {
-		ch = make(chan Registration, 100)
-		s.registrations[resource] = ch
-	}
-	return ch
+	return channelFor(s.registrations, resource, 100)
 }
 
 // Lists delivers every ListAndWatch message for a resource, across
@@ -121,10 +116,15 @@ func (s *Stub) Lists(resource string) <-chan List {
 }
 
 func (s *Stub) listsLocked(resource string) chan List {
-	ch, ok := s.lists[resource]
+	return channelFor(s.lists, resource, 1000)
+}
+
+// channelFor returns m's channel for resource, made with size on first use.
+func channelFor[T any](m map[string]chan T, resource string, size int) chan T {
+	ch, ok := m[resource]
 	if !ok {
-		ch = make(chan List, 1000)
-		s.lists[resource] = ch
+		ch = make(chan T, size)
+		m[resource] = ch
 	}
 	return ch
 }
