@@ -403,6 +403,14 @@ func TestWebhook(t *testing.T) {
 	t.Run("IPoIB network check", e.testNetworks)
 	t.Run("config reload", e.testConfigReload)
 	t.Run("metrics", e.testMetrics)
+	t.Run("health probes", func(t *testing.T) {
+		for _, path := range []string{"/healthz", "/readyz"} {
+			code, body, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d%s", probePort, path))
+			if err != nil || code != http.StatusOK {
+				t.Errorf("GET %s: HTTP %d %q %v, want 200", path, code, body, err)
+			}
+		}
+	})
 	t.Run("certificate rotation", func(t *testing.T) {
 		ca.issue(t, certDir, 3)
 		eventually(t, 30*time.Second, "rotated certificate served", func() error {
