@@ -90,11 +90,29 @@ func (s *Stub) Stop() {
 	_ = os.Remove(s.Socket())
 }
 
-// Restart is a kubelet restart: kubelet.sock deleted, then created again.
+// Restart is a kubelet restart as the kubelet's device manager does it:
+// kubelet.sock deleted, every other file of the directory (the plugins'
+// sockets) but the checkpoint removed, then kubelet.sock created again.
 func (s *Stub) Restart() error {
 	s.Stop()
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("restart: %w", err)
+	}
+	for _, e := range entries {
+		if e.Name() == checkpointFile {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
+			return fmt.Errorf("restart: %w", err)
+		}
+	}
 	return s.listen()
 }
+
+// checkpointFile is the one file the kubelet keeps in its device plugin
+// directory across restarts.
+const checkpointFile = "kubelet_internal_checkpoint"
 
 // Registrations delivers every Register call of a resource.
 func (s *Stub) Registrations(resource string) <-chan Registration {
