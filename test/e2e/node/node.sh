@@ -61,7 +61,8 @@ start() {
 		return
 	fi
 	log "starting $name"
-	setsid "${NSENTER[@]}" "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
+	# (fd 9 is make's e2e lock: daemons must not hold it)
+	setsid "${NSENTER[@]}" "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null 9>&- &
 	echo $! >"$PID_DIR/$name.pid"
 }
 
