@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -226,8 +227,18 @@ func testModes(t *testing.T, st *state) {
 			}
 		}
 		check(t, r, len(uverbs) == 2, "exclusive pod: uverbs devices %v, want exactly 2", rep.devicePaths())
-		hcas := strings.Split(rep.Env["NCCL_IB_HCA"], ",")
-		check(t, r, len(hcas) == 2 && hcas[0] != "", "exclusive pod: NCCL_IB_HCA=%q, want the 2 allocated HCAs", rep.Env["NCCL_IB_HCA"])
+		// The HCAs behind the uverbs devices the container got, per the
+		// fixture's sysfs (class/infiniband_verbs/uverbsN/ibdev).
+		var allocated []string
+		for _, u := range uverbs {
+			ibdev, err := os.ReadFile(filepath.Join(fixture.SysfsRoot(fixtureDir), "class/infiniband_verbs", filepath.Base(u), "ibdev"))
+			check(t, r, err == nil, "exclusive pod: %s has no ibdev in the fixture: %v", u, err)
+			allocated = append(allocated, strings.TrimSpace(string(ibdev)))
+		}
+		got := hcaNames(rep.Env["NCCL_IB_HCA"])
+		slices.Sort(allocated)
+		check(t, r, len(allocated) == 2 && slices.Equal(got, allocated), "exclusive pod: NCCL_IB_HCA=%q names %v, the container got the devices of %v", rep.Env["NCCL_IB_HCA"], got, allocated)
+		r.Notes = append(r.Notes, fmt.Sprintf("exclusive pod: NCCL_IB_HCA=%s, devices %v", rep.Env["NCCL_IB_HCA"], uverbs))
 		check(t, r, rep.Memlock.Soft > runtimeMemlock, "exclusive pod: memlock soft %d not raised", rep.Memlock.Soft)
 	}
 	if rep, ok := reports["ipoib"]; ok {
@@ -257,6 +268,23 @@ func testModes(t *testing.T, st *state) {
 		fail(t, r, "%v", err)
 	}
 	check(t, r, rep.hasCap("CAP_IPC_LOCK"), "root rdma-shared pod without Pod Security lacks CAP_IPC_LOCK (caps %v)", rep.Capabilities)
+}
+
+// hcaNames returns the sorted HCA names of an NCCL_IB_HCA value such as
+// "=mlx5_4:1,mlx5_5:1" (an exclusion list "^..." names none it allows).
+func hcaNames(v string) []string {
+	if v == "" || strings.HasPrefix(v, "^") {
+		return nil
+	}
+	var out []string
+	for _, e := range strings.Split(strings.TrimPrefix(v, "="), ",") {
+		name, _, _ := strings.Cut(strings.TrimSpace(e), ":")
+		if name != "" {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func ncclEnv(rep ContainerReport) map[string]string {
