@@ -27,12 +27,7 @@ func BenchmarkScanNDv5(b *testing.B) {
 func BenchmarkPortDownToHint(b *testing.B) {
 	dir := build(b, fixture.NDv5)
 	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Coalesce: 20 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	hints, err := s.Watch(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
+	hints := watch(b, s)
 	states := []string{"DOWN", "ACTIVE"}
 	i := 0
 	for b.Loop() {

@@ -392,12 +392,7 @@ func TestWatchCoalescesBursts(t *testing.T) {
 	t.Parallel()
 	dir := build(t, fixture.NDv5)
 	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Logger: testr.New(t), Coalesce: 200 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	hints, err := s.Watch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hints := watch(t, s)
 	for i := 0; i < 8; i++ {
 		if err := fixture.RemoveCharDevice(dir, "uverbs"+string(rune('0'+i))); err != nil {
 			t.Fatal(err)
@@ -411,12 +406,8 @@ func TestWatchLateHCA(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := newScanner(t, dir, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	hints, err := s.Watch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := t.Context()
+	hints := watch(t, s)
 	// The drivers load after the agent started: sys and dev fill in.
 	if err := fixture.Build(dir, fixture.HB); err != nil {
 		t.Fatal(err)
@@ -445,12 +436,7 @@ func TestWatchLinkEvents(t *testing.T) {
 	dir := build(t, fixture.OCIH100)
 	nl := &fakeNetlink{ready: make(chan struct{})}
 	s := newScanner(t, dir, nl)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	hints, err := s.Watch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hints := watch(t, s)
 	<-nl.ready
 	send := func(l netlink.Link) {
 		nl.mu.Lock()
@@ -554,4 +540,14 @@ func TestSystemNetlinkFallback(t *testing.T) {
 	if node.Source != discovery.SourceSysfs || len(node.HCAs) != 8 {
 		t.Errorf("source %q with %d HCAs, want sysfs with 8", node.Source, len(node.HCAs))
 	}
+}
+
+// watch follows s's change hints until the test ends.
+func watch(tb testing.TB, s *discovery.Scanner) <-chan struct{} {
+	tb.Helper()
+	hints, err := s.Watch(tb.Context())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return hints
 }
