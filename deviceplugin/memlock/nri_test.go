@@ -166,15 +166,7 @@ func TestPluginAgainstNRIRuntime(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "nri.sock")
 	reg := prometheus.NewRegistry()
 	events := eventRecorder{make(chan recordedEvent, 10)}
-	p, err := NewPlugin(Config{SocketPath: sock, ProcRoot: fakeProc(t), MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond},
-		testNode, testr.New(t), reg, events)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	p := runPlugin(t, Config{SocketPath: sock, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}, reg, events)
 
 	waitState(t, p, StateNoSocket)
 	if got := testutil.ToFloat64(p.metrics.connected); got != 0 {
@@ -332,15 +324,7 @@ func TestBesideUlimitAdjuster(t *testing.T) {
 // restarts (containers created meanwhile would miss their memlock).
 func TestJoinsRestartedRuntimeAtOnce(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "nri.sock")
-	p, err := NewPlugin(Config{SocketPath: sock, ProcRoot: fakeProc(t), MinBackoff: time.Hour, MaxBackoff: time.Hour},
-		testNode, testr.New(t), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	p := runPlugin(t, Config{SocketPath: sock, MinBackoff: time.Hour, MaxBackoff: time.Hour}, nil, nil)
 
 	waitState(t, p, StateNoSocket)
 	r := startRuntime(t, filepath.Join(t.TempDir(), "nri.sock"))
@@ -358,4 +342,19 @@ func TestJoinsRestartedRuntimeAtOnce(t *testing.T) {
 	startProxy(t, sock, r.sock)
 	waitState(t, p, StateConnected)
 	waitServed(t, r)
+}
+
+// runPlugin runs a plugin (reading the fake /proc) until the test ends.
+func runPlugin(t *testing.T, cfg Config, reg prometheus.Registerer, events EventSink) *Plugin {
+	t.Helper()
+	cfg.ProcRoot = fakeProc(t)
+	p, err := NewPlugin(cfg, testNode, testr.New(t), reg, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return p
 }
