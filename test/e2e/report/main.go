@@ -143,19 +143,35 @@ func (r *Report) readCaps() error {
 			continue
 		}
 		r.CapEff = strings.TrimSpace(v)
-		bits, err := strconv.ParseUint(r.CapEff, 16, 64)
+		caps, err := capabilities(r.CapEff)
 		if err != nil {
-			return fmt.Errorf("CapEff %q: %w", r.CapEff, err)
+			return err
 		}
-		r.Capabilities = []string{}
-		for i, n := range capNames {
-			if bits&(1<<uint(i)) != 0 {
-				r.Capabilities = append(r.Capabilities, "CAP_"+n)
-			}
-		}
+		r.Capabilities = caps
 		return nil
 	}
 	return s.Err()
+}
+
+// capabilities names the bits of a /proc/<pid>/status capability mask.
+func capabilities(mask string) ([]string, error) {
+	bits, err := strconv.ParseUint(mask, 16, 64)
+	if err != nil {
+		return nil, fmt.Errorf("capability mask %q: %w", mask, err)
+	}
+	out := []string{}
+	for i, n := range capNames {
+		if bits&(1<<uint(i)) != 0 {
+			out = append(out, "CAP_"+n)
+		}
+	}
+	return out, nil
+}
+
+// devNumber splits a Linux dev_t into major and minor (glibc's gnu_dev_major/minor
+// for the 32-bit range).
+func devNumber(rdev uint64) (major, minor uint32) {
+	return uint32((rdev >> 8) & 0xfff), uint32((rdev & 0xff) | ((rdev >> 12) & 0xfff00))
 }
 
 func devices(dir string) []Device {
@@ -177,7 +193,8 @@ func devices(dir string) []Device {
 		case syscall.S_IFREG:
 			typ = "file"
 		}
-		out = append(out, Device{Path: p, Type: typ, Major: uint32((st.Rdev >> 8) & 0xfff), Minor: uint32((st.Rdev & 0xff) | ((st.Rdev >> 12) & 0xfff00))})
+		major, minor := devNumber(st.Rdev)
+		out = append(out, Device{Path: p, Type: typ, Major: major, Minor: minor})
 		return nil
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
