@@ -28,7 +28,7 @@ func TestRunWithoutNRI(t *testing.T) {
 		metric   string // a /metrics line that must be there
 		noMetric string // a metric that must not be there
 	}{
-		{name: "socket absent", nri: "--nri=true", metric: "ibkube_nri_connected 0"},
+		{name: "socket absent", nri: "--nri=true", metric: `ibkube_nri_state{state="no_socket"} 1`},
 		{name: "disabled", nri: "--nri=false", metric: `ibkube_node_agent_devices{health="Healthy",resource="rdma/ib"} 8`, noMetric: "ibkube_nri_connected"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

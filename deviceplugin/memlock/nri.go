@@ -153,11 +153,7 @@ func (p *Plugin) RuntimeLimit() *RuntimeLimit { return p.runtime.Load() }
 // setState records and logs (once per change) the connection state.
 func (p *Plugin) setState(s State, err error) {
 	p.state.Store(s)
-	if s == StateConnected {
-		p.metrics.connected.Set(1)
-	} else {
-		p.metrics.connected.Set(0)
-	}
+	p.metrics.setState(s)
 	msg := ""
 	if err != nil {
 		msg = err.Error()
@@ -383,6 +379,7 @@ func gaugeValue(v uint64) float64 {
 
 type metrics struct {
 	connected    prometheus.Gauge
+	state        *prometheus.GaugeVec
 	decisions    *prometheus.CounterVec
 	runtimeLimit *prometheus.GaugeVec
 }
@@ -393,6 +390,10 @@ func newMetrics() *metrics {
 			Name: "ibkube_nri_connected",
 			Help: "1 when the node agent's memlock plugin is registered with the runtime's NRI socket, else 0.",
 		}),
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ibkube_nri_state",
+			Help: "1 for the memlock plugin's NRI connection state (connected; no_socket: the runtime has no NRI socket, as containerd 1.x or NRI disabled; disconnected: connection lost or refused), 0 for the others.",
+		}, []string{"state"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ibkube_memlock_decisions_total",
 			Help: "Containers seen by the memlock NRI plugin, by outcome (set, clamped, invalid, no_devices, already_set, not_needed, no_cap, no_annotation).",
@@ -404,8 +405,24 @@ func newMetrics() *metrics {
 	}
 }
 
+// setState exports s as the connection state.
+func (m *metrics) setState(s State) {
+	connected := 0.0
+	if s == StateConnected {
+		connected = 1
+	}
+	m.connected.Set(connected)
+	for _, st := range []State{StateConnected, StateNoSocket, StateDisconnected} {
+		v := 0.0
+		if st == s {
+			v = 1
+		}
+		m.state.WithLabelValues(string(st)).Set(v)
+	}
+}
+
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.connected, m.decisions, m.runtimeLimit} {
+	for _, c := range []prometheus.Collector{m.connected, m.state, m.decisions, m.runtimeLimit} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

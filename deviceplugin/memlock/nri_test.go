@@ -172,12 +172,18 @@ func TestPluginAgainstNRIRuntime(t *testing.T) {
 	if got := testutil.ToFloat64(p.metrics.connected); got != 0 {
 		t.Errorf("ibkube_nri_connected = %v without a socket, want 0", got)
 	}
+	if got := testutil.ToFloat64(p.metrics.state.WithLabelValues(string(StateNoSocket))); got != 1 {
+		t.Errorf(`ibkube_nri_state{state="no_socket"} = %v without a socket, want 1`, got)
+	}
 
 	r := startRuntime(t, filepath.Join(t.TempDir(), "nri.sock"))
 	front := startProxy(t, sock, r.sock)
 	waitState(t, p, StateConnected)
 	if got := testutil.ToFloat64(p.metrics.connected); got != 1 {
 		t.Errorf("ibkube_nri_connected = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(p.metrics.state.WithLabelValues(string(StateNoSocket))); got != 0 {
+		t.Errorf(`ibkube_nri_state{state="no_socket"} = %v once connected, want 0`, got)
 	}
 	if diff := cmp.Diff(&RuntimeLimit{PID: os.Getpid(), Source: "peer", Limit: Limit{65536, 8 << 20}}, p.RuntimeLimit()); diff != "" {
 		t.Errorf("runtime limit learned over SO_PEERCRED (-want +got):\n%s", diff)
