@@ -108,3 +108,45 @@ func TestRunNodeErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRunNodeJSONFields pins the JSON field names issue 3 promises to
+// scripts (exact case: encoding/json would match "Name" to "name" on
+// decoding, and a golden rewritten with -update would bless a rename).
+func TestRunNodeJSONFields(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := fixture.Build(dir, fixture.Broken); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := runNode(context.Background(), []string{"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir),
+		"--config", filepath.Join(dir, "none.yaml"), "-o", "json"}, stdio{out: &out, err: &bytes.Buffer{}}); err != nil {
+		t.Fatal(err)
+	}
+	var hcas []map[string]json.RawMessage
+	if err := json.Unmarshal(out.Bytes(), &hcas); err != nil || len(hcas) == 0 {
+		t.Fatalf("ibkube node -o json: %v\n%s", err, out.String())
+	}
+	for _, h := range hcas {
+		for _, k := range []string{"name", "pciAddress", "numaNode", "linkLayer", "healthy", "reason", "resource", "ports", "charDevices"} {
+			if _, ok := h[k]; !ok {
+				t.Errorf("HCA %s lacks %q", h["name"], k)
+			}
+		}
+		var ports []map[string]json.RawMessage
+		if err := json.Unmarshal(h["ports"], &ports); err != nil || len(ports) == 0 {
+			t.Fatalf("HCA %s ports: %v", h["name"], err)
+		}
+		for _, p := range ports {
+			for _, k := range []string{"port", "state", "physState", "netdev"} {
+				if _, ok := p[k]; !ok {
+					t.Errorf("HCA %s port lacks %q", h["name"], k)
+				}
+			}
+		}
+	}
+	// numaNode -1 stays -1 (unknown), not 0.
+	if got := string(hcas[3]["numaNode"]); got != "-1" {
+		t.Errorf("broken node's mlx5_3 numaNode = %s, want -1", got)
+	}
+}
