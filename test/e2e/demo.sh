@@ -18,7 +18,8 @@ if [[ ! -x $BIN/ibkube-node-agent ]]; then
 	agent=false
 fi
 # No Multus on this node, but its CRD, so the chart creates the IPoIB network.
-"${kubectl[@]}" apply -f "$ROOT/test/e2e/testdata/nad-crd.yaml" >/dev/null
+nad_module=$(cd "$ROOT" && go list -m -f '{{.Dir}}' github.com/k8snetworkplumbingwg/network-attachment-definition-client)
+"${kubectl[@]}" apply -f "$nad_module/artifacts/networks-crd.yaml" >/dev/null
 "${kubectl[@]}" wait --for=condition=Established --timeout=60s crd/network-attachment-definitions.k8s.cni.cncf.io >/dev/null
 say "helm install ibkube (chart charts/ibkube, image ibkube:dev imported into containerd)"
 "$HELM" upgrade --install ibkube "$ROOT/charts/ibkube" -n ibkube-system --create-namespace \

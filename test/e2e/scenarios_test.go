@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/ibkube/ibkube/deviceplugin/fixture"
+	"github.com/ibkube/ibkube/internal/testenv"
 )
 
 const (
@@ -120,9 +121,9 @@ func testInstall(t *testing.T, st *state) {
 	} else {
 		r.Notes = append(r.Notes, "cmd/ibkube-node-agent is not built: chart installed with agent.enabled=false")
 	}
-	// No Multus here, but its CRD: the chart then creates the IPoIB network
-	// and the webhook admits ipoib pods.
-	if out, err := h.kubectlRun(ctx, "apply", "-f", filepath.Join(h.root, "test/e2e/testdata/nad-crd.yaml")); err != nil {
+	// No Multus here, but its CRD (as the NAD client module ships it): the
+	// chart then creates the IPoIB network and the webhook admits ipoib pods.
+	if out, err := h.kubectlRun(ctx, "apply", "-f", testenv.NADCRD(t)); err != nil {
 		fail(t, r, "NetworkAttachmentDefinition CRD: %v %s", err, out)
 	}
 	if out, err := h.kubectlRun(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd/network-attachment-definitions.k8s.cni.cncf.io"); err != nil {
