@@ -26,6 +26,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/webhook/mutate"
 )
 
 const (
@@ -40,13 +43,19 @@ type scaleSetup struct {
 	ns        string
 	labels    map[string]string
 	annotated bool
+	// premutated: the pod is created already as ibkube's core would store it
+	// (webhook/mutate), with no admission: the cost of the bigger object alone.
+	premutated bool
 }
 
 // 6: 600 annotated pods created through the API by 8 concurrent clients, in
 // rounds interleaving the setups, under no admission, a no-op webhook, ibkube
 // and a MutatingAdmissionPolicy; plus unannotated pods in an opted-in
-// namespace (which must never reach the webhook). Pods are bound to a node
-// that does not exist, so only admission and storage are measured.
+// namespace (which must never reach the webhook), and, as a reference, pods
+// created already mutated with no admission (what storing the bigger pod
+// costs, which ibkube and the MAP both pay and the no-op does not). Pods are
+// bound to a node that does not exist, so only admission and storage are
+// measured.
 func testScale(t *testing.T, st *state) {
 	r := h.scenario(t, "6-scale")
 	st.needInstall(t, r)
@@ -58,6 +67,7 @@ func testScale(t *testing.T, st *state) {
 		{name: "ibkube", ns: "e2e-scale-ibkube", labels: map[string]string{prefix + "inject": "enabled"}, annotated: true},
 		{name: "map", ns: "e2e-scale-map", labels: map[string]string{"e2e-map": "true"}, annotated: true},
 		{name: "ibkube-unannotated", ns: "e2e-scale-plain", labels: map[string]string{prefix + "inject": "enabled"}},
+		{name: "none-premutated", ns: "e2e-scale-premut", annotated: true, premutated: true},
 	}
 	stopNoop, err := startNoopWebhook(ctx, t)
 	if err != nil {
@@ -76,10 +86,10 @@ func testScale(t *testing.T, st *state) {
 	// webhook configuration or policy takes a moment to reach the API server's
 	// cache).
 	for _, s := range setups {
-		want := s.name == "ibkube" || s.name == "map"
+		want := s.name == "ibkube" || s.name == "map" || s.premutated
 		var mutated bool
 		err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-			got, err := h.cs.CoreV1().Pods(s.ns).Create(ctx, scalePod("probe", s.annotated), metav1.CreateOptions{})
+			got, err := h.cs.CoreV1().Pods(s.ns).Create(ctx, s.pod("probe"), metav1.CreateOptions{})
 			if err != nil {
 				return false, nil
 			}
@@ -139,6 +149,8 @@ func testScale(t *testing.T, st *state) {
 	r.Figures["ratio_ibkube_vs_none"] = ratio("ibkube", "none")
 	r.Figures["ratio_ibkube_vs_noop"] = ratio("ibkube", "noop-webhook")
 	r.Figures["ratio_unannotated_vs_none"] = ratio("ibkube-unannotated", "none")
+	r.Figures["ratio_premutated_vs_none"] = ratio("none-premutated", "none")
+	r.Figures["ratio_ibkube_vs_premutated"] = ratio("ibkube", "none-premutated")
 	if _, ok := med["map"]; ok {
 		r.Figures["ratio_map_vs_none"] = ratio("map", "none")
 		r.Figures["ratio_ibkube_vs_map"] = ratio("ibkube", "map")
@@ -155,6 +167,20 @@ func testScale(t *testing.T, st *state) {
 	if v, ok := r.Figures["ratio_ibkube_vs_map"]; ok {
 		goal("ibkube/MAP", v, 1.0)
 	}
+}
+
+// pod is the pod this setup creates: scalePod, mutated in advance by
+// ibkube's core with the default configuration when s.premutated.
+func (s scaleSetup) pod(name string) *corev1.Pod {
+	p := scalePod(name, s.annotated)
+	if s.premutated {
+		p.Namespace = s.ns
+		ns := mutate.Namespace{Name: s.ns, Labels: map[string]string{mutate.LabelInject: mutate.InjectEnabled}}
+		if _, err := mutate.Mutate(p, ns, config.Default()); err != nil {
+			panic(fmt.Sprintf("premutate scale pod: %v", err)) // the fixed scale pod always mutates
+		}
+	}
+	return p
 }
 
 func scalePod(name string, annotated bool) *corev1.Pod {
@@ -186,7 +212,7 @@ func createInterleaved(ctx context.Context, setups []scaleSetup, round, n int) (
 		go func() {
 			defer wg.Done()
 			for j := range next {
-				p := scalePod(fmt.Sprintf("r%d-%03d", round, j.i), j.s.annotated)
+				p := j.s.pod(fmt.Sprintf("r%d-%03d", round, j.i))
 				t0 := time.Now()
 				_, err := h.cs.CoreV1().Pods(j.s.ns).Create(ctx, p, metav1.CreateOptions{})
 				d := time.Since(t0)
