@@ -81,12 +81,17 @@ type xmlPCI struct {
 	Class    string   `xml:"class,attr"`
 	Speed    string   `xml:"link_speed,attr"`
 	Width    string   `xml:"link_width,attr"`
+	VendorID string   `xml:"vendor,attr"`
 	Children []xmlPCI `xml:"pci"`
 }
 
 type xmlCPU struct {
 	NUMA     string   `xml:"numaid,attr"`
 	Affinity string   `xml:"affinity,attr"`
+	Arch     string   `xml:"arch,attr"`
+	Vendor   string   `xml:"vendor,attr"`
+	Family   string   `xml:"familyid,attr"`
+	Model    string   `xml:"modelid,attr"`
 	PCI      []xmlPCI `xml:"pci"`
 }
 
@@ -96,79 +101,127 @@ type xmlSystem struct {
 	CPUs    []xmlCPU `xml:"cpu"`
 }
 
-// TestTopologies checks the rendered files against the facts they encode:
-// 8 GPUs and 8 IB VFs (0101..0108), NDv4 on 4 NUMA nodes with 2 HCAs each,
-// NDv5 on 2 with 4 each; every HCA behind a PCIe switch shared with a GPU;
-// links and versions NCCL understands.
-func TestTopologies(t *testing.T) {
+// topoFacts is what one azhpc-images topology file states, written here by
+// hand from the file so that the test compares our rendering with the
+// source, not with another file of ours.
+type topoFacts struct {
+	Version string
+	CPUs    []cpuFacts
+}
+
+type cpuFacts struct {
+	NUMA, Affinity, Arch, Vendor, Family, Model string
+	// Switches: per PCIe switch, its bus ID, link, whether its IDs are
+	// zeroed, and its children as "busid class".
+	Switches []switchFacts
+}
+
+type switchFacts struct {
+	BusID, Link string
+	ZeroIDs     bool
+	Devices     []string
+}
+
+// sourceTopologies are the facts of Azure/azhpc-images topology/*.xml at
+// commit 8e9d055fb9e1f7385da734969793861c447958a1 (2026-07-29), which
+// includes 992d7759 (NDv5 CPU masks corrected, 2025-01-27) and 4a4565a0
+// (NDv4 CPU affinity fixed, 2025-01-29). Link "16 GT/s x16" stands for
+// link_speed="16 GT/s" link_width="16" on every pci element of the file.
+var sourceTopologies = map[string]topoFacts{
+	"ndv4-topo.xml": {Version: "1", CPUs: []cpuFacts{
+		{"0", "00000000,00000000,00ffffff", "x86_64", "AuthenticAMD", "23", "49", []switchFacts{
+			{"ffff:ff:01.0", "16 GT/s x16", false, []string{"0003:00:00.0 0x030200", "0103:00:00.0 0x020700", "0004:00:00.0 0x030200", "0104:00:00.0 0x020700"}},
+		}},
+		{"1", "00000000,0000ffff,ff000000", "x86_64", "AuthenticAMD", "23", "49", []switchFacts{
+			{"ffff:ff:02.0", "16 GT/s x16", false, []string{"0001:00:00.0 0x030200", "0101:00:00.0 0x020700", "0002:00:00.0 0x030200", "0102:00:00.0 0x020700"}},
+		}},
+		{"2", "000000ff,ffff0000,00000000", "x86_64", "AuthenticAMD", "23", "49", []switchFacts{
+			{"ffff:ff:03.0", "16 GT/s x16", false, []string{"000d:00:00.0 0x030200", "0107:00:00.0 0x020700", "000e:00:00.0 0x030200", "0108:00:00.0 0x020700"}},
+		}},
+		{"3", "ffffff00,00000000,00000000", "x86_64", "AuthenticAMD", "23", "49", []switchFacts{
+			{"ffff:ff:04.0", "16 GT/s x16", false, []string{"000b:00:00.0 0x030200", "0105:00:00.0 0x020700", "000c:00:00.0 0x030200", "0106:00:00.0 0x020700"}},
+		}},
+	}},
+	"ndv5-topo.xml": {Version: "1", CPUs: []cpuFacts{
+		{"0", "00000000,0000ffff,ffffffff", "x86_64", "GenuineIntel", "6", "143", []switchFacts{
+			{"ffff:ff:01.0", "32.0 GT/s PCIe x16", true, []string{"0001:00:00.0 0x030200", "0101:00:00.0 0x020700"}},
+			{"ffff:ff:02.0", "32.0 GT/s PCIe x16", true, []string{"0002:00:00.0 0x030200", "0102:00:00.0 0x020700"}},
+			{"ffff:ff:03.0", "32.0 GT/s PCIe x16", true, []string{"0003:00:00.0 0x030200", "0103:00:00.0 0x020700"}},
+			{"ffff:ff:04.0", "32.0 GT/s PCIe x16", true, []string{"0008:00:00.0 0x030200", "0104:00:00.0 0x020700"}},
+		}},
+		{"1", "ffffffff,ffff0000,00000000", "x86_64", "GenuineIntel", "6", "143", []switchFacts{
+			{"ffff:ff:05.0", "32.0 GT/s PCIe x16", true, []string{"0009:00:00.0 0x030200", "0105:00:00.0 0x020700"}},
+			{"ffff:ff:06.0", "32.0 GT/s PCIe x16", true, []string{"000a:00:00.0 0x030200", "0106:00:00.0 0x020700"}},
+			{"ffff:ff:07.0", "32.0 GT/s PCIe x16", true, []string{"000b:00:00.0 0x030200", "0107:00:00.0 0x020700"}},
+			{"ffff:ff:08.0", "32.0 GT/s PCIe x16", true, []string{"000c:00:00.0 0x030200", "0108:00:00.0 0x020700"}},
+		}},
+	}},
+}
+
+// factsOf reduces a rendered topology to the shape of topoFacts.
+func factsOf(t *testing.T, name string, b []byte) topoFacts {
+	t.Helper()
+	var sys xmlSystem
+	if err := xml.Unmarshal(b, &sys); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	link := func(p xmlPCI) string { return p.Speed + " x" + p.Width }
+	got := topoFacts{Version: sys.Version}
+	for _, c := range sys.CPUs {
+		cf := cpuFacts{NUMA: c.NUMA, Affinity: c.Affinity, Arch: c.Arch, Vendor: c.Vendor, Family: c.Family, Model: c.Model}
+		for _, sw := range c.PCI {
+			if sw.Class != classPCIBridge {
+				t.Errorf("%s numa %s: %s class %s directly under the CPU, want a PCIe switch", name, c.NUMA, sw.BusID, sw.Class)
+			}
+			sf := switchFacts{BusID: sw.BusID, Link: link(sw), ZeroIDs: sw.VendorID == "0x0000"}
+			for _, d := range sw.Children {
+				if link(d) != link(sw) {
+					t.Errorf("%s: %s link %q, its switch %q", name, d.BusID, link(d), link(sw))
+				}
+				sf.Devices = append(sf.Devices, d.BusID+" "+d.Class)
+			}
+			cf.Switches = append(cf.Switches, sf)
+		}
+		got.CPUs = append(got.CPUs, cf)
+	}
+	return got
+}
+
+// TestTopologiesMatchSource checks every rendered topology against the facts
+// of the azhpc-images file it stands for: NUMA ids, CPU affinity masks, CPU
+// model, switches, and which GPU sits with which HCA on which NUMA node.
+func TestTopologiesMatchSource(t *testing.T) {
 	t.Parallel()
-	for name, want := range map[string]struct {
-		numa, perNUMA int
-		speed         string
-	}{
-		"ndv4-topo.xml": {4, 2, "16 GT/s"},
-		"ndv5-topo.xml": {2, 4, "32.0 GT/s PCIe"},
-	} {
+	for _, name := range TopologyNames() {
+		want, ok := sourceTopologies[name]
+		if !ok {
+			t.Errorf("topology %s has no facts recorded from its source in sourceTopologies", name)
+			continue
+		}
 		b, err := Topology(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var sys xmlSystem
-		if err := xml.Unmarshal(b, &sys); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if sys.Version != "1" {
-			t.Errorf("%s: system version %q, want 1", name, sys.Version)
-		}
-		if len(sys.CPUs) != want.numa {
-			t.Errorf("%s: %d NUMA nodes, want %d", name, len(sys.CPUs), want.numa)
-		}
-		hcas := map[string]bool{}
-		for _, cpu := range sys.CPUs {
-			gpus, ibs := 0, 0
-			for _, sw := range cpu.PCI {
-				if sw.Class != classPCIBridge {
-					t.Errorf("%s numa %s: %s class %s directly under the CPU, want a PCIe switch", name, cpu.NUMA, sw.BusID, sw.Class)
-				}
-				swGPUs, swIBs := 0, 0
-				for _, p := range sw.Children {
-					if p.Speed != want.speed || p.Width != "16" {
-						t.Errorf("%s: %s link %q x%s, want %q x16", name, p.BusID, p.Speed, p.Width, want.speed)
-					}
-					switch p.Class {
-					case "0x030200":
-						swGPUs++
-					case "0x020700":
-						swIBs++
-						if hcas[p.BusID] {
-							t.Errorf("%s: HCA %s twice", name, p.BusID)
-						}
-						hcas[p.BusID] = true
-					default:
-						t.Errorf("%s: %s has class %s", name, p.BusID, p.Class)
-					}
-				}
-				if swGPUs == 0 || swGPUs != swIBs {
-					t.Errorf("%s switch %s: %d GPUs, %d HCAs, want pairs", name, sw.BusID, swGPUs, swIBs)
-				}
-				gpus += swGPUs
-				ibs += swIBs
-			}
-			if gpus != want.perNUMA || ibs != want.perNUMA {
-				t.Errorf("%s numa %s: %d GPUs, %d HCAs, want %d each", name, cpu.NUMA, gpus, ibs, want.perNUMA)
-			}
-		}
-		for i := 1; i <= 8; i++ {
-			if bdf := fmt.Sprintf("%04x:00:00.0", 0x100+i); !hcas[bdf] {
-				t.Errorf("%s: HCA %s missing", name, bdf)
-			}
-		}
-		if len(hcas) != 8 {
-			t.Errorf("%s: %d HCAs, want 8", name, len(hcas))
+		if diff := cmp.Diff(want, factsOf(t, name, b)); diff != "" {
+			t.Errorf("%s differs from azhpc-images topology/%s (-source +rendered):\n%s", name, name, diff)
 		}
 	}
 	if _, err := Topology("ndv9-topo.xml"); err == nil {
 		t.Error("Topology(unknown) succeeded")
+	}
+}
+
+// TestProfilesTopologyExists checks that every profile naming a topology
+// file names one Topology renders.
+func TestProfilesTopologyExists(t *testing.T) {
+	t.Parallel()
+	for _, p := range Builtin() {
+		if p.TopologyFile == "" {
+			continue
+		}
+		if _, err := Topology(p.TopologyFile); err != nil {
+			t.Errorf("profile %s: %v", p.Name, err)
+		}
 	}
 }
 
@@ -223,7 +276,7 @@ func TestTopologiesMatchFixtures(t *testing.T) {
 // go test ./nccl -update rewrites them, for a reviewer to read the diff.
 func TestTopologyGolden(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"ndv4-topo.xml", "ndv5-topo.xml"} {
+	for _, name := range TopologyNames() {
 		got, err := Topology(name)
 		if err != nil {
 			t.Fatal(err)
