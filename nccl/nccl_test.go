@@ -17,18 +17,26 @@ import (
 func TestProfileForSKU(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{
-		"Standard_ND96asr_v4":       NDv4,
-		"Standard_ND96amsr_A100_v4": NDv4,
-		"standard_nd96isr_h100_v5":  NDv5,
-		"Standard_ND96isr_H100_v5":  NDv5,
-		"Standard_HB120rs_v3":       HB,
-		"Standard_HB120-32rs_v3":    HB,
-		"Standard_HB176rs_v4":       HB,
-		"BM.GPU.H100.8":             OCIH100RoCE,
-		"Standard_D4s_v5":           "",
-		"Standard_NC24ads_A100_v4":  "",
-		"BM.GPU.A100-v2.8":          "",
-		"":                          "",
+		"Standard_ND96asr_v4":            NDv4,
+		"Standard_ND96amsr_A100_v4":      NDv4,
+		"standard_nd96isr_h100_v5":       NDv5,
+		"Standard_ND96isr_H100_v5":       NDv5,
+		"Standard_ND96isr_H200_v5":       NDv5,
+		"Standard_ND96isr_MI300X_v5":     NDv5MI300X,
+		"Standard_ND128isr_NDR_GB200_v6": NDv6GB,
+		"Standard_ND128isr_GB300_v6":     NDv6GB,
+		"Standard_HB120rs_v3":            HB,
+		"Standard_HB120-32rs_v3":         HB,
+		"Standard_HB176rs_v4":            HB,
+		"BM.GPU.H100.8":                  OCIH100RoCE,
+		"BM.GPU.H200.8":                  OCIH200RoCE,
+		"BM.GPU.B4.8":                    OCIB4RoCE,
+		"Standard_D4s_v5":                "",
+		"Standard_NC24ads_A100_v4":       "",
+		"Standard_ND96isr_H300_v5":       "",
+		"BM.GPU.A100-v2.8":               "",
+		"BM.GPU.H100.80":                 "",
+		"":                               "",
 	}
 	for sku, want := range cases {
 		p, ok := ProfileForSKU(sku)
@@ -55,17 +63,14 @@ func TestBuiltinProfiles(t *testing.T) {
 			if strings.HasPrefix(v.Name, "NCCL_") {
 				t.Errorf("%s: %s must go in the NCCL list (the conf file), not env", p.Name, v.Name)
 			}
-		}
-		if p.TopologyFile != "" {
-			if _, err := Topology(p.TopologyFile); err != nil {
-				t.Errorf("%s: %v", p.Name, err)
+			if v.WholeNode {
+				t.Errorf("%s: %s: whole-node values are conf-file values", p.Name, v.Name)
 			}
 		}
-	}
-	oci, _ := ProfileForSKU("BM.GPU.H100.8")
-	for k, want := range map[string]string{"NCCL_IB_GID_INDEX": "3", "NCCL_IB_TC": "41", "NCCL_IB_TIMEOUT": "22"} {
-		if got, _ := Lookup(oci.NCCL, k); got != want {
-			t.Errorf("oci %s = %q, want %q", k, got, want)
+		for _, v := range append(append([]Var{}, p.NCCL...), p.Env...) {
+			if v.WholeNode && p.GPUsPerNode == 0 {
+				t.Errorf("%s: %s is whole-node but the profile states no GPUsPerNode", p.Name, v.Name)
+			}
 		}
 	}
 	// A caller modifying its copy must not change the catalogue.
@@ -73,6 +78,165 @@ func TestBuiltinProfiles(t *testing.T) {
 	b[1].NCCL[0].Value = "changed"
 	if Builtin()[1].NCCL[0].Value == "changed" {
 		t.Error("Builtin returns shared slices")
+	}
+}
+
+// sourceCommits are the commits at which the lines of sourceLines were read.
+var sourceCommits = map[string]string{
+	"Azure/azhpc-images":            "8e9d055fb9e1f7385da734969793861c447958a1",
+	"Azure/aks-rdma-infiniband":     "700dabb4fe0451d482ae09a373617ed68658b021",
+	"oracle-quickstart/oci-hpc-oke": "61d210acc37f1990f27012aa4f108c5db4e52ab2",
+}
+
+// sourceLine is one setting line of a public source for one profile's
+// machine, as it reads in the file, and what the catalogue does with it:
+// carry it (omit empty) or leave it out for the reason given.
+type sourceLine struct {
+	profile, source, text, omit string
+}
+
+const (
+	omitNodeFact = "node fact: the node agent supplies it from what it allocated"
+	omitDebug    = "logging choice, not a machine fact"
+	omitGID      = "NCCL selects the RoCEv2 IPv4 GID itself when unset (src/transport/net_ib/connect.cc ncclIbGetGidIndex)"
+)
+
+// sourceLines records, per built-in profile, every NCCL/RCCL setting its
+// sources give for that machine (read at sourceCommits), so that a value is
+// neither carried wrongly nor dropped silently.
+var sourceLines = []sourceLine{
+	{NDv4, "Azure/azhpc-images components/customizations/ndv4.sh:12", "NCCL_IB_PCI_RELAXED_ORDERING=1", ""},
+	{NDv4, "Azure/azhpc-images components/customizations/ndv4.sh:13", "NCCL_TOPO_FILE=/opt/microsoft/ndv4/topo.xml", omitNodeFact},
+	{NDv4, "Azure/azhpc-images components/customizations/ndv4.sh:14", "NCCL_IGNORE_CPU_AFFINITY=1", ""},
+	{NDv4, "Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml:33", "NCCL_NET_GDR_LEVEL: SYS        # Needed for MPI Job.", ""},
+	{NDv4, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/mpi-job.yaml:52", "-x CUDA_DEVICE_ORDER=PCI_BUS_ID \\", ""},
+	{NDv4, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/mpi-job.yaml:53", "-x NCCL_TOPO_FILE=/opt/nvidia-topology/topo.xml \\", omitNodeFact},
+
+	{NDv5, "Azure/azhpc-images components/customizations/ndv5.sh:12", "NCCL_IB_PCI_RELAXED_ORDERING=1", ""},
+	{NDv5, "Azure/azhpc-images components/customizations/ndv5.sh:13", "NCCL_TOPO_FILE=/opt/microsoft/ndv5/topo.xml", omitNodeFact},
+	{NDv5, "Azure/azhpc-images components/customizations/ndv5.sh:14", "NCCL_IGNORE_CPU_AFFINITY=1", ""},
+	{NDv5, "Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml:33", "NCCL_NET_GDR_LEVEL: SYS        # Needed for MPI Job.", ""},
+	{NDv5, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/mpi-job.yaml:52", "-x CUDA_DEVICE_ORDER=PCI_BUS_ID \\", ""},
+	{NDv5, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/mpi-job.yaml:53", "-x NCCL_TOPO_FILE=/opt/nvidia-topology/topo.xml \\", omitNodeFact},
+
+	{NDv5MI300X, "Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml:33", "NCCL_NET_GDR_LEVEL: SYS        # Needed for MPI Job.", ""},
+	{NDv5MI300X, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/rccl-mpi-job.yaml:57", "-x RCCL_MSCCL_ENABLE=0 \\", ""},
+
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:34", "NCCL_DEBUG=WARN", omitDebug},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:35", "NCCL_CUMEM_ENABLE=0", ""},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:36", "NCCL_IB_SPLIT_DATA_ON_QPS=0", ""},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:37", "NCCL_IB_GID_INDEX=3", omitGID},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:38", "NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_9,mlx5_10,mlx5_12,mlx5_13,mlx5_14,mlx5_15,mlx5_16,mlx5_17", omitNodeFact},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:39", "NCCL_IB_TC=41", ""},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:40", "NCCL_IB_SL=0", ""},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:41", "NCCL_IB_TIMEOUT=22", ""},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:42", "NCCL_SOCKET_IFNAME=eth0", ""},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:43", "NCCL_IGNORE_CPU_AFFINITY=1", ""},
+
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:49", "NCCL_DEBUG=WARN", omitDebug},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:50", "NCCL_CUMEM_ENABLE=0", ""},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:51", "NCCL_IB_SPLIT_DATA_ON_QPS=0", ""},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:52", "NCCL_IB_GID_INDEX=3", omitGID},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:53", "NCCL_IB_HCA==mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11", omitNodeFact},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:54", "NCCL_IB_TC=41", ""},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:55", "NCCL_IB_SL=0", ""},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:56", "NCCL_IB_TIMEOUT=22", ""},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:57", "NCCL_SOCKET_IFNAME=eth0", ""},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:58", "NCCL_IGNORE_CPU_AFFINITY=1", ""},
+
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:90", "NCCL_DEBUG=WARN", omitDebug},
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:91", "NCCL_IB_SPLIT_DATA_ON_QPS=0", ""},
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:92", "NCCL_IB_QPS_PER_CONNECTION=4", ""},
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:93", "NCCL_IB_GID_INDEX=3", omitGID},
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:94", "NCCL_IB_HCA==mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_14,mlx5_15,mlx5_16,mlx5_17,mlx5_9,mlx5_10,mlx5_11,mlx5_12", omitNodeFact},
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:95", "NCCL_IB_TC=41", ""},
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:96", "NCCL_IB_SL=0", ""},
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:97", "NCCL_IB_TIMEOUT=22", ""},
+}
+
+// settingOf reads NAME and VALUE from a source line in any of the forms the
+// sources use: NAME=VALUE, NAME: VALUE  # comment, -x NAME=VALUE \\.
+func settingOf(text string) (string, string) {
+	text, _, _ = strings.Cut(text, "#")
+	text = strings.TrimSpace(text)
+	text = strings.TrimSpace(strings.TrimSuffix(text, "\\"))
+	text = strings.TrimPrefix(text, "-x ")
+	if k, v, ok := strings.Cut(text, "="); ok && !strings.Contains(k, ":") {
+		return k, v
+	}
+	k, v, _ := strings.Cut(text, ":")
+	return strings.TrimSpace(k), strings.TrimSpace(v)
+}
+
+// TestCatalogueMatchesSources compares every built-in value with the source
+// line it cites, and checks that each setting a source gives for a machine
+// is either carried or left out with a stated reason.
+func TestCatalogueMatchesSources(t *testing.T) {
+	t.Parallel()
+	type entry struct{ Value, Source string }
+	want := map[string]map[string]entry{}
+	for _, l := range sourceLines {
+		repo, _, _ := strings.Cut(l.source, " ")
+		if sourceCommits[repo] == "" {
+			t.Errorf("%s: no commit recorded for %s", l.source, repo)
+		}
+		if want[l.profile] == nil {
+			want[l.profile] = map[string]entry{}
+		}
+		if l.omit != "" {
+			continue
+		}
+		k, v := settingOf(l.text)
+		want[l.profile][k] = entry{v, l.source}
+	}
+	for _, p := range Builtin() {
+		got := map[string]entry{}
+		for _, v := range append(append([]Var{}, p.NCCL...), p.Env...) {
+			got[v.Name] = entry{v.Value, v.Source}
+		}
+		w := want[p.Name]
+		if w == nil {
+			w = map[string]entry{}
+		}
+		if diff := cmp.Diff(w, got); diff != "" {
+			t.Errorf("profile %s vs its sources (-source +catalogue):\n%s", p.Name, diff)
+		}
+		for _, l := range sourceLines {
+			if l.profile != p.Name || l.omit == "" {
+				continue
+			}
+			if k, _ := settingOf(l.text); got[k] != (entry{}) {
+				t.Errorf("profile %s carries %s, which is left out on purpose (%s)", p.Name, k, l.omit)
+			}
+		}
+	}
+}
+
+// TestRoCEProfiles checks the machine facts of the OCI shapes: how many
+// HCAs go with each GPU (the NCCL_IB_HCA list lengths of the source) and the
+// resource of the RoCE pool.
+func TestRoCEProfiles(t *testing.T) {
+	t.Parallel()
+	for name, hcas := range map[string]int{OCIH100RoCE: 16, OCIH200RoCE: 8, OCIB4RoCE: 16} {
+		var p Profile
+		for _, b := range Builtin() {
+			if b.Name == name {
+				p = b
+			}
+		}
+		for _, l := range sourceLines {
+			if l.profile == name && strings.HasPrefix(l.text, "NCCL_IB_HCA=") {
+				if n := len(strings.Split(strings.TrimPrefix(l.text, "NCCL_IB_HCA=="), ",")); n != hcas {
+					t.Errorf("%s: source lists %d HCAs, test expects %d", name, n, hcas)
+				}
+			}
+		}
+		if p.GPUsPerNode != 8 || p.HCAsPerGPU*p.GPUsPerNode != hcas || p.ExclusiveResource != RoCEResource {
+			t.Errorf("%s: %d GPUs x %d HCAs per GPU on %q, want 8 GPUs, %d HCAs on %s", name, p.GPUsPerNode, p.HCAsPerGPU, p.ExclusiveResource, hcas, RoCEResource)
+		}
+		if _, ok := Lookup(p.NCCL, "NCCL_IB_GID_INDEX"); ok {
+			t.Errorf("%s sets NCCL_IB_GID_INDEX; NCCL must pick the RoCEv2 GID itself", name)
+		}
 	}
 }
 
