@@ -3,6 +3,7 @@ package nccl
 import (
 	"encoding/xml"
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -482,5 +483,51 @@ func TestRenderRefusesBadBusID(t *testing.T) {
 	m.numa[0].switches[0][0].hca = "0103:00:00"
 	if _, err := renderTopology(m); err == nil || !strings.Contains(err.Error(), "0103:00:00") {
 		t.Errorf("renderTopology with a bad bus ID: err = %v, want it named", err)
+	}
+}
+
+// TestProfilesDocListsEveryValue keeps docs/profiles.md's table of every
+// profile and value, with its source file and line, in step with the
+// catalogue.
+func TestProfilesDocListsEveryValue(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "profiles.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for _, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "| `") && strings.Count(line, "|") == 5 && strings.Contains(line, "=") {
+			rows++
+		}
+	}
+	want := 0
+	for _, p := range Builtin() {
+		if !strings.Contains(string(doc), "| `"+p.Name+"` |") {
+			t.Errorf("docs/profiles.md does not list profile %s", p.Name)
+		}
+		for _, v := range append(append([]Var{}, p.NCCL...), p.Env...) {
+			want++
+			where := "conf file"
+			if !strings.HasPrefix(v.Name, "NCCL_") {
+				where = "env"
+			}
+			if v.WholeNode {
+				where += ", whole machine only"
+			}
+			repo, file, _ := strings.Cut(v.Source, " ")
+			row := fmt.Sprintf("| `%s` | `%s=%s` | %s | %s `%s` |", p.Name, v.Name, v.Value, where, repo, file)
+			if !strings.Contains(string(doc), row) {
+				t.Errorf("docs/profiles.md lacks the row\n%s", row)
+			}
+		}
+	}
+	if rows != want {
+		t.Errorf("docs/profiles.md has %d value rows, the catalogue %d values", rows, want)
+	}
+	for repo, commit := range sourceCommits {
+		if !strings.Contains(string(doc), "`"+commit+"`") {
+			t.Errorf("docs/profiles.md does not give the commit %s of %s", commit, repo)
+		}
 	}
 }
