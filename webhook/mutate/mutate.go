@@ -71,12 +71,17 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 			return Result{}, refusef("annotation %s: invalid value %s: %v", AnnotationMemlock, echo(memlock), err)
 		}
 	}
-	failClosed, err := resolveSocketFallback(pod, ns)
-	if err != nil {
-		return Result{}, err
+	if v, ok := pod.Annotations[AnnotationSocketFallback]; ok {
+		if _, err := parseSocketFallback(v, "annotation "+AnnotationSocketFallback); err != nil {
+			return Result{}, err
+		}
 	}
 	m, ok, err := resolveMode(pod, ns, cfg)
 	if err != nil || !ok {
+		return Result{}, err
+	}
+	failClosed, err := resolveSocketFallback(pod, ns)
+	if err != nil {
 		return Result{}, err
 	}
 	profile, profileName, err := resolveProfile(pod, ns, cfg)
@@ -255,14 +260,18 @@ func holdsWholeNode(targets []target, gpuRes string, gpusPerNode int) bool {
 // resolveSocketFallback reads the socket-fallback setting of the pod, else
 // of its namespace; true means NCCL must fail rather than fall back.
 func resolveSocketFallback(pod *corev1.Pod, ns Namespace) (bool, error) {
-	v, where := "", ""
-	if pv, ok := pod.Annotations[AnnotationSocketFallback]; ok {
-		v, where = pv, "annotation "+AnnotationSocketFallback
-	} else if nv, ok := ns.Annotations[AnnotationSocketFallback]; ok {
-		v, where = nv, fmt.Sprintf("namespace %s annotation %s", ns.Name, AnnotationSocketFallback)
-	} else {
-		return false, nil
+	if v, ok := pod.Annotations[AnnotationSocketFallback]; ok {
+		return parseSocketFallback(v, "annotation "+AnnotationSocketFallback)
 	}
+	if v, ok := ns.Annotations[AnnotationSocketFallback]; ok {
+		return parseSocketFallback(v, fmt.Sprintf("namespace %s annotation %s", ns.Name, AnnotationSocketFallback))
+	}
+	return false, nil
+}
+
+// parseSocketFallback reads a socket-fallback value; where names the
+// annotation for messages.
+func parseSocketFallback(v, where string) (bool, error) {
 	switch v {
 	case SocketFallbackAllow:
 		return false, nil
@@ -273,10 +282,10 @@ func resolveSocketFallback(pod *corev1.Pod, ns Namespace) (bool, error) {
 		where, echo(v), SocketFallbackAllow, SocketFallbackDeny)
 }
 
-// warnWholeHostDevices warns about selected containers that see every HCA
-// of the node whatever ibkube allocates: privileged containers get all of
-// the host's /dev, and a hostPath of /dev/infiniband (or a parent of it)
-// mounts every RDMA char device.
+// warnWholeHostDevices warns about selected containers that see HCAs of
+// the node whatever ibkube allocates: privileged containers get all of the
+// host's /dev, a hostPath of /dev/infiniband (or a parent of it) mounts
+// every RDMA char device, and one below it mounts some.
 func warnWholeHostDevices(pod *corev1.Pod, targets []target, warn func(string, ...any)) {
 	hostDev := map[string]string{}
 	for _, v := range pod.Spec.Volumes {
@@ -290,13 +299,13 @@ func warnWholeHostDevices(pod *corev1.Pod, targets []target, warn func(string, .
 	for _, t := range targets {
 		c := t.c
 		if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
-			warn("container %q is privileged, so it sees every HCA of the node (all of /dev/infiniband), not only those ibkube allocates to it; "+
+			warn("container %q is privileged, so it sees every HCA of the node (all of the host's /dev/infiniband), not only those ibkube allocates to it; "+
 				"drop privileged (ibkube adds IPC_LOCK and the RDMA devices) to keep pods apart", c.Name)
 			continue
 		}
 		for _, vm := range c.VolumeMounts {
 			if p, ok := hostDev[vm.Name]; ok {
-				warn("container %q mounts hostPath %s, so it sees every HCA of the node, not only those ibkube allocates to it; "+
+				warn("container %q mounts hostPath %s, so it sees the node's RDMA devices, not only those ibkube allocates to it; "+
 					"drop the hostPath volume %q (the device plugin hands out the RDMA devices) to keep pods apart", c.Name, p, vm.Name)
 				break
 			}

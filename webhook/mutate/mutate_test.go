@@ -123,6 +123,8 @@ func TestMutateLeavesAlone(t *testing.T) {
 		{"mode none", gpuPod(map[string]string{AnnotationMode: "none"}), optedIn("a", AnnotationMode, "rdma-shared")},
 		{"namespace mode, pod without GPUs", cpuPod, optedIn("a", AnnotationMode, "rdma-shared")},
 		{"not opted in, typo ignored", gpuPod(map[string]string{Prefix + "mdoe": "x"}), Namespace{Name: "plain"}},
+		// A namespace default matters only to the pods it applies to.
+		{"bad namespace socket-fallback, no mode", gpuPod(nil), optedIn("a", AnnotationSocketFallback, "x")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -228,6 +230,10 @@ func TestMutateRefusals(t *testing.T) {
 		{
 			"bad socket-fallback", map[string]string{AnnotationMode: "rdma-shared", AnnotationSocketFallback: "never"}, optedIn("t"),
 			`annotation infiniband.azure.com/socket-fallback: invalid value "never": accepted: allow (NCCL may fall back to TCP sockets, NCCL's default) or deny (NCCL fails instead)`,
+		},
+		{
+			"bad socket-fallback with mode none", map[string]string{AnnotationMode: "none", AnnotationSocketFallback: "Deny"}, optedIn("t"),
+			`annotation infiniband.azure.com/socket-fallback: invalid value "Deny": accepted: allow (NCCL may fall back to TCP sockets, NCCL's default) or deny (NCCL fails instead)`,
 		},
 		{
 			"bad namespace socket-fallback", map[string]string{AnnotationMode: "rdma-shared"}, optedIn("team", AnnotationSocketFallback, "no"),
