@@ -1,8 +1,11 @@
 package config
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -146,5 +149,51 @@ func TestParseErrors(t *testing.T) {
 				msg = msg[i+len(w):]
 			}
 		})
+	}
+}
+
+// TestChartSchemaKnowsProfileFields ties the chart's values schema, which
+// refuses unknown profile fields, to the fields a profile has here: a field
+// missing from the schema could not be set through the chart.
+func TestChartSchemaKnowsProfileFields(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(filepath.Join("..", "..", "charts", "ibkube", "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			Webhook struct {
+				Properties struct {
+					Config struct {
+						Properties struct {
+							Profiles struct {
+								Items struct {
+									Properties map[string]json.RawMessage `json:"properties"`
+								} `json:"items"`
+							} `json:"profiles"`
+						} `json:"properties"`
+					} `json:"config"`
+				} `json:"properties"`
+			} `json:"webhook"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(data, &schema); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for k := range schema.Properties.Webhook.Properties.Config.Properties.Profiles.Items.Properties {
+		got = append(got, k)
+	}
+	var want []string
+	rt := reflect.TypeOf(ProfileSpec{})
+	for i := 0; i < rt.NumField(); i++ {
+		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		want = append(want, name)
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("chart schema webhook.config.profiles[] fields (-ProfileSpec +schema):\n%s", diff)
 	}
 }
