@@ -52,7 +52,7 @@ var goldenCases = []struct {
 	{"ndv5-partial-2gpu", optedIn("training")},
 	{"ndv5-partial-4gpu", optedIn("training")},
 	{"fail-closed", optedIn("training")},
-	{"mi300x", optedIn("hpc", AnnotationMode, "rdma-exclusive", AnnotationProfile, "ndv5-mi300x")},
+	{"mi300x", optedIn("hpc", AnnotationMode, "rdma-exclusive")},
 }
 
 func testConfig() *config.Config {
