@@ -5,12 +5,42 @@ const (
 	GenericIB   = "generic-ib"
 	NDv4        = "ndv4"
 	NDv5        = "ndv5"
+	NDv6GB      = "ndv6-gb"
+	NDv5MI300X  = "ndv5-mi300x"
 	HB          = "hb"
 	OCIH100RoCE = "oci-h100-roce"
+	OCIH200RoCE = "oci-h200-roce"
+	OCIB4RoCE   = "oci-b4-roce"
 )
+
+// Sources of the values below; docs/profiles.md gives the commit each line
+// number was read at.
+const (
+	srcNDv4       = "Azure/azhpc-images components/customizations/ndv4.sh"
+	srcNDv5       = "Azure/azhpc-images components/customizations/ndv5.sh"
+	srcAKSValues  = "Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml"
+	srcAKSMPIJob  = "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/mpi-job.yaml"
+	srcAKSRCCLJob = "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/rccl-mpi-job.yaml"
+	srcOCI        = "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md"
+)
+
+// RoCEResource is the exclusive resource of the RoCE agent pool the docs
+// describe for OCI (cmd/ibkube/testdata/node/oci-h100-roce.yaml).
+const RoCEResource = "rdma/roce"
 
 // Builtin returns the built-in profiles, a fresh copy each call so callers
 // may modify it.
+//
+// Values a source sets that no profile carries, and why (docs/profiles.md
+// lists them per line): NCCL_TOPO_FILE and NCCL_IB_HCA are node facts the
+// node agent supplies; NCCL_DEBUG is a logging choice, not a machine fact;
+// NCCL_IB_GID_INDEX=3 on OCI is left to NCCL, which picks the RoCEv2 IPv4
+// GID of each port itself when the variable is unset (NVIDIA/nccl
+// src/transport/net_ib/connect.cc ncclIbGetGidIndex: NCCL_IB_GID_INDEX
+// defaults to -1, then the GID table is searched for NCCL_IB_ADDR_FAMILY,
+// default AF_INET, and NCCL_IB_ROCE_VERSION_NUM, default 2), whereas a fixed
+// index names a different address once the port's netdev moves into a pod's
+// network namespace.
 func Builtin() []Profile {
 	return []Profile{
 		{
@@ -21,35 +51,58 @@ func Builtin() []Profile {
 			Name:        NDv4,
 			Description: "Azure ND A100 v4 (ND96asr_v4, ND96amsr_A100_v4): 8 A100, 8 HDR IB VFs, 4 NUMA nodes",
 			NCCL: []Var{
-				// Azure/azhpc-images customizations/ndv4.sh writes it to /etc/nccl.conf.
-				{Name: "NCCL_IB_PCI_RELAXED_ORDERING", Value: "1"},
-				// Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml.
-				{Name: "NCCL_NET_GDR_LEVEL", Value: "SYS"},
+				{Name: "NCCL_IB_PCI_RELAXED_ORDERING", Value: "1", Source: srcNDv4 + ":12"},
+				{Name: "NCCL_IGNORE_CPU_AFFINITY", Value: "1", Source: srcNDv4 + ":14"},
+				{Name: "NCCL_NET_GDR_LEVEL", Value: "SYS", WholeNode: true, Source: srcAKSValues + ":33"},
 			},
 			Env: []Var{
-				// Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml.
-				{Name: "CUDA_DEVICE_ORDER", Value: "PCI_BUS_ID"},
+				{Name: "CUDA_DEVICE_ORDER", Value: "PCI_BUS_ID", Source: srcAKSMPIJob + ":52"},
 			},
 			// Our rendering of the layout azhpc-images states in topology/ndv4-topo.xml
 			// (NCCL_TOPO_FILE in ndv4.sh); see ndv4Machine.
 			TopologyFile: "ndv4-topo.xml",
+			GPUsPerNode:  8,
 		},
 		{
 			Name:        NDv5,
-			Description: "Azure ND H100 v5 (ND96isr_H100_v5): 8 H100, 8 NDR IB VFs, 2 NUMA nodes",
+			Description: "Azure ND H100 v5 and ND H200 v5 (ND96isr_H100_v5, ND96isr_H200_v5): 8 GPUs, 8 NDR IB VFs, 2 NUMA nodes",
 			NCCL: []Var{
-				// Azure/azhpc-images customizations/ndv5.sh writes it to /etc/nccl.conf.
-				{Name: "NCCL_IB_PCI_RELAXED_ORDERING", Value: "1"},
-				// Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml.
-				{Name: "NCCL_NET_GDR_LEVEL", Value: "SYS"},
+				{Name: "NCCL_IB_PCI_RELAXED_ORDERING", Value: "1", Source: srcNDv5 + ":12"},
+				{Name: "NCCL_IGNORE_CPU_AFFINITY", Value: "1", Source: srcNDv5 + ":14"},
+				{Name: "NCCL_NET_GDR_LEVEL", Value: "SYS", WholeNode: true, Source: srcAKSValues + ":33"},
 			},
 			Env: []Var{
-				// Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml.
-				{Name: "CUDA_DEVICE_ORDER", Value: "PCI_BUS_ID"},
+				{Name: "CUDA_DEVICE_ORDER", Value: "PCI_BUS_ID", Source: srcAKSMPIJob + ":52"},
 			},
 			// Our rendering of the layout azhpc-images states in topology/ndv5-topo.xml
 			// (NCCL_TOPO_FILE in ndv5.sh); see ndv5Machine.
 			TopologyFile: "ndv5-topo.xml",
+			GPUsPerNode:  8,
+		},
+		{
+			// azhpc-images components/customizations/ndv6.sh (the "gb-family"
+			// of setup_sku_customizations.sh) writes no nccl.conf and no
+			// topology file, and aks-rdma-infiniband has no GB test: there is
+			// no public value to carry, so the profile only sizes the machine.
+			Name:        NDv6GB,
+			Description: "Azure ND GB200 v6 and ND GB300 v6 (ND128isr_NDR_GB200_v6, ND128isr_GB300_v6): 4 GPUs, 4 IB HCAs; no public NCCL values",
+			GPUsPerNode: 4,
+		},
+		{
+			// azhpc-images components/customizations/ndv5_rocm.sh is a
+			// placeholder, so the values are those of the AKS guide's RCCL
+			// test, whose pods share the NCCL ConfigMap of values.yaml.
+			Name:        NDv5MI300X,
+			Description: "Azure ND MI300X v5 (ND96isr_MI300X_v5): 8 AMD MI300X (RCCL), 8 NDR IB HCAs",
+			NCCL: []Var{
+				{Name: "NCCL_NET_GDR_LEVEL", Value: "SYS", WholeNode: true, Source: srcAKSValues + ":33"},
+			},
+			Env: []Var{
+				// RCCL_* is not an NCCL_* variable, so it goes to env.
+				{Name: "RCCL_MSCCL_ENABLE", Value: "0", Source: srcAKSRCCLJob + ":57"},
+			},
+			GPUsPerNode: 8,
+			GPUResource: "amd.com/gpu",
 		},
 		{
 			Name:        HB,
@@ -62,14 +115,49 @@ func Builtin() []Profile {
 		},
 		{
 			Name:        OCIH100RoCE,
-			Description: "OCI BM.GPU.H100.8: 8 H100, 16 ConnectX-7 ports running RoCEv2",
+			Description: "OCI BM.GPU.H100.8: 8 H100, 16 ConnectX-7 ports running RoCEv2 (2 per GPU)",
 			NCCL: []Var{
-				// oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:
-				// RoCEv2 GID index, traffic class and timeout for BM.GPU.H100.8.
-				{Name: "NCCL_IB_GID_INDEX", Value: "3"},
-				{Name: "NCCL_IB_TC", Value: "41"},
-				{Name: "NCCL_IB_TIMEOUT", Value: "22"},
+				{Name: "NCCL_CUMEM_ENABLE", Value: "0", Source: srcOCI + ":35"},
+				{Name: "NCCL_IB_SPLIT_DATA_ON_QPS", Value: "0", Source: srcOCI + ":36"},
+				{Name: "NCCL_IB_TC", Value: "41", Source: srcOCI + ":39"},
+				{Name: "NCCL_IB_SL", Value: "0", Source: srcOCI + ":40"},
+				{Name: "NCCL_IB_TIMEOUT", Value: "22", Source: srcOCI + ":41"},
+				{Name: "NCCL_SOCKET_IFNAME", Value: "eth0", Source: srcOCI + ":42"},
+				{Name: "NCCL_IGNORE_CPU_AFFINITY", Value: "1", Source: srcOCI + ":43"},
 			},
+			GPUsPerNode:       8,
+			HCAsPerGPU:        2, // the 16 NCCL_IB_HCA entries of the source, line 38
+			ExclusiveResource: RoCEResource,
+		},
+		{
+			Name:        OCIH200RoCE,
+			Description: "OCI BM.GPU.H200.8: 8 H200, 8 RoCEv2 ports for NCCL (1 per GPU)",
+			NCCL: []Var{
+				{Name: "NCCL_CUMEM_ENABLE", Value: "0", Source: srcOCI + ":50"},
+				{Name: "NCCL_IB_SPLIT_DATA_ON_QPS", Value: "0", Source: srcOCI + ":51"},
+				{Name: "NCCL_IB_TC", Value: "41", Source: srcOCI + ":54"},
+				{Name: "NCCL_IB_SL", Value: "0", Source: srcOCI + ":55"},
+				{Name: "NCCL_IB_TIMEOUT", Value: "22", Source: srcOCI + ":56"},
+				{Name: "NCCL_SOCKET_IFNAME", Value: "eth0", Source: srcOCI + ":57"},
+				{Name: "NCCL_IGNORE_CPU_AFFINITY", Value: "1", Source: srcOCI + ":58"},
+			},
+			GPUsPerNode:       8,
+			HCAsPerGPU:        1, // the 8 NCCL_IB_HCA entries of the source, line 53
+			ExclusiveResource: RoCEResource,
+		},
+		{
+			Name:        OCIB4RoCE,
+			Description: "OCI BM.GPU.B4.8: 8 A100, 16 RoCEv2 ports (2 per GPU)",
+			NCCL: []Var{
+				{Name: "NCCL_IB_SPLIT_DATA_ON_QPS", Value: "0", Source: srcOCI + ":91"},
+				{Name: "NCCL_IB_QPS_PER_CONNECTION", Value: "4", Source: srcOCI + ":92"},
+				{Name: "NCCL_IB_TC", Value: "41", Source: srcOCI + ":95"},
+				{Name: "NCCL_IB_SL", Value: "0", Source: srcOCI + ":96"},
+				{Name: "NCCL_IB_TIMEOUT", Value: "22", Source: srcOCI + ":97"},
+			},
+			GPUsPerNode:       8,
+			HCAsPerGPU:        2, // the 16 NCCL_IB_HCA entries of the source, line 94
+			ExclusiveResource: RoCEResource,
 		},
 	}
 }

@@ -3,6 +3,7 @@ package nccl
 import (
 	"encoding/xml"
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -17,18 +18,26 @@ import (
 func TestProfileForSKU(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{
-		"Standard_ND96asr_v4":       NDv4,
-		"Standard_ND96amsr_A100_v4": NDv4,
-		"standard_nd96isr_h100_v5":  NDv5,
-		"Standard_ND96isr_H100_v5":  NDv5,
-		"Standard_HB120rs_v3":       HB,
-		"Standard_HB120-32rs_v3":    HB,
-		"Standard_HB176rs_v4":       HB,
-		"BM.GPU.H100.8":             OCIH100RoCE,
-		"Standard_D4s_v5":           "",
-		"Standard_NC24ads_A100_v4":  "",
-		"BM.GPU.A100-v2.8":          "",
-		"":                          "",
+		"Standard_ND96asr_v4":            NDv4,
+		"Standard_ND96amsr_A100_v4":      NDv4,
+		"standard_nd96isr_h100_v5":       NDv5,
+		"Standard_ND96isr_H100_v5":       NDv5,
+		"Standard_ND96isr_H200_v5":       NDv5,
+		"Standard_ND96isr_MI300X_v5":     NDv5MI300X,
+		"Standard_ND128isr_NDR_GB200_v6": NDv6GB,
+		"Standard_ND128isr_GB300_v6":     NDv6GB,
+		"Standard_HB120rs_v3":            HB,
+		"Standard_HB120-32rs_v3":         HB,
+		"Standard_HB176rs_v4":            HB,
+		"BM.GPU.H100.8":                  OCIH100RoCE,
+		"BM.GPU.H200.8":                  OCIH200RoCE,
+		"BM.GPU.B4.8":                    OCIB4RoCE,
+		"Standard_D4s_v5":                "",
+		"Standard_NC24ads_A100_v4":       "",
+		"Standard_ND96isr_H300_v5":       "",
+		"BM.GPU.A100-v2.8":               "",
+		"BM.GPU.H100.80":                 "",
+		"":                               "",
 	}
 	for sku, want := range cases {
 		p, ok := ProfileForSKU(sku)
@@ -55,17 +64,14 @@ func TestBuiltinProfiles(t *testing.T) {
 			if strings.HasPrefix(v.Name, "NCCL_") {
 				t.Errorf("%s: %s must go in the NCCL list (the conf file), not env", p.Name, v.Name)
 			}
-		}
-		if p.TopologyFile != "" {
-			if _, err := Topology(p.TopologyFile); err != nil {
-				t.Errorf("%s: %v", p.Name, err)
+			if v.WholeNode {
+				t.Errorf("%s: %s: whole-node values are conf-file values", p.Name, v.Name)
 			}
 		}
-	}
-	oci, _ := ProfileForSKU("BM.GPU.H100.8")
-	for k, want := range map[string]string{"NCCL_IB_GID_INDEX": "3", "NCCL_IB_TC": "41", "NCCL_IB_TIMEOUT": "22"} {
-		if got, _ := Lookup(oci.NCCL, k); got != want {
-			t.Errorf("oci %s = %q, want %q", k, got, want)
+		for _, v := range append(append([]Var{}, p.NCCL...), p.Env...) {
+			if v.WholeNode && p.GPUsPerNode == 0 {
+				t.Errorf("%s: %s is whole-node but the profile states no GPUsPerNode", p.Name, v.Name)
+			}
 		}
 	}
 	// A caller modifying its copy must not change the catalogue.
@@ -76,17 +82,181 @@ func TestBuiltinProfiles(t *testing.T) {
 	}
 }
 
+// sourceCommits are the commits at which the lines of sourceLines were read.
+var sourceCommits = map[string]string{
+	"Azure/azhpc-images":            "8e9d055fb9e1f7385da734969793861c447958a1",
+	"Azure/aks-rdma-infiniband":     "700dabb4fe0451d482ae09a373617ed68658b021",
+	"oracle-quickstart/oci-hpc-oke": "61d210acc37f1990f27012aa4f108c5db4e52ab2",
+}
+
+// sourceLine is one setting line of a public source for one profile's
+// machine, as it reads in the file, and what the catalogue does with it:
+// carry it (omit empty) or leave it out for the reason given.
+type sourceLine struct {
+	profile, source, text, omit string
+}
+
+const (
+	omitNodeFact = "node fact: the node agent supplies it from what it allocated"
+	omitDebug    = "logging choice, not a machine fact"
+	omitGID      = "NCCL selects the RoCEv2 IPv4 GID itself when unset (src/transport/net_ib/connect.cc ncclIbGetGidIndex)"
+)
+
+// sourceLines records, per built-in profile, every NCCL/RCCL setting its
+// sources give for that machine (read at sourceCommits), so that a value is
+// neither carried wrongly nor dropped silently.
+var sourceLines = []sourceLine{
+	{NDv4, "Azure/azhpc-images components/customizations/ndv4.sh:12", "NCCL_IB_PCI_RELAXED_ORDERING=1", ""},
+	{NDv4, "Azure/azhpc-images components/customizations/ndv4.sh:13", "NCCL_TOPO_FILE=/opt/microsoft/ndv4/topo.xml", omitNodeFact},
+	{NDv4, "Azure/azhpc-images components/customizations/ndv4.sh:14", "NCCL_IGNORE_CPU_AFFINITY=1", ""},
+	{NDv4, "Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml:33", "NCCL_NET_GDR_LEVEL: SYS        # Needed for MPI Job.", ""},
+	{NDv4, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/mpi-job.yaml:52", "-x CUDA_DEVICE_ORDER=PCI_BUS_ID \\", ""},
+	{NDv4, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/mpi-job.yaml:53", "-x NCCL_TOPO_FILE=/opt/nvidia-topology/topo.xml \\", omitNodeFact},
+
+	{NDv5, "Azure/azhpc-images components/customizations/ndv5.sh:12", "NCCL_IB_PCI_RELAXED_ORDERING=1", ""},
+	{NDv5, "Azure/azhpc-images components/customizations/ndv5.sh:13", "NCCL_TOPO_FILE=/opt/microsoft/ndv5/topo.xml", omitNodeFact},
+	{NDv5, "Azure/azhpc-images components/customizations/ndv5.sh:14", "NCCL_IGNORE_CPU_AFFINITY=1", ""},
+	{NDv5, "Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml:33", "NCCL_NET_GDR_LEVEL: SYS        # Needed for MPI Job.", ""},
+	{NDv5, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/mpi-job.yaml:52", "-x CUDA_DEVICE_ORDER=PCI_BUS_ID \\", ""},
+	{NDv5, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/mpi-job.yaml:53", "-x NCCL_TOPO_FILE=/opt/nvidia-topology/topo.xml \\", omitNodeFact},
+
+	{NDv5MI300X, "Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml:33", "NCCL_NET_GDR_LEVEL: SYS        # Needed for MPI Job.", ""},
+	{NDv5MI300X, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/rccl-mpi-job.yaml:57", "-x RCCL_MSCCL_ENABLE=0 \\", ""},
+
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:34", "NCCL_DEBUG=WARN", omitDebug},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:35", "NCCL_CUMEM_ENABLE=0", ""},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:36", "NCCL_IB_SPLIT_DATA_ON_QPS=0", ""},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:37", "NCCL_IB_GID_INDEX=3", omitGID},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:38", "NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_9,mlx5_10,mlx5_12,mlx5_13,mlx5_14,mlx5_15,mlx5_16,mlx5_17", omitNodeFact},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:39", "NCCL_IB_TC=41", ""},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:40", "NCCL_IB_SL=0", ""},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:41", "NCCL_IB_TIMEOUT=22", ""},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:42", "NCCL_SOCKET_IFNAME=eth0", ""},
+	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:43", "NCCL_IGNORE_CPU_AFFINITY=1", ""},
+
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:49", "NCCL_DEBUG=WARN", omitDebug},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:50", "NCCL_CUMEM_ENABLE=0", ""},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:51", "NCCL_IB_SPLIT_DATA_ON_QPS=0", ""},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:52", "NCCL_IB_GID_INDEX=3", omitGID},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:53", "NCCL_IB_HCA==mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11", omitNodeFact},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:54", "NCCL_IB_TC=41", ""},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:55", "NCCL_IB_SL=0", ""},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:56", "NCCL_IB_TIMEOUT=22", ""},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:57", "NCCL_SOCKET_IFNAME=eth0", ""},
+	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:58", "NCCL_IGNORE_CPU_AFFINITY=1", ""},
+
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:90", "NCCL_DEBUG=WARN", omitDebug},
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:91", "NCCL_IB_SPLIT_DATA_ON_QPS=0", ""},
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:92", "NCCL_IB_QPS_PER_CONNECTION=4", ""},
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:93", "NCCL_IB_GID_INDEX=3", omitGID},
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:94", "NCCL_IB_HCA==mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_14,mlx5_15,mlx5_16,mlx5_17,mlx5_9,mlx5_10,mlx5_11,mlx5_12", omitNodeFact},
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:95", "NCCL_IB_TC=41", ""},
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:96", "NCCL_IB_SL=0", ""},
+	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:97", "NCCL_IB_TIMEOUT=22", ""},
+}
+
+// settingOf reads NAME and VALUE from a source line in any of the forms the
+// sources use: NAME=VALUE, NAME: VALUE  # comment, -x NAME=VALUE \\.
+func settingOf(text string) (string, string) {
+	text, _, _ = strings.Cut(text, "#")
+	text = strings.TrimSpace(text)
+	text = strings.TrimSpace(strings.TrimSuffix(text, "\\"))
+	text = strings.TrimPrefix(text, "-x ")
+	if k, v, ok := strings.Cut(text, "="); ok && !strings.Contains(k, ":") {
+		return k, v
+	}
+	k, v, _ := strings.Cut(text, ":")
+	return strings.TrimSpace(k), strings.TrimSpace(v)
+}
+
+// TestCatalogueMatchesSources compares every built-in value with the source
+// line it cites, and checks that each setting a source gives for a machine
+// is either carried or left out with a stated reason.
+func TestCatalogueMatchesSources(t *testing.T) {
+	t.Parallel()
+	type entry struct{ Value, Source string }
+	want := map[string]map[string]entry{}
+	for _, l := range sourceLines {
+		repo, _, _ := strings.Cut(l.source, " ")
+		if sourceCommits[repo] == "" {
+			t.Errorf("%s: no commit recorded for %s", l.source, repo)
+		}
+		if want[l.profile] == nil {
+			want[l.profile] = map[string]entry{}
+		}
+		if l.omit != "" {
+			continue
+		}
+		k, v := settingOf(l.text)
+		want[l.profile][k] = entry{v, l.source}
+	}
+	for _, p := range Builtin() {
+		got := map[string]entry{}
+		for _, v := range append(append([]Var{}, p.NCCL...), p.Env...) {
+			got[v.Name] = entry{v.Value, v.Source}
+		}
+		w := want[p.Name]
+		if w == nil {
+			w = map[string]entry{}
+		}
+		if diff := cmp.Diff(w, got); diff != "" {
+			t.Errorf("profile %s vs its sources (-source +catalogue):\n%s", p.Name, diff)
+		}
+		for _, l := range sourceLines {
+			if l.profile != p.Name || l.omit == "" {
+				continue
+			}
+			if k, _ := settingOf(l.text); got[k] != (entry{}) {
+				t.Errorf("profile %s carries %s, which is left out on purpose (%s)", p.Name, k, l.omit)
+			}
+		}
+	}
+}
+
+// TestRoCEProfiles checks the machine facts of the OCI shapes: how many
+// HCAs go with each GPU (the NCCL_IB_HCA list lengths of the source) and the
+// resource of the RoCE pool.
+func TestRoCEProfiles(t *testing.T) {
+	t.Parallel()
+	for name, hcas := range map[string]int{OCIH100RoCE: 16, OCIH200RoCE: 8, OCIB4RoCE: 16} {
+		var p Profile
+		for _, b := range Builtin() {
+			if b.Name == name {
+				p = b
+			}
+		}
+		for _, l := range sourceLines {
+			if l.profile == name && strings.HasPrefix(l.text, "NCCL_IB_HCA=") {
+				if n := len(strings.Split(strings.TrimPrefix(l.text, "NCCL_IB_HCA=="), ",")); n != hcas {
+					t.Errorf("%s: source lists %d HCAs, test expects %d", name, n, hcas)
+				}
+			}
+		}
+		if p.GPUsPerNode != 8 || p.HCAsPerGPU*p.GPUsPerNode != hcas || p.ExclusiveResource != RoCEResource {
+			t.Errorf("%s: %d GPUs x %d HCAs per GPU on %q, want 8 GPUs, %d HCAs on %s", name, p.GPUsPerNode, p.HCAsPerGPU, p.ExclusiveResource, hcas, RoCEResource)
+		}
+		if _, ok := Lookup(p.NCCL, "NCCL_IB_GID_INDEX"); ok {
+			t.Errorf("%s sets NCCL_IB_GID_INDEX; NCCL must pick the RoCEv2 GID itself", name)
+		}
+	}
+}
+
 type xmlPCI struct {
 	BusID    string   `xml:"busid,attr"`
 	Class    string   `xml:"class,attr"`
 	Speed    string   `xml:"link_speed,attr"`
 	Width    string   `xml:"link_width,attr"`
+	VendorID string   `xml:"vendor,attr"`
 	Children []xmlPCI `xml:"pci"`
 }
 
 type xmlCPU struct {
 	NUMA     string   `xml:"numaid,attr"`
 	Affinity string   `xml:"affinity,attr"`
+	Arch     string   `xml:"arch,attr"`
+	Vendor   string   `xml:"vendor,attr"`
+	Family   string   `xml:"familyid,attr"`
+	Model    string   `xml:"modelid,attr"`
 	PCI      []xmlPCI `xml:"pci"`
 }
 
@@ -96,79 +266,127 @@ type xmlSystem struct {
 	CPUs    []xmlCPU `xml:"cpu"`
 }
 
-// TestTopologies checks the rendered files against the facts they encode:
-// 8 GPUs and 8 IB VFs (0101..0108), NDv4 on 4 NUMA nodes with 2 HCAs each,
-// NDv5 on 2 with 4 each; every HCA behind a PCIe switch shared with a GPU;
-// links and versions NCCL understands.
-func TestTopologies(t *testing.T) {
+// topoFacts is what one azhpc-images topology file states, written here by
+// hand from the file so that the test compares our rendering with the
+// source, not with another file of ours.
+type topoFacts struct {
+	Version string
+	CPUs    []cpuFacts
+}
+
+type cpuFacts struct {
+	NUMA, Affinity, Arch, Vendor, Family, Model string
+	// Switches: per PCIe switch, its bus ID, link, whether its IDs are
+	// zeroed, and its children as "busid class".
+	Switches []switchFacts
+}
+
+type switchFacts struct {
+	BusID, Link string
+	ZeroIDs     bool
+	Devices     []string
+}
+
+// sourceTopologies are the facts of Azure/azhpc-images topology/*.xml at
+// commit 8e9d055fb9e1f7385da734969793861c447958a1 (2026-07-29), which
+// includes 992d7759 (NDv5 CPU masks corrected, 2025-01-27) and 4a4565a0
+// (NDv4 CPU affinity fixed, 2025-01-29). Link "16 GT/s x16" stands for
+// link_speed="16 GT/s" link_width="16" on every pci element of the file.
+var sourceTopologies = map[string]topoFacts{
+	"ndv4-topo.xml": {Version: "1", CPUs: []cpuFacts{
+		{"0", "00000000,00000000,00ffffff", "x86_64", "AuthenticAMD", "23", "49", []switchFacts{
+			{"ffff:ff:01.0", "16 GT/s x16", false, []string{"0003:00:00.0 0x030200", "0103:00:00.0 0x020700", "0004:00:00.0 0x030200", "0104:00:00.0 0x020700"}},
+		}},
+		{"1", "00000000,0000ffff,ff000000", "x86_64", "AuthenticAMD", "23", "49", []switchFacts{
+			{"ffff:ff:02.0", "16 GT/s x16", false, []string{"0001:00:00.0 0x030200", "0101:00:00.0 0x020700", "0002:00:00.0 0x030200", "0102:00:00.0 0x020700"}},
+		}},
+		{"2", "000000ff,ffff0000,00000000", "x86_64", "AuthenticAMD", "23", "49", []switchFacts{
+			{"ffff:ff:03.0", "16 GT/s x16", false, []string{"000d:00:00.0 0x030200", "0107:00:00.0 0x020700", "000e:00:00.0 0x030200", "0108:00:00.0 0x020700"}},
+		}},
+		{"3", "ffffff00,00000000,00000000", "x86_64", "AuthenticAMD", "23", "49", []switchFacts{
+			{"ffff:ff:04.0", "16 GT/s x16", false, []string{"000b:00:00.0 0x030200", "0105:00:00.0 0x020700", "000c:00:00.0 0x030200", "0106:00:00.0 0x020700"}},
+		}},
+	}},
+	"ndv5-topo.xml": {Version: "1", CPUs: []cpuFacts{
+		{"0", "00000000,0000ffff,ffffffff", "x86_64", "GenuineIntel", "6", "143", []switchFacts{
+			{"ffff:ff:01.0", "32.0 GT/s PCIe x16", true, []string{"0001:00:00.0 0x030200", "0101:00:00.0 0x020700"}},
+			{"ffff:ff:02.0", "32.0 GT/s PCIe x16", true, []string{"0002:00:00.0 0x030200", "0102:00:00.0 0x020700"}},
+			{"ffff:ff:03.0", "32.0 GT/s PCIe x16", true, []string{"0003:00:00.0 0x030200", "0103:00:00.0 0x020700"}},
+			{"ffff:ff:04.0", "32.0 GT/s PCIe x16", true, []string{"0008:00:00.0 0x030200", "0104:00:00.0 0x020700"}},
+		}},
+		{"1", "ffffffff,ffff0000,00000000", "x86_64", "GenuineIntel", "6", "143", []switchFacts{
+			{"ffff:ff:05.0", "32.0 GT/s PCIe x16", true, []string{"0009:00:00.0 0x030200", "0105:00:00.0 0x020700"}},
+			{"ffff:ff:06.0", "32.0 GT/s PCIe x16", true, []string{"000a:00:00.0 0x030200", "0106:00:00.0 0x020700"}},
+			{"ffff:ff:07.0", "32.0 GT/s PCIe x16", true, []string{"000b:00:00.0 0x030200", "0107:00:00.0 0x020700"}},
+			{"ffff:ff:08.0", "32.0 GT/s PCIe x16", true, []string{"000c:00:00.0 0x030200", "0108:00:00.0 0x020700"}},
+		}},
+	}},
+}
+
+// factsOf reduces a rendered topology to the shape of topoFacts.
+func factsOf(t *testing.T, name string, b []byte) topoFacts {
+	t.Helper()
+	var sys xmlSystem
+	if err := xml.Unmarshal(b, &sys); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	link := func(p xmlPCI) string { return p.Speed + " x" + p.Width }
+	got := topoFacts{Version: sys.Version}
+	for _, c := range sys.CPUs {
+		cf := cpuFacts{NUMA: c.NUMA, Affinity: c.Affinity, Arch: c.Arch, Vendor: c.Vendor, Family: c.Family, Model: c.Model}
+		for _, sw := range c.PCI {
+			if sw.Class != classPCIBridge {
+				t.Errorf("%s numa %s: %s class %s directly under the CPU, want a PCIe switch", name, c.NUMA, sw.BusID, sw.Class)
+			}
+			sf := switchFacts{BusID: sw.BusID, Link: link(sw), ZeroIDs: sw.VendorID == "0x0000"}
+			for _, d := range sw.Children {
+				if link(d) != link(sw) {
+					t.Errorf("%s: %s link %q, its switch %q", name, d.BusID, link(d), link(sw))
+				}
+				sf.Devices = append(sf.Devices, d.BusID+" "+d.Class)
+			}
+			cf.Switches = append(cf.Switches, sf)
+		}
+		got.CPUs = append(got.CPUs, cf)
+	}
+	return got
+}
+
+// TestTopologiesMatchSource checks every rendered topology against the facts
+// of the azhpc-images file it stands for: NUMA ids, CPU affinity masks, CPU
+// model, switches, and which GPU sits with which HCA on which NUMA node.
+func TestTopologiesMatchSource(t *testing.T) {
 	t.Parallel()
-	for name, want := range map[string]struct {
-		numa, perNUMA int
-		speed         string
-	}{
-		"ndv4-topo.xml": {4, 2, "16 GT/s"},
-		"ndv5-topo.xml": {2, 4, "32.0 GT/s PCIe"},
-	} {
+	for _, name := range TopologyNames() {
+		want, ok := sourceTopologies[name]
+		if !ok {
+			t.Errorf("topology %s has no facts recorded from its source in sourceTopologies", name)
+			continue
+		}
 		b, err := Topology(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var sys xmlSystem
-		if err := xml.Unmarshal(b, &sys); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if sys.Version != "1" {
-			t.Errorf("%s: system version %q, want 1", name, sys.Version)
-		}
-		if len(sys.CPUs) != want.numa {
-			t.Errorf("%s: %d NUMA nodes, want %d", name, len(sys.CPUs), want.numa)
-		}
-		hcas := map[string]bool{}
-		for _, cpu := range sys.CPUs {
-			gpus, ibs := 0, 0
-			for _, sw := range cpu.PCI {
-				if sw.Class != classPCIBridge {
-					t.Errorf("%s numa %s: %s class %s directly under the CPU, want a PCIe switch", name, cpu.NUMA, sw.BusID, sw.Class)
-				}
-				swGPUs, swIBs := 0, 0
-				for _, p := range sw.Children {
-					if p.Speed != want.speed || p.Width != "16" {
-						t.Errorf("%s: %s link %q x%s, want %q x16", name, p.BusID, p.Speed, p.Width, want.speed)
-					}
-					switch p.Class {
-					case "0x030200":
-						swGPUs++
-					case "0x020700":
-						swIBs++
-						if hcas[p.BusID] {
-							t.Errorf("%s: HCA %s twice", name, p.BusID)
-						}
-						hcas[p.BusID] = true
-					default:
-						t.Errorf("%s: %s has class %s", name, p.BusID, p.Class)
-					}
-				}
-				if swGPUs == 0 || swGPUs != swIBs {
-					t.Errorf("%s switch %s: %d GPUs, %d HCAs, want pairs", name, sw.BusID, swGPUs, swIBs)
-				}
-				gpus += swGPUs
-				ibs += swIBs
-			}
-			if gpus != want.perNUMA || ibs != want.perNUMA {
-				t.Errorf("%s numa %s: %d GPUs, %d HCAs, want %d each", name, cpu.NUMA, gpus, ibs, want.perNUMA)
-			}
-		}
-		for i := 1; i <= 8; i++ {
-			if bdf := fmt.Sprintf("%04x:00:00.0", 0x100+i); !hcas[bdf] {
-				t.Errorf("%s: HCA %s missing", name, bdf)
-			}
-		}
-		if len(hcas) != 8 {
-			t.Errorf("%s: %d HCAs, want 8", name, len(hcas))
+		if diff := cmp.Diff(want, factsOf(t, name, b)); diff != "" {
+			t.Errorf("%s differs from azhpc-images topology/%s (-source +rendered):\n%s", name, name, diff)
 		}
 	}
 	if _, err := Topology("ndv9-topo.xml"); err == nil {
 		t.Error("Topology(unknown) succeeded")
+	}
+}
+
+// TestProfilesTopologyExists checks that every profile naming a topology
+// file names one Topology renders.
+func TestProfilesTopologyExists(t *testing.T) {
+	t.Parallel()
+	for _, p := range Builtin() {
+		if p.TopologyFile == "" {
+			continue
+		}
+		if _, err := Topology(p.TopologyFile); err != nil {
+			t.Errorf("profile %s: %v", p.Name, err)
+		}
 	}
 }
 
@@ -223,7 +441,7 @@ func TestTopologiesMatchFixtures(t *testing.T) {
 // go test ./nccl -update rewrites them, for a reviewer to read the diff.
 func TestTopologyGolden(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"ndv4-topo.xml", "ndv5-topo.xml"} {
+	for _, name := range TopologyNames() {
 		got, err := Topology(name)
 		if err != nil {
 			t.Fatal(err)
@@ -265,5 +483,51 @@ func TestRenderRefusesBadBusID(t *testing.T) {
 	m.numa[0].switches[0][0].hca = "0103:00:00"
 	if _, err := renderTopology(m); err == nil || !strings.Contains(err.Error(), "0103:00:00") {
 		t.Errorf("renderTopology with a bad bus ID: err = %v, want it named", err)
+	}
+}
+
+// TestProfilesDocListsEveryValue keeps docs/profiles.md's table of every
+// profile and value, with its source file and line, in step with the
+// catalogue.
+func TestProfilesDocListsEveryValue(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "profiles.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for _, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "| `") && strings.Count(line, "|") == 5 && strings.Contains(line, "=") {
+			rows++
+		}
+	}
+	want := 0
+	for _, p := range Builtin() {
+		if !strings.Contains(string(doc), "| `"+p.Name+"` |") {
+			t.Errorf("docs/profiles.md does not list profile %s", p.Name)
+		}
+		for _, v := range append(append([]Var{}, p.NCCL...), p.Env...) {
+			want++
+			where := "conf file"
+			if !strings.HasPrefix(v.Name, "NCCL_") {
+				where = "env"
+			}
+			if v.WholeNode {
+				where += ", whole machine only"
+			}
+			repo, file, _ := strings.Cut(v.Source, " ")
+			row := fmt.Sprintf("| `%s` | `%s=%s` | %s | %s `%s` |", p.Name, v.Name, v.Value, where, repo, file)
+			if !strings.Contains(string(doc), row) {
+				t.Errorf("docs/profiles.md lacks the row\n%s", row)
+			}
+		}
+	}
+	if rows != want {
+		t.Errorf("docs/profiles.md has %d value rows, the catalogue %d values", rows, want)
+	}
+	for repo, commit := range sourceCommits {
+		if !strings.Contains(string(doc), "`"+commit+"`") {
+			t.Errorf("docs/profiles.md does not give the commit %s of %s", commit, repo)
+		}
 	}
 }

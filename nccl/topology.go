@@ -104,14 +104,18 @@ func ndv4Machine() machine {
 	}
 }
 
-// ndv5Machine is Azure ND H100 v5 (Standard_ND96isr_H100_v5): Intel Sapphire
+// ndv5Machine is Azure ND H100 v5 and ND H200 v5 (Standard_ND96isr_H100_v5,
+// Standard_ND96isr_H200_v5: azhpc-images maps standard_nd96is*_h[1-2]00_v5
+// to this one file, components/setup_sku_customizations.sh): Intel Sapphire
 // Rapids (family 6, model 143), PCIe Gen5 x16, two NUMA nodes of 48 vCPUs,
 // each GPU/HCA pair behind its own switch. Source: azhpc-images
-// topology/ndv5-topo.xml, whose cpu elements give numaid 0 the upper 48
-// vCPUs with GPUs 0001, 0002, 0003, 0008 paired with HCAs 0101 … 0104, and
-// numaid 1 the lower 48 with GPUs 0009, 000a, 000b, 000c paired with 0105 …
-// 0108; its switches carry zero vendor/device IDs. deviceplugin/fixture's
-// ndv5 host puts the HCAs on the same nodes.
+// topology/ndv5-topo.xml as corrected in commit 992d7759 ("corrected CPU
+// range/affinity mask on NDv5 topo file"): numaid 0 has affinity
+// 00000000,0000ffff,ffffffff (vCPUs 0-47) with GPUs 0001, 0002, 0003, 0008
+// paired with HCAs 0101 … 0104, numaid 1 has ffffffff,ffff0000,00000000
+// (vCPUs 48-95) with GPUs 0009, 000a, 000b, 000c paired with 0105 … 0108;
+// its switches carry zero vendor/device IDs. deviceplugin/fixture's ndv5
+// host puts the HCAs on the same nodes.
 func ndv5Machine() machine {
 	return machine{
 		name:          "ibkube-ndv5",
@@ -120,13 +124,13 @@ func ndv5Machine() machine {
 		link:          pciLink{speed: "32.0 GT/s PCIe", width: 16},
 		zeroSwitchIDs: true,
 		numa: []numaNode{
-			{id: 0, firstCPU: 48, lastCPU: 95, switches: [][]gpuHCA{
+			{id: 0, firstCPU: 0, lastCPU: 47, switches: [][]gpuHCA{
 				{{"0001:00:00.0", "0101:00:00.0"}},
 				{{"0002:00:00.0", "0102:00:00.0"}},
 				{{"0003:00:00.0", "0103:00:00.0"}},
 				{{"0008:00:00.0", "0104:00:00.0"}},
 			}},
-			{id: 1, firstCPU: 0, lastCPU: 47, switches: [][]gpuHCA{
+			{id: 1, firstCPU: 48, lastCPU: 95, switches: [][]gpuHCA{
 				{{"0009:00:00.0", "0105:00:00.0"}},
 				{{"000a:00:00.0", "0106:00:00.0"}},
 				{{"000b:00:00.0", "0107:00:00.0"}},
@@ -135,6 +139,9 @@ func ndv5Machine() machine {
 		},
 	}
 }
+
+// TopologyNames lists the topology files Topology renders.
+func TopologyNames() []string { return []string{"ndv4-topo.xml", "ndv5-topo.xml"} }
 
 // machineFor returns the description behind a Profile's TopologyFile name.
 func machineFor(name string) (machine, bool) {
@@ -153,7 +160,7 @@ func machineFor(name string) (machine, bool) {
 func Topology(name string) ([]byte, error) {
 	m, ok := machineFor(name)
 	if !ok {
-		return nil, fmt.Errorf("no NCCL topology %q (known: ndv4-topo.xml, ndv5-topo.xml)", name)
+		return nil, fmt.Errorf("no NCCL topology %q (known: %s)", name, strings.Join(TopologyNames(), ", "))
 	}
 	b, err := renderTopology(m)
 	if err != nil {

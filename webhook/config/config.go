@@ -101,8 +101,24 @@ type ProfileSpec struct {
 	// NCCL are NCCL_* variables for the NCCL conf file.
 	NCCL map[string]string `json:"nccl,omitempty"`
 	// Env are other variables added as container env.
-	Env          map[string]string `json:"env,omitempty"`
-	TopologyFile string            `json:"topologyFile,omitempty"`
+	Env map[string]string `json:"env,omitempty"`
+	// WholeNodeNCCL are NCCL_* variables written only for pods whose GPU
+	// containers hold all GPUsPerNode GPUs of the machine (such as
+	// NCCL_NET_GDR_LEVEL=SYS, right only where every GPU has its HCA beside
+	// it). A value under nccl applies to every pod.
+	WholeNodeNCCL map[string]string `json:"wholeNodeNCCL,omitempty"`
+	TopologyFile  string            `json:"topologyFile,omitempty"`
+	// GPUsPerNode is the machine's GPU count (0: unknown; whole-node values
+	// are then never written).
+	GPUsPerNode *int `json:"gpusPerNode,omitempty"`
+	// HCAsPerGPU is the rdma-exclusive count per GPU when the pod has no
+	// hcas annotation (0 or unset: 1).
+	HCAsPerGPU *int `json:"hcasPerGPU,omitempty"`
+	// ExclusiveResource replaces resources.exclusive for pods of this
+	// profile (a RoCE pool such as rdma/roce); "" keeps the base's.
+	ExclusiveResource string `json:"exclusiveResource,omitempty"`
+	// GPUResource replaces gpuResource for pods of this profile (amd.com/gpu).
+	GPUResource string `json:"gpuResource,omitempty"`
 }
 
 // Default returns the built-in configuration.
@@ -246,6 +262,34 @@ func (c *Config) validate() error {
 				bad(f+".nccl."+k, v, "want a single line of at most 1023 bytes (NCCL's conf file limit)")
 			}
 		}
+		for _, k := range sortedKeys(p.WholeNodeNCCL) {
+			if !strings.HasPrefix(k, "NCCL_") || !envName.MatchString(k) {
+				bad(f+".wholeNodeNCCL", k, "keys must be NCCL_* variable names")
+			}
+			if _, ok := p.NCCL[k]; ok {
+				bad(f+".wholeNodeNCCL", k, "also under nccl; a variable goes under one of them")
+			}
+			if v := p.WholeNodeNCCL[k]; strings.ContainsAny(v, "\n\r") || len(v) > 1023 {
+				bad(f+".wholeNodeNCCL."+k, v, "want a single line of at most 1023 bytes (NCCL's conf file limit)")
+			}
+		}
+		if p.GPUsPerNode != nil && (*p.GPUsPerNode < 0 || *p.GPUsPerNode > MaxHCAs) {
+			bad(f+".gpusPerNode", fmt.Sprint(*p.GPUsPerNode), fmt.Sprintf("want an integer from 0 (unknown) to %d", MaxHCAs))
+		}
+		if p.HCAsPerGPU != nil && (*p.HCAsPerGPU < 0 || *p.HCAsPerGPU > MaxHCAs) {
+			bad(f+".hcasPerGPU", fmt.Sprint(*p.HCAsPerGPU), fmt.Sprintf("want an integer from 0 (meaning 1) to %d", MaxHCAs))
+		}
+		for _, r := range [...]struct{ field, v string }{{"exclusiveResource", p.ExclusiveResource}, {"gpuResource", p.GPUResource}} {
+			if r.v == "" {
+				continue
+			}
+			if msgs := validation.IsQualifiedName(r.v); len(msgs) > 0 || !strings.Contains(r.v, "/") {
+				bad(f+"."+r.field, r.v, "want an extended resource name such as rdma/roce (domain/name)")
+			}
+		}
+		if p.ExclusiveResource != "" && p.ExclusiveResource == c.Resources.Shared {
+			bad(f+".exclusiveResource", p.ExclusiveResource, "must differ from resources.shared")
+		}
 		for _, k := range sortedKeys(p.Env) {
 			if !envName.MatchString(k) {
 				bad(f+".env", k, "want an environment variable name")
@@ -285,8 +329,20 @@ func (c *Config) resolve() error {
 		if s.TopologyFile != "" {
 			p.TopologyFile = s.TopologyFile
 		}
-		p.NCCL = overlay(p.NCCL, s.NCCL)
-		p.Env = overlay(p.Env, s.Env)
+		if s.GPUsPerNode != nil {
+			p.GPUsPerNode = *s.GPUsPerNode
+		}
+		if s.HCAsPerGPU != nil {
+			p.HCAsPerGPU = *s.HCAsPerGPU
+		}
+		if s.ExclusiveResource != "" {
+			p.ExclusiveResource = s.ExclusiveResource
+		}
+		if s.GPUResource != "" {
+			p.GPUResource = s.GPUResource
+		}
+		p.NCCL = overlay(overlay(p.NCCL, s.NCCL, false), s.WholeNodeNCCL, true)
+		p.Env = overlay(p.Env, s.Env, false)
 		res[s.Name] = p
 	}
 	if _, ok := res[c.DefaultProfile]; !ok {
@@ -300,18 +356,20 @@ func (c *Config) resolve() error {
 }
 
 // overlay returns base with the values of over replacing or appending, in
-// base order then over's sorted keys, as a new slice.
-func overlay(base []nccl.Var, over map[string]string) []nccl.Var {
+// base order then over's sorted keys, as a new slice. A replaced or added
+// value is the site's (no Source) and whole-node only if wholeNode: a site
+// that sets a variable under nccl means it for every pod of the profile.
+func overlay(base []nccl.Var, over map[string]string, wholeNode bool) []nccl.Var {
 	out := make([]nccl.Var, 0, len(base)+len(over))
 	for _, v := range base {
 		if nv, ok := over[v.Name]; ok {
-			v.Value = nv
+			v = nccl.Var{Name: v.Name, Value: nv, WholeNode: wholeNode}
 		}
 		out = append(out, v)
 	}
 	for _, k := range sortedKeys(over) {
 		if _, ok := nccl.Lookup(base, k); !ok {
-			out = append(out, nccl.Var{Name: k, Value: over[k]})
+			out = append(out, nccl.Var{Name: k, Value: over[k], WholeNode: wholeNode})
 		}
 	}
 	if len(out) == 0 {

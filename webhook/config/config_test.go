@@ -1,8 +1,11 @@
 package config
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -17,7 +20,7 @@ func TestDefaultIsValid(t *testing.T) {
 	if err := c.validate(); err != nil {
 		t.Fatalf("Default() invalid: %v", err)
 	}
-	want := []string{"generic-ib", "hb", "ndv4", "ndv5", "oci-h100-roce"}
+	want := []string{"generic-ib", "hb", "ndv4", "ndv5", "ndv5-mi300x", "ndv6-gb", "oci-b4-roce", "oci-h100-roce", "oci-h200-roce"}
 	if diff := cmp.Diff(want, c.ProfileNames()); diff != "" {
 		t.Errorf("profiles (-want +got):\n%s", diff)
 	}
@@ -49,7 +52,10 @@ func TestParseFull(t *testing.T) {
 		t.Errorf("fields not read: %+v", c)
 	}
 	nd, _ := c.Profile("ndv5")
-	wantND := []nccl.Var{{Name: "NCCL_IB_PCI_RELAXED_ORDERING", Value: "1"}, {Name: "NCCL_NET_GDR_LEVEL", Value: "PHB"}}
+	// The site's NCCL_NET_GDR_LEVEL replaces the built-in one for every pod
+	// (no longer whole-node only) and carries no public source.
+	builtin, _ := Default().Profile("ndv5")
+	wantND := []nccl.Var{builtin.NCCL[0], builtin.NCCL[1], {Name: "NCCL_NET_GDR_LEVEL", Value: "PHB"}}
 	if diff := cmp.Diff(wantND, nd.NCCL); diff != "" {
 		t.Errorf("override of built-in ndv5 (-want +got):\n%s", diff)
 	}
@@ -61,14 +67,31 @@ func TestParseFull(t *testing.T) {
 		Name:         "site-ndv5",
 		Description:  "ND H100 v5 with our SHARP plugin",
 		NCCL:         append(wantND, nccl.Var{Name: "NCCL_COLLNET_ENABLE", Value: "1"}),
-		Env:          []nccl.Var{{Name: "CUDA_DEVICE_ORDER", Value: "PCI_BUS_ID"}, {Name: "SHARP_COLL_LOG_LEVEL", Value: "3"}},
+		Env:          []nccl.Var{builtin.Env[0], {Name: "SHARP_COLL_LOG_LEVEL", Value: "3"}},
 		TopologyFile: "ndv5-topo.xml",
+		GPUsPerNode:  8,
 	}
 	if diff := cmp.Diff(wantSite, site); diff != "" {
 		t.Errorf("site-ndv5 (-want +got):\n%s", diff)
 	}
+	roce, _ := c.Profile("site-roce")
+	wantRoCE := nccl.Profile{
+		Name:        "site-roce",
+		Description: "a RoCE cluster of our own",
+		NCCL: []nccl.Var{
+			{Name: "NCCL_IB_TC", Value: "106"},
+			{Name: "NCCL_NET_GDR_LEVEL", Value: "SYS", WholeNode: true},
+		},
+		GPUsPerNode:       8,
+		HCAsPerGPU:        2,
+		ExclusiveResource: "rdma/roce_site",
+		GPUResource:       "amd.com/gpu",
+	}
+	if diff := cmp.Diff(wantRoCE, roce); diff != "" {
+		t.Errorf("site-roce (-want +got):\n%s", diff)
+	}
 	// Built-ins stay untouched for other configs.
-	if d, _ := Default().Profile("ndv5"); d.NCCL[1].Value != "SYS" {
+	if d, _ := Default().Profile("ndv5"); d.NCCL[2].Value != "SYS" || !d.NCCL[2].WholeNode {
 		t.Errorf("override leaked into the built-in catalogue: %v", d.NCCL)
 	}
 }
@@ -96,7 +119,13 @@ func TestParseErrors(t *testing.T) {
 		{"zero memlock", head + "memlock: \"0\"\n", []string{`memlock: invalid value "0": not positive; want "unlimited"`}},
 		{"bad hcas", head + "defaultHCAs: 0\n", []string{`defaultHCAs: invalid value "0": want an integer from 1 to 64`}},
 		{"bad network", head + "ipoib:\n  name: IB_Net\n", []string{`ipoib.name: invalid value "IB_Net"`}},
-		{"unknown default profile", head + "defaultProfile: ndv9\n", []string{`defaultProfile: invalid value "ndv9": want one of generic-ib, hb, ndv4, ndv5, oci-h100-roce`}},
+		{"unknown default profile", head + "defaultProfile: ndv9\n", []string{`defaultProfile: invalid value "ndv9": want one of generic-ib, hb, ndv4, ndv5, ndv5-mi300x, ndv6-gb, oci-b4-roce, oci-h100-roce, oci-h200-roce`}},
+		{"whole-node var also under nccl", head + "profiles:\n- name: x\n  nccl:\n    NCCL_A: \"1\"\n  wholeNodeNCCL:\n    NCCL_A: \"2\"\n", []string{`profiles[0].wholeNodeNCCL: invalid value "NCCL_A": also under nccl`}},
+		{"non-nccl whole-node var", head + "profiles:\n- name: x\n  wholeNodeNCCL:\n    UCX_TLS: rc\n", []string{`profiles[0].wholeNodeNCCL: invalid value "UCX_TLS": keys must be NCCL_* variable names`}},
+		{"negative hcasPerGPU", head + "profiles:\n- name: x\n  hcasPerGPU: -2\n", []string{`profiles[0].hcasPerGPU: invalid value "-2": want an integer from 0 (meaning 1) to 64`}},
+		{"huge gpusPerNode", head + "profiles:\n- name: x\n  gpusPerNode: 1000\n", []string{`profiles[0].gpusPerNode: invalid value "1000": want an integer from 0 (unknown) to 64`}},
+		{"bad exclusiveResource", head + "profiles:\n- name: x\n  exclusiveResource: roce\n", []string{`profiles[0].exclusiveResource: invalid value "roce": want an extended resource name such as rdma/roce (domain/name)`}},
+		{"exclusiveResource is the shared one", head + "profiles:\n- name: x\n  exclusiveResource: rdma/shared_ib\n", []string{`profiles[0].exclusiveResource: invalid value "rdma/shared_ib": must differ from resources.shared`}},
 		{"nccl var in env", head + "profiles:\n- name: x\n  env:\n    NCCL_DEBUG: INFO\n", []string{`profiles[0].env: invalid value "NCCL_DEBUG": NCCL_* variables go under nccl`}},
 		{"non-nccl in nccl", head + "profiles:\n- name: x\n  nccl:\n    UCX_TLS: rc\n", []string{`profiles[0].nccl: invalid value "UCX_TLS": keys must be NCCL_* variable names`}},
 		{"multi-line value", head + "profiles:\n- name: x\n  nccl:\n    NCCL_X: \"a\\nb\"\n", []string{`profiles[0].nccl.NCCL_X: invalid value "a\nb": want a single line`}},
@@ -120,5 +149,51 @@ func TestParseErrors(t *testing.T) {
 				msg = msg[i+len(w):]
 			}
 		})
+	}
+}
+
+// TestChartSchemaKnowsProfileFields ties the chart's values schema, which
+// refuses unknown profile fields, to the fields a profile has here: a field
+// missing from the schema could not be set through the chart.
+func TestChartSchemaKnowsProfileFields(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(filepath.Join("..", "..", "charts", "ibkube", "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			Webhook struct {
+				Properties struct {
+					Config struct {
+						Properties struct {
+							Profiles struct {
+								Items struct {
+									Properties map[string]json.RawMessage `json:"properties"`
+								} `json:"items"`
+							} `json:"profiles"`
+						} `json:"properties"`
+					} `json:"config"`
+				} `json:"properties"`
+			} `json:"webhook"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(data, &schema); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for k := range schema.Properties.Webhook.Properties.Config.Properties.Profiles.Items.Properties {
+		got = append(got, k)
+	}
+	var want []string
+	rt := reflect.TypeOf(ProfileSpec{})
+	for i := 0; i < rt.NumField(); i++ {
+		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		want = append(want, name)
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("chart schema webhook.config.profiles[] fields (-ProfileSpec +schema):\n%s", diff)
 	}
 }

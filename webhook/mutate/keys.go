@@ -15,6 +15,12 @@ const (
 	AnnotationHCAs       = Prefix + "hcas"
 	AnnotationContainers = Prefix + "containers"
 	AnnotationProfile    = Prefix + "profile"
+	// AnnotationSocketFallback says whether NCCL may fall back to TCP
+	// sockets when RDMA is unusable (SocketFallbackAllow, the default) or
+	// must fail instead (SocketFallbackDeny). Also a namespace default.
+	AnnotationSocketFallback = Prefix + "socket-fallback"
+	SocketFallbackAllow      = "allow"
+	SocketFallbackDeny       = "deny"
 )
 
 // Keys ibkube writes (accepted on re-admission; a user may also preset them).
@@ -54,7 +60,7 @@ const acceptedModes = "rdma-shared, rdma-exclusive, ipoib, rdma-shared,ipoib, rd
 
 // userKeys and ownKeys are the suffixes accepted under Prefix on a pod.
 var (
-	userKeys = []string{"mode", "hcas", "containers", "profile"}
+	userKeys = []string{"mode", "hcas", "containers", "profile", "socket-fallback"}
 	ownKeys  = []string{"injected", "memlock", "nccl-conf"}
 )
 

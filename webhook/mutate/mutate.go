@@ -2,9 +2,11 @@ package mutate
 
 import (
 	"fmt"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -58,18 +60,36 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 	}
 	for k := range pod.Annotations {
 		if s, ok := strings.CutPrefix(k, Prefix); ok && !knownKey(s) {
-			return Result{}, refusef("annotation %s: unknown key under %s; accepted keys: %s", k, Prefix, acceptedKeys())
+			return Result{}, refusef("annotation %s: unknown key under %s; accepted keys: %s", bound(k, maxEcho), Prefix, acceptedKeys())
+		}
+	}
+	// The annotations are checked whatever the mode, so a bad value is
+	// refused where it is written, not on the day a mode is added.
+	memlock, hasMemlock := pod.Annotations[AnnotationMemlock]
+	if hasMemlock {
+		if err := config.ValidateMemlock(memlock); err != nil {
+			return Result{}, refusef("annotation %s: invalid value %s: %v", AnnotationMemlock, echo(memlock), err)
+		}
+	}
+	if v, ok := pod.Annotations[AnnotationSocketFallback]; ok {
+		if _, err := parseSocketFallback(v, "annotation "+AnnotationSocketFallback); err != nil {
+			return Result{}, err
 		}
 	}
 	m, ok, err := resolveMode(pod, ns, cfg)
 	if err != nil || !ok {
 		return Result{}, err
 	}
+	failClosed, err := resolveSocketFallback(pod, ns)
+	if err != nil {
+		return Result{}, err
+	}
 	profile, profileName, err := resolveProfile(pod, ns, cfg)
 	if err != nil {
 		return Result{}, err
 	}
-	targets, err := selectContainers(pod, cfg)
+	gpuRes := gpuResource(profile, cfg)
+	targets, err := selectContainers(pod, gpuRes)
 	if err != nil {
 		return Result{}, err
 	}
@@ -77,20 +97,28 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	memlock, hasMemlock := pod.Annotations[AnnotationMemlock]
-	if hasMemlock {
-		if err := config.ValidateMemlock(memlock); err != nil {
-			return Result{}, refusef("annotation %s: invalid value %q: %v", AnnotationMemlock, memlock, err)
+	var counts []int64
+	if m.exclusive {
+		if counts, err = exclusiveCounts(targets, hcas, gpuRes, profile, cfg); err != nil {
+			return Result{}, err
 		}
 	}
 
 	p := patcher{ops: make([]PatchOp, 0, 8*len(targets)+6)}
 	modeName := m.String()
 	res := Result{Injected: true, Mode: modeName}
-	warn := func(format string, args ...any) { res.Warnings = append(res.Warnings, fmt.Sprintf(format, args...)) }
+	warn := func(format string, args ...any) {
+		res.Warnings = append(res.Warnings, bound(fmt.Sprintf(format, args...), maxMessage))
+	}
 
 	if hcas > 0 && !m.exclusive {
 		warn("annotation %s is ignored: it applies to mode %s only", AnnotationHCAs, ModeExclusive)
+	}
+	if failClosed && !m.rdma() {
+		warn("socket fallback deny is ignored: mode %s uses no RDMA, so NCCL runs over sockets by design", modeName)
+	}
+	if m.rdma() {
+		warnWholeHostDevices(pod, targets, warn)
 	}
 
 	addCap := m.rdma()
@@ -117,7 +145,10 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		confText = ncclConf(profileName, modeName, m, profile, ifname)
+		confText = ncclConf(confInput{
+			profileName: profileName, modeName: modeName, m: m, profile: profile, ifname: ifname,
+			wholeNode: holdsWholeNode(targets, gpuRes, profile.GPUsPerNode), failClosed: failClosed && m.rdma(),
+		})
 		annos = append(annos, kv{AnnotationNCCLConf, confText})
 	}
 	if m.rdma() && !hasMemlock {
@@ -128,28 +159,24 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 		net := multus.Network{Namespace: cfg.IPoIBNamespace(), Name: cfg.IPoIB.Name, Interface: cfg.IPoIB.Interface}
 		v, changed, err := multus.Merge(existing, []multus.Network{net}, pod.Namespace)
 		if err != nil {
-			return Result{}, refusef("annotation %s: invalid value %q: %v; accepted: a comma-separated list of [namespace/]name[@interface] or a JSON list of network selection elements",
-				multus.Annotation, existing, err)
+			return Result{}, refusef("annotation %s: invalid value %s: %v; accepted: a comma-separated list of [namespace/]name[@interface] or a JSON list of network selection elements",
+				multus.Annotation, echo(existing), err)
 		}
 		if changed {
 			annos = append(annos, kv{multus.Annotation, v})
 		}
 	}
 
-	for _, t := range targets {
-		c := t.c
+	exclusiveRes := cfg.Resources.Exclusive
+	if profile.ExclusiveResource != "" {
+		exclusiveRes = profile.ExclusiveResource
+	}
+	for i, t := range targets {
 		if m.shared {
 			p.ensureResource(t, cfg.Resources.Shared, 1, warn)
 		}
 		if m.exclusive {
-			n := hcas
-			if n == 0 {
-				n = gpuCount(c, cfg.GPUResource)
-			}
-			if n == 0 {
-				n = int64(cfg.DefaultHCAs)
-			}
-			p.ensureResource(t, cfg.Resources.Exclusive, n, warn)
+			p.ensureResource(t, exclusiveRes, counts[i], warn)
 		}
 		if addCap {
 			p.ensureCapability(t, "IPC_LOCK")
@@ -170,10 +197,154 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 	return res, nil
 }
 
+// gpuResource is the resource that counts GPUs for pods of profile.
+func gpuResource(profile nccl.Profile, cfg *config.Config) string {
+	if profile.GPUResource != "" {
+		return profile.GPUResource
+	}
+	return cfg.GPUResource
+}
+
+// exclusiveCounts returns the rdma-exclusive count of each target: the hcas
+// annotation, else the container's GPUs times the profile's HCAs per GPU,
+// else defaultHCAs. A GPU count that gives no count within 1..MaxHCAs is
+// refused rather than passed on: the API server would reject a negative
+// quantity only after admission, and a huge one would leave the pod Pending
+// for ever.
+func exclusiveCounts(targets []target, hcas int64, gpuRes string, profile nccl.Profile, cfg *config.Config) ([]int64, error) {
+	perGPU := int64(profile.HCAsPerGPU)
+	if perGPU < 1 {
+		perGPU = 1
+	}
+	counts := make([]int64, len(targets))
+	for i, t := range targets {
+		if hcas > 0 {
+			counts[i] = hcas
+			continue
+		}
+		g := gpuCount(t.c, gpuRes)
+		switch {
+		case g == 0:
+			counts[i] = int64(cfg.DefaultHCAs)
+		case g < 0 || g > config.MaxHCAs/perGPU:
+			return nil, refusef("container %q requests %s: %d, which gives no rdma-exclusive count from 1 to %d (%d HCA(s) per GPU, profile %s); "+
+				"accepted: a GPU count from 1 to %d, or annotation %s with an integer from 1 to %d",
+				t.c.Name, gpuRes, g, config.MaxHCAs, perGPU, profile.Name, config.MaxHCAs/perGPU, AnnotationHCAs, config.MaxHCAs)
+		default:
+			counts[i] = g * perGPU
+		}
+	}
+	return counts, nil
+}
+
+// holdsWholeNode reports whether the selected containers that request GPUs
+// each hold all gpusPerNode GPUs of the machine (and at least one does):
+// only then is every GPU known to have its own HCA beside it.
+func holdsWholeNode(targets []target, gpuRes string, gpusPerNode int) bool {
+	if gpusPerNode <= 0 {
+		return false
+	}
+	found := false
+	for _, t := range targets {
+		switch g := gpuCount(t.c, gpuRes); {
+		case g == 0:
+		case g == int64(gpusPerNode):
+			found = true
+		default:
+			return false
+		}
+	}
+	return found
+}
+
+// resolveSocketFallback reads the socket-fallback setting of the pod, else
+// of its namespace; true means NCCL must fail rather than fall back.
+func resolveSocketFallback(pod *corev1.Pod, ns Namespace) (bool, error) {
+	if v, ok := pod.Annotations[AnnotationSocketFallback]; ok {
+		return parseSocketFallback(v, "annotation "+AnnotationSocketFallback)
+	}
+	if v, ok := ns.Annotations[AnnotationSocketFallback]; ok {
+		return parseSocketFallback(v, fmt.Sprintf("namespace %s annotation %s", ns.Name, AnnotationSocketFallback))
+	}
+	return false, nil
+}
+
+// parseSocketFallback reads a socket-fallback value; where names the
+// annotation for messages.
+func parseSocketFallback(v, where string) (bool, error) {
+	switch v {
+	case SocketFallbackAllow:
+		return false, nil
+	case SocketFallbackDeny:
+		return true, nil
+	}
+	return false, refusef("%s: invalid value %s: accepted: %s (NCCL may fall back to TCP sockets, NCCL's default) or %s (NCCL fails instead)",
+		where, echo(v), SocketFallbackAllow, SocketFallbackDeny)
+}
+
+// warnWholeHostDevices warns about selected containers that see HCAs of
+// the node whatever ibkube allocates: privileged containers get all of the
+// host's /dev, a hostPath of /dev/infiniband (or a parent of it) mounts
+// every RDMA char device, and one below it mounts some.
+func warnWholeHostDevices(pod *corev1.Pod, targets []target, warn func(string, ...any)) {
+	hostDev := map[string]string{}
+	for _, v := range pod.Spec.Volumes {
+		if v.HostPath == nil {
+			continue
+		}
+		if p := path.Clean("/" + v.HostPath.Path); p == "/" || p == "/dev" || p == "/dev/infiniband" || strings.HasPrefix(p, "/dev/infiniband/") {
+			hostDev[v.Name] = p
+		}
+	}
+	for _, t := range targets {
+		c := t.c
+		if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
+			warn("container %q is privileged, so it sees every HCA of the node (all of the host's /dev/infiniband), not only those ibkube allocates to it; "+
+				"drop privileged (ibkube adds IPC_LOCK and the RDMA devices) to keep pods apart", c.Name)
+			continue
+		}
+		for _, vm := range c.VolumeMounts {
+			if p, ok := hostDev[vm.Name]; ok {
+				warn("container %q mounts hostPath %s, so it sees the node's RDMA devices, not only those ibkube allocates to it; "+
+					"drop the hostPath volume %q (the device plugin hands out the RDMA devices) to keep pods apart", c.Name, p, vm.Name)
+				break
+			}
+		}
+	}
+}
+
 type kv struct{ k, v string }
 
 func refusef(format string, args ...any) *Refusal {
-	return &Refusal{Msg: fmt.Sprintf(format, args...)}
+	return &Refusal{Msg: bound(fmt.Sprintf(format, args...), maxMessage)}
+}
+
+// Bounds on what a refusal or warning repeats of the pod: an annotation may
+// hold up to 256 KiB and names are validated only after admission, so an
+// unbounded echo would turn a large bad value into a larger response and
+// log line.
+const (
+	maxEcho    = 256
+	maxMessage = 4096
+)
+
+// echo quotes a value the pod supplied for a message, cut to maxEcho bytes
+// with a marker saying how much was left out.
+func echo(v string) string {
+	return strconv.Quote(bound(v, maxEcho))
+}
+
+// bound cuts s to at most n bytes (on a UTF-8 boundary) plus a marker
+// naming how many bytes were cut.
+func bound(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("...[%d more bytes]", len(s)-cut)
 }
 
 // parseMode reads a mode value; where names the annotation for messages.
@@ -191,14 +362,14 @@ func parseMode(v, where string) (mode, error) {
 		case ModeNone:
 			none = true
 		default:
-			return m, refusef("%s: invalid value %q: unknown mode %q; accepted: %s", where, v, strings.TrimSpace(part), acceptedModes)
+			return m, refusef("%s: invalid value %s: unknown mode %s; accepted: %s", where, echo(v), echo(strings.TrimSpace(part)), acceptedModes)
 		}
 	}
 	switch {
 	case m.shared && m.exclusive:
-		return m, refusef("%s: invalid value %q: %s and %s exclude each other; accepted: %s", where, v, ModeShared, ModeExclusive, acceptedModes)
+		return m, refusef("%s: invalid value %s: %s and %s exclude each other; accepted: %s", where, echo(v), ModeShared, ModeExclusive, acceptedModes)
 	case none && (m.shared || m.exclusive || m.ipoib):
-		return m, refusef("%s: invalid value %q: %s cannot be combined; accepted: %s", where, v, ModeNone, acceptedModes)
+		return m, refusef("%s: invalid value %s: %s cannot be combined; accepted: %s", where, echo(v), ModeNone, acceptedModes)
 	}
 	return m, nil
 }
@@ -211,7 +382,7 @@ func resolveMode(pod *corev1.Pod, ns Namespace, cfg *config.Config) (mode, bool,
 		return m, err == nil && m != (mode{}), err
 	}
 	v, ok := ns.Annotations[AnnotationMode]
-	if !ok || !requestsGPU(pod, cfg.GPUResource) {
+	if !ok || !requestsGPU(pod, podGPUResources(pod, ns, cfg)) {
 		return mode{}, false, nil
 	}
 	m, err := parseMode(v, fmt.Sprintf("namespace %s annotation %s", ns.Name, AnnotationMode))
@@ -227,7 +398,7 @@ func resolveProfile(pod *corev1.Pod, ns Namespace, cfg *config.Config) (nccl.Pro
 	}
 	p, ok := cfg.Profile(name)
 	if !ok {
-		return p, "", refusef("%s: invalid value %q: unknown profile; accepted: %s", where, name, strings.Join(cfg.ProfileNames(), ", "))
+		return p, "", refusef("%s: invalid value %s: unknown profile; accepted: %s", where, echo(name), strings.Join(cfg.ProfileNames(), ", "))
 	}
 	return p, name, nil
 }
@@ -239,7 +410,7 @@ func parseHCAs(pod *corev1.Pod) (int64, error) {
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil || n < 1 || n > config.MaxHCAs {
-		return 0, refusef("annotation %s: invalid value %q: accepted: an integer from 1 to %d (HCAs per selected container)", AnnotationHCAs, v, config.MaxHCAs)
+		return 0, refusef("annotation %s: invalid value %s: accepted: an integer from 1 to %d (HCAs per selected container)", AnnotationHCAs, echo(v), config.MaxHCAs)
 	}
 	return n, nil
 }
@@ -251,7 +422,7 @@ func isSidecar(c *corev1.Container) bool {
 // selectContainers returns the containers named by the containers
 // annotation, else the regular containers requesting GPUs, else every
 // regular container.
-func selectContainers(pod *corev1.Pod, cfg *config.Config) ([]target, error) {
+func selectContainers(pod *corev1.Pod, gpuRes string) ([]target, error) {
 	spec := &pod.Spec
 	if v, ok := pod.Annotations[AnnotationContainers]; ok {
 		var out []target
@@ -264,8 +435,8 @@ func selectContainers(pod *corev1.Pod, cfg *config.Config) ([]target, error) {
 			seen[name] = true
 			t, found := findContainer(spec, name)
 			if !found {
-				return nil, refusef("annotation %s: invalid value %q: no container named %q; accepted: a comma-separated list of this pod's containers: %s",
-					AnnotationContainers, v, name, containerNames(spec))
+				return nil, refusef("annotation %s: invalid value %s: no container named %s; accepted: a comma-separated list of this pod's containers: %s",
+					AnnotationContainers, echo(v), echo(name), bound(containerNames(spec), maxEcho))
 			}
 			out = append(out, t)
 		}
@@ -273,7 +444,7 @@ func selectContainers(pod *corev1.Pod, cfg *config.Config) ([]target, error) {
 	}
 	var out []target
 	for i := range spec.Containers {
-		if gpuCount(&spec.Containers[i], cfg.GPUResource) > 0 {
+		if gpuCount(&spec.Containers[i], gpuRes) > 0 {
 			out = append(out, target{&spec.Containers[i], containerPath("/spec/containers/", i)})
 		}
 	}
@@ -333,15 +504,28 @@ func gpuCount(c *corev1.Container, gpu string) int64 {
 	return 0
 }
 
-func requestsGPU(pod *corev1.Pod, gpu string) bool {
-	for i := range pod.Spec.Containers {
-		if gpuCount(&pod.Spec.Containers[i], gpu) > 0 {
-			return true
-		}
+// podGPUResources are the resources that count as GPUs for a pod: the
+// config's, and its profile's when that names another (amd.com/gpu). A
+// profile that does not resolve adds nothing here; it is refused later.
+func podGPUResources(pod *corev1.Pod, ns Namespace, cfg *config.Config) []string {
+	out := []string{cfg.GPUResource}
+	if p, _, err := resolveProfile(pod, ns, cfg); err == nil && p.GPUResource != "" && p.GPUResource != cfg.GPUResource {
+		out = append(out, p.GPUResource)
 	}
-	for i := range pod.Spec.InitContainers {
-		if gpuCount(&pod.Spec.InitContainers[i], gpu) > 0 {
-			return true
+	return out
+}
+
+func requestsGPU(pod *corev1.Pod, gpus []string) bool {
+	for _, gpu := range gpus {
+		for i := range pod.Spec.Containers {
+			if gpuCount(&pod.Spec.Containers[i], gpu) > 0 {
+				return true
+			}
+		}
+		for i := range pod.Spec.InitContainers {
+			if gpuCount(&pod.Spec.InitContainers[i], gpu) > 0 {
+				return true
+			}
 		}
 	}
 	return false
@@ -381,8 +565,8 @@ func ipoibInterface(pod *corev1.Pod, m mode, cfg *config.Config) (string, error)
 	existing := pod.Annotations[multus.Annotation]
 	nets, err := multus.Parse(existing, pod.Namespace)
 	if err != nil {
-		return "", refusef("annotation %s: invalid value %q: %v; accepted: a comma-separated list of [namespace/]name[@interface] or a JSON list of network selection elements",
-			multus.Annotation, existing, err)
+		return "", refusef("annotation %s: invalid value %s: %v; accepted: a comma-separated list of [namespace/]name[@interface] or a JSON list of network selection elements",
+			multus.Annotation, echo(existing), err)
 	}
 	ns := cfg.IPoIBNamespace()
 	if ns == "" {
@@ -399,18 +583,33 @@ func ipoibInterface(pod *corev1.Pod, m mode, cfg *config.Config) (string, error)
 	return "net" + strconv.Itoa(len(nets)+1), nil
 }
 
+// confInput is what the NCCL conf file is rendered from.
+type confInput struct {
+	profileName, modeName string
+	m                     mode
+	profile               nccl.Profile
+	// ifname is the IPoIB interface for NCCL_SOCKET_IFNAME ("" for none).
+	ifname string
+	// wholeNode: the pod's GPU containers hold the whole machine, so the
+	// profile's WholeNode values apply.
+	wholeNode bool
+	// failClosed: NCCL must fail rather than fall back to sockets.
+	failClosed bool
+}
+
 // ncclConf renders the NCCL conf file. NCCL loads it with setenv(name,
 // value, 0), so every variable in the container's environment, from env,
 // envFrom or the device plugin, overrides these lines.
-func ncclConf(profileName, modeName string, m mode, p nccl.Profile, ifname string) string {
+func ncclConf(in confInput) string {
+	p := in.profile
 	var b strings.Builder
 	b.Grow(128)
 	b.WriteString("# Written by ibkube: profile ")
-	b.WriteString(profileName)
+	b.WriteString(in.profileName)
 	b.WriteString(", mode ")
-	b.WriteString(modeName)
+	b.WriteString(in.modeName)
 	b.WriteString(".\n# Any environment variable overrides a line here.\n")
-	seen := make(map[string]bool, len(p.NCCL)+2)
+	seen := make(map[string]bool, len(p.NCCL)+3)
 	line := func(k, v string) {
 		if seen[k] {
 			return
@@ -421,14 +620,42 @@ func ncclConf(profileName, modeName string, m mode, p nccl.Profile, ifname strin
 		b.WriteString(v)
 		b.WriteByte('\n')
 	}
-	if m.rdma() {
+	if in.m.rdma() {
 		line("NCCL_IB_DISABLE", "0")
 	}
-	if ifname != "" {
-		line("NCCL_SOCKET_IFNAME", ifname)
+	if in.failClosed {
+		// NCCL_NET names the only network plugin NCCL may use; when the IB
+		// plugin (InfiniBand and RoCE) fails to initialise or finds no
+		// device, communicator init fails with "Failed to initialize any
+		// NET plugin" instead of going on over sockets (NVIDIA/nccl
+		// src/init.cc reads NCCL_NET into config.netName; src/plugin/net.cc
+		// ncclNetInit skips every plugin of another name and returns
+		// ncclInvalidUsage when none is enabled).
+		line("NCCL_NET", "IB")
 	}
+	if in.ifname != "" {
+		line("NCCL_SOCKET_IFNAME", in.ifname)
+	}
+	var skipped []string
 	for _, v := range p.NCCL {
+		if v.WholeNode && !in.wholeNode {
+			if !seen[v.Name] {
+				skipped = append(skipped, v.Name+"="+v.Value)
+			}
+			continue
+		}
 		line(v.Name, v.Value)
+	}
+	if len(skipped) > 0 {
+		if p.GPUsPerNode > 0 {
+			b.WriteString("# Left out, as this pod does not hold all ")
+			b.WriteString(strconv.Itoa(p.GPUsPerNode))
+			b.WriteString(" GPUs of the machine (GPU/HCA pairing unknown): ")
+		} else {
+			b.WriteString("# Left out, as the profile states no GPUs per machine (GPU/HCA pairing unknown): ")
+		}
+		b.WriteString(strings.Join(skipped, " "))
+		b.WriteByte('\n')
 	}
 	return b.String()
 }

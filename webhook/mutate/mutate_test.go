@@ -3,6 +3,7 @@ package mutate
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ibkube/ibkube/internal/golden"
@@ -45,6 +47,12 @@ var goldenCases = []struct {
 	{"envfrom", optedIn("training")},
 	{"ipoib-only", optedIn("training")},
 	{"oci-roce", optedIn("training")},
+	{"oci-hostpath", optedIn("training")},
+	{"ndv5-partial-1gpu", optedIn("training")},
+	{"ndv5-partial-2gpu", optedIn("training")},
+	{"ndv5-partial-4gpu", optedIn("training")},
+	{"fail-closed", optedIn("training")},
+	{"mi300x", optedIn("hpc", AnnotationMode, "rdma-exclusive")},
 }
 
 func testConfig() *config.Config {
@@ -115,6 +123,8 @@ func TestMutateLeavesAlone(t *testing.T) {
 		{"mode none", gpuPod(map[string]string{AnnotationMode: "none"}), optedIn("a", AnnotationMode, "rdma-shared")},
 		{"namespace mode, pod without GPUs", cpuPod, optedIn("a", AnnotationMode, "rdma-shared")},
 		{"not opted in, typo ignored", gpuPod(map[string]string{Prefix + "mdoe": "x"}), Namespace{Name: "plain"}},
+		// A namespace default matters only to the pods it applies to.
+		{"bad namespace socket-fallback, no mode", gpuPod(nil), optedIn("a", AnnotationSocketFallback, "x")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -136,7 +146,7 @@ func TestMutateLeavesAlone(t *testing.T) {
 
 func TestMutateRefusals(t *testing.T) {
 	t.Parallel()
-	const profiles = "generic-ib, hb, ndv4, ndv5, oci-h100-roce"
+	const profiles = "generic-ib, hb, ndv4, ndv5, ndv5-mi300x, ndv6-gb, oci-b4-roce, oci-h100-roce, oci-h200-roce"
 	cases := []struct {
 		name  string
 		annos map[string]string
@@ -189,11 +199,11 @@ func TestMutateRefusals(t *testing.T) {
 		},
 		{
 			"typo under the prefix", map[string]string{AnnotationMode: "rdma-shared", Prefix + "hca": "8"}, optedIn("t"),
-			`annotation infiniband.azure.com/hca: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile (and injected, memlock, nccl-conf, written by ibkube)`,
+			`annotation infiniband.azure.com/hca: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile, socket-fallback (and injected, memlock, nccl-conf, written by ibkube)`,
 		},
 		{
 			"pod-level inject label as annotation", map[string]string{Prefix + "inject": "enabled"}, optedIn("t"),
-			`annotation infiniband.azure.com/inject: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile (and injected, memlock, nccl-conf, written by ibkube)`,
+			`annotation infiniband.azure.com/inject: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile, socket-fallback (and injected, memlock, nccl-conf, written by ibkube)`,
 		},
 		{
 			"bad memlock", map[string]string{AnnotationMode: "rdma-shared", AnnotationMemlock: "lots"}, optedIn("t"),
@@ -207,6 +217,27 @@ func TestMutateRefusals(t *testing.T) {
 		{
 			"overflowing memlock", map[string]string{AnnotationMode: "rdma-shared", AnnotationMemlock: "1e99"}, optedIn("t"),
 			`annotation infiniband.azure.com/memlock: invalid value "1e99": too large (below 8Ei); want "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi"`,
+		},
+		{
+			// The README lists a bad memlock as a refusal whatever the mode.
+			"bad memlock without a mode", map[string]string{AnnotationMemlock: "lots"}, optedIn("t"),
+			`annotation infiniband.azure.com/memlock: invalid value "lots": not a quantity; want "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi"`,
+		},
+		{
+			"bad memlock with mode none", map[string]string{AnnotationMode: "none", AnnotationMemlock: "-1"}, optedIn("t", AnnotationMode, "rdma-shared"),
+			`annotation infiniband.azure.com/memlock: invalid value "-1": not positive; want "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi"`,
+		},
+		{
+			"bad socket-fallback", map[string]string{AnnotationMode: "rdma-shared", AnnotationSocketFallback: "never"}, optedIn("t"),
+			`annotation infiniband.azure.com/socket-fallback: invalid value "never": accepted: allow (NCCL may fall back to TCP sockets, NCCL's default) or deny (NCCL fails instead)`,
+		},
+		{
+			"bad socket-fallback with mode none", map[string]string{AnnotationMode: "none", AnnotationSocketFallback: "Deny"}, optedIn("t"),
+			`annotation infiniband.azure.com/socket-fallback: invalid value "Deny": accepted: allow (NCCL may fall back to TCP sockets, NCCL's default) or deny (NCCL fails instead)`,
+		},
+		{
+			"bad namespace socket-fallback", map[string]string{AnnotationMode: "rdma-shared"}, optedIn("team", AnnotationSocketFallback, "no"),
+			`namespace team annotation infiniband.azure.com/socket-fallback: invalid value "no": accepted: allow (NCCL may fall back to TCP sockets, NCCL's default) or deny (NCCL fails instead)`,
 		},
 		{
 			"malformed networks", map[string]string{AnnotationMode: "ipoib", "k8s.v1.cni.cncf.io/networks": `[{"name":`}, optedIn("t"),
@@ -333,5 +364,193 @@ func TestReadmeListsKeys(t *testing.T) {
 		if !strings.Contains(string(readme), "`"+Prefix+k+"`") {
 			t.Errorf("README lacks ibkube-written key %q", Prefix+k)
 		}
+	}
+}
+
+// TestExclusiveCountBounds checks the rdma-exclusive count taken from a GPU
+// count: the profile's HCAs per GPU multiply it, and a count outside 1..64
+// is refused instead of becoming a resource quantity such as rdma/ib: "-8".
+func TestExclusiveCountBounds(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, profile, gpus string
+		hcas                string // annotation; "" for none
+		wantRes             string
+		want                int64
+		refusal             string
+	}{
+		{"ib 8 GPUs", "ndv5", "8", "", "rdma/ib", 8, ""},
+		{"roce 8 GPUs, 2 per GPU", "oci-h100-roce", "8", "", "rdma/roce", 16, ""},
+		{"roce H200 1 per GPU", "oci-h200-roce", "8", "", "rdma/roce", 8, ""},
+		{"annotation wins over HCAs per GPU", "oci-h100-roce", "8", "4", "rdma/roce", 4, ""},
+		{"fractional GPU rounds up", "ndv5", "500m", "", "rdma/ib", 1, ""},
+		{"negative GPUs", "ndv5", "-8", "", "", 0,
+			`container "train" requests nvidia.com/gpu: -8, which gives no rdma-exclusive count from 1 to 64 (1 HCA(s) per GPU, profile ndv5); accepted: a GPU count from 1 to 64, or annotation infiniband.azure.com/hcas with an integer from 1 to 64`},
+		{"huge GPU count", "ndv5", "1e9", "", "", 0,
+			`container "train" requests nvidia.com/gpu: 1000000000, which gives no rdma-exclusive count from 1 to 64 (1 HCA(s) per GPU, profile ndv5); accepted: a GPU count from 1 to 64, or annotation infiniband.azure.com/hcas with an integer from 1 to 64`},
+		{"too many GPUs for 2 per GPU", "oci-h100-roce", "33", "", "", 0,
+			`container "train" requests nvidia.com/gpu: 33, which gives no rdma-exclusive count from 1 to 64 (2 HCA(s) per GPU, profile oci-h100-roce); accepted: a GPU count from 1 to 32, or annotation infiniband.azure.com/hcas with an integer from 1 to 64`},
+		{"negative GPUs with hcas annotation", "ndv5", "-8", "2", "rdma/ib", 2, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pod := &corev1.Pod{}
+			pod.Name, pod.Namespace = "p", "t"
+			pod.Annotations = map[string]string{AnnotationMode: "rdma-exclusive", AnnotationProfile: tc.profile, AnnotationContainers: "train"}
+			if tc.hcas != "" {
+				pod.Annotations[AnnotationHCAs] = tc.hcas
+			}
+			pod.Spec.Containers = []corev1.Container{{Name: "train", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(tc.gpus)}}}}
+			_, err := Mutate(pod, optedIn("t"), testConfig())
+			if tc.refusal != "" {
+				if err == nil || err.Error() != tc.refusal {
+					t.Fatalf("err = %v\nwant %s", err, tc.refusal)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := pod.Spec.Containers[0].Resources.Limits[corev1.ResourceName(tc.wantRes)]
+			if got.Value() != tc.want {
+				t.Errorf("%s = %s, want %d (limits %v)", tc.wantRes, got.String(), tc.want, pod.Spec.Containers[0].Resources.Limits)
+			}
+		})
+	}
+}
+
+// TestGDRLevelByShape checks that the whole-machine NCCL_NET_GDR_LEVEL=SYS
+// of the ND profiles reaches only pods whose GPU containers hold all the
+// machine's GPUs, where every GPU has its HCA beside it.
+func TestGDRLevelByShape(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		profile string
+		gpus    []string // per container
+		want    bool
+	}{
+		{"8 of 8", "ndv5", []string{"8"}, true},
+		{"4 of 8", "ndv5", []string{"4"}, false},
+		{"2 of 8", "ndv4", []string{"2"}, false},
+		{"1 of 8", "ndv5", []string{"1"}, false},
+		{"two containers of 4", "ndv5", []string{"4", "4"}, false},
+		{"8 with a GPU-less sidecar selected", "ndv5", []string{"8", "0"}, true},
+		{"generic profile states no GPUs per node", "generic-ib", []string{"8"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pod := &corev1.Pod{}
+			pod.Name, pod.Namespace = "p", "t"
+			var names []string
+			for i, g := range tc.gpus {
+				c := corev1.Container{Name: fmt.Sprintf("c%d", i)}
+				if g != "0" {
+					c.Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(g)}
+				}
+				pod.Spec.Containers = append(pod.Spec.Containers, c)
+				names = append(names, c.Name)
+			}
+			pod.Annotations = map[string]string{AnnotationMode: "rdma-exclusive", AnnotationProfile: tc.profile, AnnotationContainers: strings.Join(names, ",")}
+			if _, err := Mutate(pod, optedIn("t"), testConfig()); err != nil {
+				t.Fatal(err)
+			}
+			conf := pod.Annotations[AnnotationNCCLConf]
+			if got := strings.Contains(conf, "\nNCCL_NET_GDR_LEVEL=SYS\n"); got != tc.want {
+				t.Errorf("NCCL_NET_GDR_LEVEL=SYS in conf = %v, want %v:\n%s", got, tc.want, conf)
+			}
+		})
+	}
+}
+
+// TestSocketFallback checks where NCCL_NET=IB (fail instead of falling back
+// to sockets) comes from and where it is ignored.
+func TestSocketFallback(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		pod, ns  string // socket-fallback annotations; "" for none
+		mode     string
+		want     bool
+		warnings int
+	}{
+		{"default allows", "", "", "rdma-exclusive", false, 0},
+		{"pod deny", "deny", "", "rdma-exclusive", true, 0},
+		{"namespace deny", "", "deny", "rdma-shared", true, 0},
+		{"pod allow beats namespace deny", "allow", "deny", "rdma-shared", false, 0},
+		{"ipoib only: nothing to deny", "deny", "", "ipoib", false, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pod := readPod(t, "namespace-defaults")
+			pod.Annotations = map[string]string{AnnotationMode: tc.mode}
+			if tc.pod != "" {
+				pod.Annotations[AnnotationSocketFallback] = tc.pod
+			}
+			ns := optedIn("team-a")
+			if tc.ns != "" {
+				ns.Annotations[AnnotationSocketFallback] = tc.ns
+			}
+			res, err := Mutate(pod, ns, testConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			conf := pod.Annotations[AnnotationNCCLConf]
+			if got := strings.Contains(conf, "\nNCCL_NET=IB\n"); got != tc.want {
+				t.Errorf("NCCL_NET=IB in conf = %v, want %v:\n%s", got, tc.want, conf)
+			}
+			if len(res.Warnings) != tc.warnings {
+				t.Errorf("warnings %q, want %d", res.Warnings, tc.warnings)
+			}
+		})
+	}
+}
+
+// TestRefusalEchoBounded checks that a huge bad value is echoed cut, with a
+// marker, so a 1 MiB annotation does not become a larger refusal and log line.
+func TestRefusalEchoBounded(t *testing.T) {
+	t.Parallel()
+	huge := strings.Repeat("x", 1<<20)
+	for _, annos := range []map[string]string{
+		{AnnotationMode: huge},
+		{AnnotationMode: "rdma-shared", AnnotationMemlock: huge},
+		{AnnotationMemlock: huge},
+		{AnnotationMode: "rdma-shared", AnnotationProfile: huge},
+		{AnnotationMode: "rdma-exclusive", AnnotationHCAs: huge},
+		{AnnotationMode: "rdma-shared", AnnotationContainers: huge},
+		{AnnotationMode: "ipoib", "k8s.v1.cni.cncf.io/networks": "[" + huge},
+		{AnnotationMode: "rdma-shared", AnnotationSocketFallback: huge},
+		{AnnotationMode: "rdma-shared", Prefix + huge: "1"},
+	} {
+		pod := readPod(t, "namespace-defaults")
+		pod.Annotations = annos
+		_, err := Mutate(pod, optedIn("t"), testConfig())
+		if err == nil {
+			t.Fatalf("no refusal for a 1 MiB value")
+		}
+		if msg := err.Error(); len(msg) > 2048 || !strings.Contains(msg, "more bytes]") {
+			t.Errorf("refusal of %d bytes, want at most 2048 with a cut marker: %.300s", len(msg), msg)
+		}
+	}
+	// A long name in a warning is cut as well.
+	pod := readPod(t, "namespace-defaults")
+	pod.Annotations = map[string]string{AnnotationMode: "rdma-exclusive"}
+	pod.Spec.Containers[0].Name = huge
+	pod.Spec.Containers[0].Resources.Limits["rdma/ib"] = quantity(3)
+	res, err := Mutate(pod, optedIn("t"), testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range res.Warnings {
+		if len(w) > maxMessage+64 {
+			t.Errorf("warning of %d bytes", len(w))
+		}
+	}
+	if len(res.Warnings) == 0 {
+		t.Error("no warning for the kept rdma/ib count")
 	}
 }

@@ -195,6 +195,8 @@ func FuzzMutate(f *testing.F) {
 	f.Add(seed, "", "", "rdma-exclusive,ipoib", "3", "warmup,data-cache", `[{"name":"a"}]`)
 	f.Add(seed, "", "restricted", "ipoib", "", "metrics", "x/y@net1, z")
 	f.Add([]byte(`{"metadata":{"annotations":{"infiniband.azure.com/mode":"ipoib","k8s.v1.cni.cncf.io/networks":"a,b@net1"}},"spec":{"containers":[{"name":"a","env":[{"name":"NCCL_CONF_FILE","value":"/x"}]}]}}`), "", "", "", "", "", "")
+	f.Add([]byte(`{"metadata":{"annotations":{"infiniband.azure.com/profile":"oci-h100-roce","infiniband.azure.com/socket-fallback":"deny"}},"spec":{"containers":[{"name":"a","resources":{"limits":{"nvidia.com/gpu":"-8"}}},{"name":"b","securityContext":{"privileged":true}}]}}`), "", "", "rdma-exclusive", "", "", "")
+	f.Add([]byte(`{"metadata":{"annotations":{"infiniband.azure.com/profile":"ndv5-mi300x"}},"spec":{"containers":[{"name":"a","resources":{"limits":{"amd.com/gpu":"4"}},"volumeMounts":[{"name":"d","mountPath":"/dev/infiniband"}]}],"volumes":[{"name":"d","hostPath":{"path":"/dev"}}]}}`), "rdma-exclusive", "", "", "", "", "")
 	cfg := testConfig()
 	f.Fuzz(func(t *testing.T, podJSON []byte, nsMode, psa, mode, hcas, containers, networks string) {
 		var pod corev1.Pod
