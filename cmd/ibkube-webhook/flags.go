@@ -34,7 +34,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.SetOutput(out)
 	s := &o.server
 	s.Limits = server.DefaultLimits()
-	fs.StringVar(&s.ConfigFile, "config", "/etc/ibkube/webhook.yaml", "WebhookConfig file (missing: built-in defaults); re-read when it changes, a bad file keeps the last good one")
+	fs.StringVar(&s.ConfigFile, "config", "/etc/ibkube/webhook.yaml", "WebhookConfig file (missing at start: built-in defaults); re-read when it changes, a bad or vanished file keeps the last good one")
 	fs.DurationVar(&s.ConfigPoll, "config-poll", time.Minute, "also re-read --config this often, in case a change event is missed (0: never)")
 	fs.StringVar(&s.CertDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key, reloaded on rotation")
 	fs.StringVar(&s.Host, "host", "", "address the webhook server listens on (empty: all)")
