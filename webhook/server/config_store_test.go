@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -165,5 +167,44 @@ func TestConfigStoreStaysOnDefaults(t *testing.T) {
 	}
 	if gauge(t, s.lastOK) != 1 || counter(t, s.reloads, "failure") != 0 {
 		t.Error("a file missing since start counted as a failed reload")
+	}
+}
+
+// TestConfigStoreVanishedFileLogsError: the disappearance is logged at error
+// level, not as an informational switch to defaults.
+func TestConfigStoreVanishedFileLogsError(t *testing.T) {
+	t.Parallel()
+	var (
+		mu   sync.Mutex
+		logs []string
+	)
+	log := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logs = append(logs, args)
+	}, funcr.Options{})
+	c := configmapdir.New(t.TempDir(), "webhook.yaml")
+	c.Write(t, configYAML("rdma/shared_a"))
+	s, err := newConfigStore(c.Path(), nil, prometheus.NewRegistry(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Remove(t)
+	if _, err := s.reload(); err == nil {
+		t.Fatal("reload of a vanished file: no error")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	found := false
+	for _, l := range logs {
+		if strings.Contains(l, `"error"=`) && strings.Contains(l, "disappeared") && strings.Contains(l, "keeping the last good one") {
+			found = true
+		}
+		if strings.Contains(l, "defaults") {
+			t.Errorf("log %s speaks of defaults", l)
+		}
+	}
+	if !found {
+		t.Errorf("no error-level log about the vanished file in %q", logs)
 	}
 }
