@@ -33,11 +33,14 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs := flag.NewFlagSet("ibkube-webhook", flag.ContinueOnError)
 	fs.SetOutput(out)
 	s := &o.server
-	fs.StringVar(&s.ConfigFile, "config", "/etc/ibkube/webhook.yaml", "WebhookConfig file (missing: built-in defaults); re-read when it changes, a bad file keeps the last good one")
+	s.Limits = server.DefaultLimits()
+	fs.StringVar(&s.ConfigFile, "config", "/etc/ibkube/webhook.yaml", "WebhookConfig file (missing at start: built-in defaults); re-read when it changes, a bad or vanished file keeps the last good one")
 	fs.DurationVar(&s.ConfigPoll, "config-poll", time.Minute, "also re-read --config this often, in case a change event is missed (0: never)")
 	fs.StringVar(&s.CertDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key, reloaded on rotation")
 	fs.StringVar(&s.Host, "host", "", "address the webhook server listens on (empty: all)")
 	fs.IntVar(&s.Port, "port", 9443, "webhook server port; the webhook path is /mutate-v1-pod")
+	fs.IntVar(&s.Limits.MaxInFlight, "max-requests-in-flight", s.Limits.MaxInFlight, "admission requests handled at once; more get 429 with Retry-After before their body is read (each may hold a few times the 4 MiB body cap: size it with the memory limit)")
+	fs.IntVar(&s.Limits.MaxConns, "max-connections", s.Limits.MaxConns, "open connections to the webhook port; more are closed when accepted")
 	fs.StringVar(&s.MetricsBindAddress, "metrics-bind-address", ":8080", "Prometheus /metrics address (0: off)")
 	fs.StringVar(&s.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "/healthz and /readyz address (0: off)")
 	fs.StringVar(&s.ReleaseNamespace, "namespace", getenv("POD_NAMESPACE"), "namespace ibkube runs in (default $POD_NAMESPACE): never mutated, and the default namespace of the IPoIB network")
@@ -59,6 +62,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	}
 	if s.Port < 1 || s.Port > 65535 {
 		return o, fmt.Errorf("--port %d: want 1-65535", s.Port)
+	}
+	if err := s.Limits.Validate(); err != nil {
+		return o, fmt.Errorf("--max-requests-in-flight, --max-connections: %w", err)
 	}
 	if s.ReleaseNamespace == "" {
 		return o, errors.New("--namespace is empty and $POD_NAMESPACE is unset: give the namespace ibkube runs in")

@@ -26,6 +26,7 @@ func TestParseFlags(t *testing.T) {
 		HealthProbeBindAddress: ":8081",
 		ReleaseNamespace:       "ibkube-system",
 		CheckNetworks:          true,
+		Limits:                 server.DefaultLimits(),
 	}
 	tests := []struct {
 		name    string
@@ -39,15 +40,17 @@ func TestParseFlags(t *testing.T) {
 			name: "every server flag",
 			args: []string{"--config=/cfg/w.yaml", "--config-poll=0", "--cert-dir=/certs", "--host=127.0.0.1", "--port=10250",
 				"--metrics-bind-address=0", "--health-probe-bind-address=:9000", "--namespace=ibkube-system", "--check-networks=false",
-				"--cert-management=external"},
+				"--cert-management=external", "--max-requests-in-flight=4", "--max-connections=64"},
 			want: func(c *server.Config) {
 				c.ConfigFile, c.ConfigPoll, c.CertDir, c.Host, c.Port = "/cfg/w.yaml", 0, "/certs", "127.0.0.1", 10250
 				c.MetricsBindAddress, c.HealthProbeBindAddress, c.CheckNetworks = "0", ":9000", false
+				c.Limits.MaxInFlight, c.Limits.MaxConns = 4, 64
 			},
 		},
 		{name: "--namespace wins over $POD_NAMESPACE", args: []string{"--namespace", "ibkube-system"}, env: map[string]string{"POD_NAMESPACE": "other"}},
 		{name: "no namespace at all", wantErr: "--namespace is empty"},
 		{name: "port out of range", args: []string{"--namespace=x", "--port=70000"}, wantErr: "--port 70000"},
+		{name: "no request in flight allowed", args: []string{"--namespace=x", "--max-requests-in-flight=0"}, wantErr: "max in-flight requests 0: want at least 1"},
 		{name: "unknown flag", args: []string{"--namespace=x", "--prot=1"}, wantErr: "flag provided but not defined: -prot"},
 		{name: "positional argument", args: []string{"--namespace=x", "serve"}, wantErr: "unexpected arguments"},
 		{name: "bad log level", args: []string{"--namespace=x", "--log-level=trace"}, wantErr: "--log-level \"trace\""},

@@ -20,8 +20,11 @@ result to stdout: Pods, workloads with pod templates (Deployment,
 StatefulSet, DaemonSet, Job, CronJob) and custom resources such as
 PyTorchJob, MPIJob, JobSet and Kubeflow Trainer runtimes, in multi-document
 streams. Other objects pass through unchanged, a TrainJob too (the webhook
-injects its pods at admission). A refusal exits non-zero with the webhook's
-message; warnings go to stderr.
+injects its pods at admission). All or nothing: if any document is refused,
+nothing is written to stdout and the command exits non-zero naming every
+refused document by its position with the webhook's message; warnings go to
+stderr. Documents left unchanged, and the "---" lines with their comments,
+come back byte for byte.
 
 flags:
 `
@@ -91,7 +94,7 @@ func runInject(_ context.Context, args []string, s stdio) error {
 	if err != nil {
 		var refused *inject.Error
 		if errors.As(err, &refused) {
-			return fmt.Errorf("inject: denied: %w", err)
+			return fmt.Errorf("inject: denied, nothing written: %w", err)
 		}
 		return fmt.Errorf("inject: %w", err)
 	}

@@ -33,7 +33,7 @@ spec:
 		{name: "namespace annotation with a comma", args: []string{"-f", "-", "--namespace-annotations", "infiniband.azure.com/profile=ndv4,infiniband.azure.com/hcas=2"},
 			mode: "rdma-exclusive,ipoib", wantOut: "profile=ndv4"},
 		{name: "refusal", args: []string{"-f", "-"}, mode: "rdma-shared,rdma-exclusive",
-			wantErr: `inject: denied: document 1 (Pod p): annotation infiniband.azure.com/mode: invalid value "rdma-shared,rdma-exclusive": rdma-shared and rdma-exclusive exclude each other`},
+			wantErr: `inject: denied, nothing written: document 1 (Pod p): annotation infiniband.azure.com/mode: invalid value "rdma-shared,rdma-exclusive": rdma-shared and rdma-exclusive exclude each other`},
 		{name: "no file", args: nil, wantErr: "inject: -f FILE or -f - is required"},
 		{name: "bad kv", args: []string{"-f", "-", "--namespace-labels", "=x"}, wantErr: `inject: --namespace-labels: invalid entry "=x"`},
 		{name: "bad config path", args: []string{"-f", "-", "--config", "/nonexistent.yaml"}, wantErr: "inject: open /nonexistent.yaml"},
@@ -47,6 +47,9 @@ spec:
 			if tc.wantErr != "" {
 				if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want prefix %q", err, tc.wantErr)
+				}
+				if out.Len() != 0 {
+					t.Errorf("stdout holds %d bytes after an error, want nothing:\n%s", out.Len(), out.String())
 				}
 				return
 			}

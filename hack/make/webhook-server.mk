@@ -12,6 +12,11 @@ bench-webhook-handler: ## Benchmark the admission handler against a no-op contro
 	$(GO) test -run '^$$' -bench '^BenchmarkAdmission$$' -benchmem -count 1 $(WEBHOOK_HANDLER_PKG)
 BENCH_TARGETS += bench-webhook-handler
 
+.PHONY: bench-webhook-attack
+bench-webhook-attack: ## Peak heap and RSS of the webhook server under stalled uploads and floods of large reviews (loopback).
+	$(GO) test -run '^$$' -bench '^BenchmarkAttack' -benchtime 2x -count 1 ./webhook/server
+BENCH_TARGETS += bench-webhook-attack
+
 .PHONY: test-integration-webhook
 test-integration-webhook: envtest-assets ## Webhook against a real kube-apiserver + etcd (envtest), with the shipped MutatingWebhookConfiguration.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -tags integration -timeout 15m ./test/integration/webhook/...

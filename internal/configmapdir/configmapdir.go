@@ -49,3 +49,14 @@ func (d *Dir) Write(t testing.TB, content string) {
 		}
 	}
 }
+
+// Remove takes the file away as the kubelet does when the ConfigMap or the key
+// is gone from an optional volume: the file's link and "..data" disappear.
+func (d *Dir) Remove(t testing.TB) {
+	t.Helper()
+	for _, p := range []string{d.Path(), filepath.Join(d.dir, "..data")} {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

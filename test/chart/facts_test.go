@@ -71,6 +71,11 @@ func TestRenderFacts(t *testing.T) {
 		c := at(pod, "containers", 0)
 		want(t, "webhook replicas", at(dep, "spec", "replicas"), 2)
 		want(t, "spread topologyKey", at(pod, "topologySpreadConstraints", 0, "topologyKey"), "kubernetes.io/hostname")
+		// Replicas never share a node while another could take one; on one
+		// node (one domain, skew 0) both still run.
+		want(t, "spread whenUnsatisfiable", at(pod, "topologySpreadConstraints", 0, "whenUnsatisfiable"), "DoNotSchedule")
+		want(t, "spread nodeTaintsPolicy", at(pod, "topologySpreadConstraints", 0, "nodeTaintsPolicy"), "Honor")
+		want(t, "GOMEMLIMIT (90% of the 256Mi limit)", envValue(at(c, "env"), "GOMEMLIMIT"), "230MiB")
 		want(t, "liveness probe", at(c, "livenessProbe", "httpGet", "path"), "/healthz")
 		want(t, "readiness probe", at(c, "readinessProbe", "httpGet", "path"), "/readyz")
 		if at(c, "resources", "requests", "cpu") == nil || at(c, "resources", "requests", "memory") == nil {
@@ -84,6 +89,7 @@ func TestRenderFacts(t *testing.T) {
 
 		pdb := get(t, m, "PodDisruptionBudget/ibkube-webhook")
 		want(t, "PDB minAvailable", at(pdb, "spec", "minAvailable"), 1)
+		want(t, "PDB unhealthyPodEvictionPolicy", at(pdb, "spec", "unhealthyPodEvictionPolicy"), "AlwaysAllow")
 		want(t, "PDB selector", at(pdb, "spec", "selector", "matchLabels"), at(dep, "spec", "selector", "matchLabels"))
 
 		hook := at(get(t, m, "MutatingWebhookConfiguration/ibkube"), "webhooks", 0)
@@ -113,6 +119,31 @@ func TestRenderFacts(t *testing.T) {
 		if tol := fmt.Sprint(at(ds, "tolerations")); !strings.Contains(tol, "nvidia.com/gpu") {
 			t.Errorf("agent tolerations %s do not tolerate GPU taints", tol)
 		}
+		// A memlock cap by default, and injected pods ask for exactly it.
+		if args := fmt.Sprint(at(ds, "containers", 0, "args")); !strings.Contains(args, "--memlock-max=64Gi") {
+			t.Errorf("agent args %s: want the default --memlock-max=64Gi", args)
+		}
+		if cfg := fmt.Sprint(at(get(t, m, "ConfigMap/ibkube-webhook-config"), "data", "webhook.yaml")); !strings.Contains(cfg, "memlock: 64Gi") {
+			t.Errorf("webhook config %s: want memlock 64Gi, the agent's cap", cfg)
+		}
+		if vols := fmt.Sprint(at(ds, "volumes")); !strings.Contains(vols, "path:/proc") {
+			t.Errorf("agent volumes %s: with NRI on, the host /proc is needed for the runtime's limits", vols)
+		}
+	})
+
+	t.Run("NRI off: no /proc, no memlock cap", func(t *testing.T) {
+		t.Parallel()
+		m := objs(t, "nri-off")
+		ds := at(get(t, m, "DaemonSet/ibkube-node-agent"), "spec", "template", "spec")
+		if vols := fmt.Sprint(at(ds, "volumes")); strings.Contains(vols, "path:/proc") {
+			t.Errorf("agent volumes %s mount the host /proc although NRI is off", vols)
+		}
+		if args := fmt.Sprint(at(ds, "containers", 0, "args")); strings.Contains(args, "--proc-root") || strings.Contains(args, "--memlock-max") {
+			t.Errorf("agent args %s: --proc-root and --memlock-max mean nothing without NRI", args)
+		}
+		if cfg := fmt.Sprint(at(get(t, m, "ConfigMap/ibkube-webhook-config"), "data", "webhook.yaml")); strings.Contains(cfg, "memlock") {
+			t.Errorf("webhook config %s: without NRI no cap applies, memlock stays the binary's default", cfg)
+		}
 	})
 
 	t.Run("cert-manager", func(t *testing.T) {
@@ -139,8 +170,16 @@ func TestRenderFacts(t *testing.T) {
 		dep := get(t, m, "Deployment/ibkube-webhook")
 		np := get(t, m, "NetworkPolicy/ibkube-webhook")
 		want(t, "NetworkPolicy podSelector", at(np, "spec", "podSelector", "matchLabels"), at(dep, "spec", "selector", "matchLabels"))
-		if ports := fmt.Sprint(at(np, "spec", "ingress")); !strings.Contains(ports, "port:9443") {
-			t.Errorf("NetworkPolicy ingress %s does not admit the API server to the webhook port", ports)
+		admission, metrics := at(np, "spec", "ingress", 0), at(np, "spec", "ingress", 1)
+		want(t, "admission port", at(admission, "ports", 0, "port"), 9443)
+		want(t, "admission only from the API server's peers", at(admission, "from"), []any{map[string]any{"ipBlock": map[string]any{"cidr": "10.224.0.4/32"}}})
+		want(t, "metrics port", at(metrics, "ports", 0, "port"), 8080)
+		want(t, "metrics only from the monitoring namespace", at(metrics, "from", 0, "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name"), "monitoring")
+		if n := len(at(np, "spec", "ingress").([]any)); n != 2 {
+			t.Errorf("NetworkPolicy has %d ingress rules, want 2 (admission, metrics)", n)
+		}
+		if args := fmt.Sprint(at(dep, "spec", "template", "spec", "containers", 0, "args")); !strings.Contains(args, "--max-requests-in-flight=4") {
+			t.Errorf("webhook args %s lack --max-requests-in-flight=4", args)
 		}
 		sm := get(t, m, "ServiceMonitor/ibkube-webhook")
 		svc := get(t, m, "Service/ibkube-webhook")
@@ -152,4 +191,15 @@ func TestRenderFacts(t *testing.T) {
 			t.Errorf("ServiceMonitor scrapes port %v, the Service has %s", port, ports)
 		}
 	})
+}
+
+// envValue is the value of the env var name in a container's env list.
+func envValue(env any, name string) any {
+	l, _ := env.([]any)
+	for _, e := range l {
+		if m, _ := e.(map[string]any); m["name"] == name {
+			return m["value"]
+		}
+	}
+	return nil
 }

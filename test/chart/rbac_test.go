@@ -117,6 +117,24 @@ func TestAPIServerRBAC(t *testing.T) {
 	})
 
 	t.Run("webhook cannot touch other secrets or webhook configurations", func(t *testing.T) {
+		// Another Secret in the release namespace: invisible to the webhook.
+		other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry-credentials", Namespace: namespace}}
+		if _, err := admin.CoreV1().Secrets(namespace).Create(ctx, other, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := webhook.CoreV1().Secrets(namespace).Get(ctx, other.Name, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("get another secret in %s: %v, want forbidden", namespace, err)
+		}
+		if _, err := webhook.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("list every secret in %s: %v, want forbidden", namespace, err)
+		}
+		if _, err := webhook.CoreV1().Secrets(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + other.Name}); !apierrors.IsForbidden(err) {
+			t.Errorf("watch another secret in %s: %v, want forbidden", namespace, err)
+		}
+		// Its own, by name: what the rotator and the file syncer do.
+		if _, err := webhook.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=ibkube-webhook-tls"}); err != nil {
+			t.Errorf("list its own secret by name: %v", err)
+		}
 		if _, err := webhook.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("list secrets in default: %v, want forbidden", err)
 		}

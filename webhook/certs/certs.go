@@ -154,7 +154,7 @@ func Setup(o Options, log logr.Logger) func(ctx context.Context, mgr manager.Man
 			LookaheadInterval:      o.Lookahead,
 			RotationCheckFrequency: o.CheckFrequency,
 		}
-		if err := rotator.AddRotator(mgr, cr); err != nil {
+		if err := rotator.AddRotator(scopeToSecret(mgr, key.Namespace, key.Name), cr); err != nil {
 			return nil, fmt.Errorf("add certificate rotator for secret %s: %w", key, err)
 		}
 		period := o.SyncPeriod

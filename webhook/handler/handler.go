@@ -5,7 +5,6 @@
 package handler
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,9 +33,14 @@ const (
 	InjectEnabled = mutate.InjectEnabled
 )
 
-// maxBodyBytes bounds a request body: the API server limits objects to 3 MiB,
-// and an AdmissionReview for CREATE carries the object once.
-const maxBodyBytes = 8 << 20
+// MaxBodyBytes bounds a request body. The API server refuses write requests
+// over 3 MiB (MaxRequestBodyBytes = 3 * 1024 * 1024 in k8s.io/apiserver
+// pkg/server/config.go, NewConfig), and an AdmissionReview for a pod CREATE
+// carries that object once (oldObject is null); 1 MiB more covers the
+// envelope (uid, kind, userInfo with its groups and extra, options). A body
+// over this can never come from the API server for a pod CREATE, so it is
+// refused before it is read in full.
+const MaxBodyBytes = 4 << 20
 
 // Options configure a Handler.
 type Options struct {
@@ -96,7 +100,7 @@ type outcome struct {
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	out, apiVersion, resp, err := h.serve(r)
+	out, apiVersion, resp, err := h.serve(w, r)
 	log := h.opts.Log
 	if err != nil {
 		var he *httpError
@@ -123,7 +127,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.opts.Metrics.observe(out.mode, out.result, time.Since(start))
 }
 
-func (h *Handler) serve(r *http.Request) (outcome, string, *admissionv1.AdmissionResponse, error) {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (outcome, string, *admissionv1.AdmissionResponse, error) {
 	out := outcome{mode: modeNone, result: OutcomeSkipped}
 	if r.Method != http.MethodPost {
 		return out, "", nil, &httpError{http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed, use POST", r.Method)}
@@ -131,15 +135,18 @@ func (h *Handler) serve(r *http.Request) (outcome, string, *admissionv1.Admissio
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
 		return out, "", nil, &httpError{http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", ct)}
 	}
-	if r.ContentLength > maxBodyBytes {
-		return out, "", nil, &httpError{http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", maxBodyBytes)}
+	if r.ContentLength > MaxBodyBytes {
+		return out, "", nil, tooLarge()
 	}
-	body, err := readBody(r.Body, r.ContentLength)
+	// The declared length only refuses early: the buffer grows with what
+	// really arrives, so a client announcing 4 MiB and sending 10 bytes costs
+	// 10 bytes.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if _, over := errors.AsType[*http.MaxBytesError](err); over {
+		return out, "", nil, tooLarge()
+	}
 	if err != nil {
 		return out, "", nil, &httpError{http.StatusBadRequest, fmt.Errorf("read request body: %w", err)}
-	}
-	if len(body) > maxBodyBytes {
-		return out, "", nil, &httpError{http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", maxBodyBytes)}
 	}
 	rev, err := decodeReview(body)
 	if err != nil {
@@ -155,6 +162,11 @@ func (h *Handler) admit(ctx context.Context, req *reviewRequest) (outcome, *admi
 	if !isPodCreate(req) || h.protected(req.Namespace) {
 		return out, allowed(req.UID), nil
 	}
+	// The API server only sends real namespace names; anything else is a
+	// forged review, answered before any lookup is made with it.
+	if err := checkNamespaceName(req.Namespace); err != nil {
+		return out, nil, &httpError{http.StatusBadRequest, fmt.Errorf("AdmissionReview %s: %w", req.UID, err)}
+	}
 	ns, err := h.opts.Namespaces.Namespace(ctx, req.Namespace)
 	if err != nil {
 		return out, nil, &httpError{http.StatusInternalServerError, err}
@@ -167,10 +179,18 @@ func (h *Handler) admit(ctx context.Context, req *reviewRequest) (outcome, *admi
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object, &pod); err != nil {
 		return out, nil, &httpError{http.StatusBadRequest, fmt.Errorf("decode pod in AdmissionReview %s: %w", req.UID, err)}
 	}
-	if pod.Namespace == "" {
+	switch pod.Namespace {
+	case "":
 		// Pods created through a namespaced POST often leave it empty; the core
 		// resolves networks relative to it.
 		pod.Namespace = req.Namespace
+	case req.Namespace:
+	default:
+		// The API server refuses such a pod itself (the namespace of the
+		// object must match the request's); a forged review must not steer
+		// the network lookup into another namespace.
+		return out, nil, &httpError{http.StatusBadRequest, fmt.Errorf("AdmissionReview %s: pod namespace %q differs from the request's %q",
+			req.UID, pod.Namespace, req.Namespace)}
 	}
 	log := h.opts.Log.WithValues("uid", req.UID, "namespace", req.Namespace, "pod", podName(&pod, req))
 
@@ -237,13 +257,7 @@ func podName(pod *corev1.Pod, req *reviewRequest) string {
 	}
 }
 
-// readBody reads at most maxBodyBytes+1 bytes, in one allocation when the
-// length is known.
-func readBody(body io.Reader, length int64) ([]byte, error) {
-	if length < 0 {
-		return io.ReadAll(io.LimitReader(body, maxBodyBytes+1))
-	}
-	buf := bytes.NewBuffer(make([]byte, 0, length+bytes.MinRead))
-	_, err := buf.ReadFrom(io.LimitReader(body, maxBodyBytes+1))
-	return buf.Bytes(), err
+func tooLarge() error {
+	return &httpError{http.StatusRequestEntityTooLarge,
+		fmt.Errorf("request body over %d bytes: the API server sends at most one 3 MiB object plus its envelope", MaxBodyBytes)}
 }

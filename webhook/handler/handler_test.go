@@ -419,7 +419,7 @@ func TestHandlerRejectsBadHTTP(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			body := body
 			if tc.want == http.StatusRequestEntityTooLarge {
-				body = append(bytes.Repeat([]byte(" "), maxBodyBytes), body...)
+				body = append(bytes.Repeat([]byte(" "), MaxBodyBytes), body...)
 			}
 			req := httptest.NewRequest(tc.method, Path, bytes.NewReader(body))
 			req.Header.Set("Content-Type", tc.contentType)
@@ -496,4 +496,59 @@ func histogramCount(t testing.TB, o prometheus.Observer) uint64 {
 		t.Fatal(err)
 	}
 	return m.GetHistogram().GetSampleCount()
+}
+
+// recordingNamespaces is a NamespaceLookup that records the names it was asked for.
+type recordingNamespaces struct {
+	fakeNamespaces
+	asked []string
+}
+
+func (r *recordingNamespaces) Namespace(ctx context.Context, name string) (mutate.Namespace, error) {
+	r.asked = append(r.asked, name)
+	return r.fakeNamespaces.Namespace(ctx, name)
+}
+
+// TestHandlerRefusesForgedNames: a review whose namespace is no namespace name
+// (a path into another resource, a parent directory) is answered 400 without
+// any lookup, so the webhook's answers cannot tell whether some other object
+// exists; a pod claiming a namespace other than the request's is refused too.
+func TestHandlerRefusesForgedNames(t *testing.T) {
+	t.Parallel()
+	worker := loadPod(t, "worker-8gpu.yaml")
+	for _, tc := range []struct {
+		name      string
+		body      []byte
+		wantAsked []string
+	}{
+		{name: "secret path as namespace", body: reviewBody(t, worker, withNamespace("ibkube-system/secrets/ibkube-webhook-tls"))},
+		{name: "parent directory", body: reviewBody(t, worker, withNamespace("../../api/v1/namespaces/kube-system"))},
+		{name: "upper case", body: reviewBody(t, worker, withNamespace("Training"))},
+		{name: "pod in another namespace than the request", body: reviewBody(t, worker, func(r *admissionv1.AdmissionReview) {
+			r.Request.Object.Raw = bytes.Replace(r.Request.Object.Raw, []byte(`"namespace":"training"`), []byte(`"namespace":"ibkube-system"`), 1)
+		}), wantAsked: []string{"training"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ns := &recordingNamespaces{fakeNamespaces: testNamespaces()}
+			core := &coreStub{}
+			h, err := New(Options{Config: config.Default, Namespaces: ns, Log: logr.Discard(), Mutate: core.mutate})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(tc.body))
+			req.Header.Set("Content-Type", "application/json")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusBadRequest {
+				t.Errorf("HTTP %d, want 400; body %s", rec.Code, rec.Body)
+			}
+			if diff := cmp.Diff(tc.wantAsked, ns.asked); diff != "" {
+				t.Errorf("namespaces looked up (-want +got):\n%s", diff)
+			}
+			if core.called {
+				t.Error("the core ran on a forged review")
+			}
+		})
+	}
 }

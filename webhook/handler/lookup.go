@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ibkube/ibkube/webhook/mutate"
@@ -28,6 +29,31 @@ type NetworkLookup interface {
 
 // ErrNetworkAPIMissing: the cluster has no NetworkAttachmentDefinition CRD.
 var ErrNetworkAPIMissing = errors.New("the k8s.cni.cncf.io/v1 NetworkAttachmentDefinition API is not served")
+
+// ErrBadName: a namespace or object name that is not a Kubernetes name. The
+// lookups refuse it before building an API path from it: "kube-system/secrets/x"
+// as a namespace name would otherwise read another resource's path (an
+// existence oracle), and "../" would climb out of the resource.
+var ErrBadName = errors.New("not a Kubernetes name")
+
+// checkNamespaceName accepts a namespace name: a DNS-1123 label.
+func checkNamespaceName(name string) error {
+	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
+		return fmt.Errorf("namespace %q: %w: want a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters)",
+			name, ErrBadName)
+	}
+	return nil
+}
+
+// checkObjectName accepts an object name: a DNS-1123 subdomain, which is what
+// the API server accepts for NetworkAttachmentDefinitions.
+func checkObjectName(kind, name string) error {
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return fmt.Errorf("%s name %q: %w: want a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253 characters)",
+			kind, name, ErrBadName)
+	}
+	return nil
+}
 
 // NamespaceGVK and NetworkAttachmentDefinitionGVK are the kinds the webhook reads,
 // as metadata only: the server caches exactly these.
@@ -54,6 +80,9 @@ var (
 
 // Namespace implements NamespaceLookup.
 func (l ClientLookup) Namespace(ctx context.Context, name string) (mutate.Namespace, error) {
+	if err := checkNamespaceName(name); err != nil {
+		return mutate.Namespace{}, err
+	}
 	obj, err := l.get(ctx, NamespaceGVK, client.ObjectKey{Name: name}, func(o *metav1.PartialObjectMetadata) bool {
 		return o.Labels[LabelInject] == InjectEnabled
 	})
@@ -65,6 +94,12 @@ func (l ClientLookup) Namespace(ctx context.Context, name string) (mutate.Namesp
 
 // NetworkExists implements NetworkLookup.
 func (l ClientLookup) NetworkExists(ctx context.Context, namespace, name string) (bool, error) {
+	if err := checkNamespaceName(namespace); err != nil {
+		return false, fmt.Errorf("NetworkAttachmentDefinition %w", err)
+	}
+	if err := checkObjectName("NetworkAttachmentDefinition", name); err != nil {
+		return false, err
+	}
 	_, err := l.get(ctx, NetworkAttachmentDefinitionGVK, client.ObjectKey{Namespace: namespace, Name: name}, nil)
 	switch {
 	case err == nil:

@@ -130,3 +130,40 @@ func TestClientLookupNetwork(t *testing.T) {
 		})
 	}
 }
+
+// TestClientLookupRefusesBadNames: a name that is not a Kubernetes name never
+// reaches a reader, so it never becomes part of an API path.
+func TestClientLookupRefusesBadNames(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		namespace string // for both lookups
+		nad       string // NetworkExists only
+	}{
+		{name: "path into another resource", namespace: "ibkube-system/secrets/ibkube-webhook-tls", nad: "ibkube-ipoib"},
+		{name: "parent directory", namespace: "../../apis", nad: "ibkube-ipoib"},
+		{name: "upper case", namespace: "Training", nad: "ibkube-ipoib"},
+		{name: "empty", namespace: "", nad: "ibkube-ipoib"},
+		{name: "query string", namespace: "a?watch=true", nad: "ibkube-ipoib"},
+		{name: "64 characters", namespace: "a123456789012345678901234567890123456789012345678901234567890123", nad: "ibkube-ipoib"},
+		{name: "NAD name with a slash", namespace: "training", nad: "x/../../secrets/y"},
+		{name: "NAD name upper case", namespace: "training", nad: "IPoIB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cached, live := &metaReader{}, &metaReader{}
+			l := ClientLookup{Cached: cached, Live: live}
+			if _, err := l.NetworkExists(context.Background(), tc.namespace, tc.nad); !errors.Is(err, ErrBadName) {
+				t.Errorf("NetworkExists(%q, %q): err = %v, want ErrBadName", tc.namespace, tc.nad, err)
+			}
+			if tc.nad == "ibkube-ipoib" {
+				if _, err := l.Namespace(context.Background(), tc.namespace); !errors.Is(err, ErrBadName) {
+					t.Errorf("Namespace(%q): err = %v, want ErrBadName", tc.namespace, err)
+				}
+			}
+			if cached.gets+live.gets != 0 {
+				t.Errorf("%d reads made with a bad name", cached.gets+live.gets)
+			}
+		})
+	}
+}

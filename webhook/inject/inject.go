@@ -5,7 +5,6 @@
 package inject
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -17,7 +16,6 @@ import (
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	corev1 "k8s.io/api/core/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ibkube/ibkube/webhook/config"
@@ -49,35 +47,83 @@ func (e *Error) Error() string { return e.Where + ": " + e.Refusal.Error() }
 func (e *Error) Unwrap() error { return e.Refusal }
 
 // Stream reads YAML documents from r and writes them to w, each pod
-// template mutated as the webhook would. Documents without a pod template
-// to change are copied byte for byte; mutated ones are re-rendered (keys
-// sorted, comments dropped). The first refusal stops the stream with an
-// *Error.
+// template mutated as the webhook would. It is all or nothing: every document
+// is injected before anything is written, and if any is refused (or is not
+// valid YAML) nothing reaches w and the error names every such document by
+// its 1-based index (errors.Join of one error per document; a refusal is an
+// *Error). Documents without a pod template to change, and the "---" lines
+// between documents (with their comments), are copied byte for byte, line
+// endings included; mutated documents are re-rendered (keys sorted, comments
+// inside them dropped) with the line ending the document had.
 func Stream(r io.Reader, w io.Writer, opts Options) ([]Warning, error) {
-	rd := utilyaml.NewYAMLReader(bufio.NewReader(r))
-	var warnings []Warning
-	for i := 0; ; i++ {
-		doc, err := rd.Read()
-		if errors.Is(err, io.EOF) {
-			return warnings, nil
+	in, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read input: %w", err)
+	}
+	var (
+		out      bytes.Buffer
+		warnings []Warning
+		errs     []error
+		n        int
+	)
+	for _, p := range splitDocuments(in) {
+		out.Write(p.separator)
+		if len(p.body) == 0 {
+			continue
 		}
-		if err != nil {
-			return warnings, fmt.Errorf("read document %d: %w", i+1, err)
-		}
-		out, ws, err := Document(doc, i+1, opts)
+		n++
+		doc, ws, err := Document(p.body, n, opts)
 		warnings = append(warnings, ws...)
 		if err != nil {
-			return warnings, err
+			errs = append(errs, err)
+			continue
 		}
-		if i > 0 {
-			if _, err := io.WriteString(w, "---\n"); err != nil {
-				return warnings, err
-			}
-		}
-		if _, err := w.Write(out); err != nil {
-			return warnings, err
-		}
+		out.Write(doc)
 	}
+	if len(errs) > 0 {
+		return warnings, errors.Join(errs...)
+	}
+	if _, err := w.Write(out.Bytes()); err != nil {
+		return warnings, fmt.Errorf("write output: %w", err)
+	}
+	return warnings, nil
+}
+
+// document is one document of a stream: the separator line that opened it
+// (empty for the first) and its lines, both exactly as read.
+type document struct {
+	separator, body []byte
+}
+
+// splitDocuments cuts a YAML stream at its "---" lines. A separator is a line
+// starting with "---" followed by nothing but blanks or a comment, the rule of
+// k8s.io/apimachinery's YAMLReader; "--- {a: 1}" stays content, as there.
+func splitDocuments(in []byte) []document {
+	var docs []document
+	cur := document{}
+	for len(in) > 0 {
+		line := in
+		if i := bytes.IndexByte(in, '\n'); i >= 0 {
+			line = in[:i+1]
+		}
+		in = in[len(line):]
+		if isSeparator(line) {
+			docs = append(docs, cur)
+			cur = document{separator: line}
+			continue
+		}
+		cur.body = append(cur.body, line...)
+	}
+	return append(docs, cur)
+}
+
+func isSeparator(line []byte) bool {
+	rest, ok := bytes.CutPrefix(line, []byte("---"))
+	if !ok {
+		return false
+	}
+	rest = bytes.TrimSpace(rest)
+	return len(rest) == 0 || rest[0] == '#'
 }
 
 // Document injects one YAML document (n is its 1-based position, for messages).
@@ -131,6 +177,9 @@ func Document(doc []byte, n int, opts Options) ([]byte, []Warning, error) {
 	if err != nil {
 		return nil, warnings, fmt.Errorf("document %d: %w", n, err)
 	}
+	if bytes.Contains(doc, []byte("\r\n")) {
+		out = bytes.ReplaceAll(out, []byte("\n"), []byte("\r\n"))
+	}
 	return out, warnings, nil
 }
 
@@ -140,12 +189,24 @@ func decode(doc []byte) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var obj any
-	if err := json.Unmarshal(j, &obj); err != nil {
+	obj, err := unmarshalNumbers(j)
+	if err != nil {
 		return nil, err
 	}
 	root, _ := obj.(map[string]any)
 	return root, nil
+}
+
+// unmarshalNumbers decodes JSON keeping numbers as json.Number, so an integer
+// above 2^53 (where float64 stops being exact) is written back digit for digit.
+func unmarshalNumbers(j []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(j))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 // mutateTemplate runs the core on one pod (template) held as generic JSON
@@ -186,10 +247,11 @@ func mutateTemplate(tmpl map[string]any, namespace string, ns mutate.Namespace, 
 	if err != nil {
 		return false, nil, fmt.Errorf("apply patch: %w", err)
 	}
-	var out map[string]any
-	if err := json.Unmarshal(patched, &out); err != nil {
+	v, err := unmarshalNumbers(patched)
+	if err != nil {
 		return false, nil, err
 	}
+	out, _ := v.(map[string]any)
 	clear(tmpl)
 	for k, v := range out {
 		tmpl[k] = v

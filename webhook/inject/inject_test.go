@@ -263,3 +263,93 @@ spec:
 		}
 	}
 }
+
+// TestStreamGolden: separator comments kept, untouched documents byte for
+// byte, integers above 2^53 digit for digit in a mutated document.
+func TestStreamGolden(t *testing.T) {
+	t.Parallel()
+	in, err := os.ReadFile(filepath.Join("testdata", "streams", "mixed.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, err := Stream(bytes.NewReader(in), &out, testOptions()); err != nil {
+		t.Fatal(err)
+	}
+	golden.Check(t, filepath.Join("testdata", "golden", "streams", "mixed.yaml"), out.Bytes())
+	for _, want := range []string{
+		"--- # the config map stays byte for byte, flow style and all\n",
+		"metadata: {name: limits}   # kept\n",
+		"--- # the pod is injected; 2^53+1 and the int64 maximum survive\n",
+		"activeDeadlineSeconds: 9007199254740993\n",
+		"terminationGracePeriodSeconds: 9223372036854775807\n",
+		"rdma/shared_ib",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+// TestStreamAllOrNothing: one refused document anywhere means nothing on the
+// output, and every refused document is named with its index.
+func TestStreamAllOrNothing(t *testing.T) {
+	t.Parallel()
+	refused := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\n  annotations: {infiniband.azure.com/mode: rdma}\nspec:\n  containers: [{name: a, image: busybox}]\n"
+	good := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: ok\n  annotations: {infiniband.azure.com/mode: rdma-shared}\nspec:\n  containers: [{name: a, image: busybox}]\n"
+	in := strings.ReplaceAll(refused, "%s", "first") + "---\n" + good + "---\n" + strings.ReplaceAll(refused, "%s", "third")
+	var out bytes.Buffer
+	_, err := Stream(strings.NewReader(in), &out, testOptions())
+	if err == nil {
+		t.Fatal("refused documents: no error")
+	}
+	if out.Len() != 0 {
+		t.Errorf("%d bytes written despite refusals:\n%s", out.Len(), out.String())
+	}
+	for _, want := range []string{"document 1 (Pod first)", "document 3 (Pod third)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "document 2") {
+		t.Errorf("error %q names the accepted document 2", err)
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Errorf("err = %v, want an *Error inside", err)
+	}
+}
+
+// TestStreamCRLF: documents with CRLF line endings come back byte for byte
+// when unchanged and with CRLF only when mutated.
+func TestStreamCRLF(t *testing.T) {
+	t.Parallel()
+	crlf := func(s string) string { return strings.ReplaceAll(s, "\n", "\r\n") }
+	plain := crlf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}  # comment\n")
+	pod := crlf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations: {infiniband.azure.com/mode: rdma-shared}\nspec:\n  containers: [{name: a, image: busybox}]\n")
+
+	var out bytes.Buffer
+	in := plain + crlf("--- # separator comment\n") + plain
+	if _, err := Stream(strings.NewReader(in), &out, testOptions()); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(in, out.String()); diff != "" {
+		t.Errorf("unchanged CRLF stream differs (-in +out):\n%s", diff)
+	}
+
+	out.Reset()
+	in = plain + crlf("---\n") + pod
+	if _, err := Stream(strings.NewReader(in), &out, testOptions()); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if !strings.HasPrefix(got, plain+crlf("---\n")) {
+		t.Errorf("the unchanged document before the mutated one changed:\n%q", got)
+	}
+	if !strings.Contains(got, mutate.AnnotationInjected) {
+		t.Errorf("pod not injected:\n%s", got)
+	}
+	if n := strings.Count(got, "\n") - strings.Count(got, "\r\n"); n != 0 {
+		t.Errorf("%d bare LF line endings in a CRLF stream:\n%q", n, got)
+	}
+}

@@ -24,7 +24,10 @@ import (
 // "..data" symlink in the file's directory, so the store watches the directory,
 // not the file, and re-reads on any event there (plus a slow poll as a safety
 // net). A file that fails to parse keeps the last good configuration; the error
-// is logged and counted. A missing file means the built-in defaults.
+// is logged and counted. A file missing at start means the built-in defaults;
+// a file that disappears later is a failed reload, like a bad one: switching a
+// running webhook to defaults would silently change what every new pod gets
+// (resource names, profiles, memlock), so the last good configuration stays.
 type configStore struct {
 	path  string
 	log   logr.Logger
@@ -36,6 +39,7 @@ type configStore struct {
 	lastData []byte     // content in use (nil: defaults)
 	missing  bool
 	lastBad  []byte // last content that failed to parse
+	goneBad  bool   // the file's disappearance has been reported
 
 	reloads *prometheus.CounterVec
 	lastOK  prometheus.Gauge
@@ -106,17 +110,21 @@ func (s *configStore) reload() (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cfg, data, missing, err := s.read()
+	gone := err == nil && missing && !s.missing
+	if gone {
+		err = fmt.Errorf("webhook config %s disappeared: %w", s.path, fs.ErrNotExist)
+	}
 	if err != nil {
-		if data != nil && bytes.Equal(data, s.lastBad) {
+		if (gone && s.goneBad) || (data != nil && bytes.Equal(data, s.lastBad)) {
 			return false, err
 		}
-		s.lastBad = data
+		s.lastBad, s.goneBad = data, gone
 		s.reloads.WithLabelValues("failure").Inc()
 		s.lastOK.Set(0)
 		s.log.Error(err, "webhook config not reloaded, keeping the last good one")
 		return false, err
 	}
-	s.lastBad = nil
+	s.lastBad, s.goneBad = nil, false
 	s.lastOK.Set(1)
 	if missing == s.missing && bytes.Equal(data, s.lastData) {
 		return false, nil
@@ -124,11 +132,7 @@ func (s *configStore) reload() (bool, error) {
 	s.cur.Store(cfg)
 	s.lastData, s.missing = data, missing
 	s.reloads.WithLabelValues("success").Inc()
-	if missing {
-		s.log.Info("webhook config file gone, using the built-in defaults", "path", s.path)
-	} else {
-		s.log.Info("webhook config reloaded", "path", s.path)
-	}
+	s.log.Info("webhook config reloaded", "path", s.path)
 	return true, nil
 }
 

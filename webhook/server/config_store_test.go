@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -126,5 +128,83 @@ func TestConfigStoreWatch(t *testing.T) {
 	waitFor("recovery", func() bool { return shared() == "rdma/shared_c" && gauge(t, s.lastOK) == 1 })
 	if n := counter(t, s.reloads, "success"); n != 2 {
 		t.Errorf("successful reloads = %v, want 2", n)
+	}
+
+	// The file disappears: a failed reload, the last good config stays.
+	c.Remove(t)
+	waitFor("disappearance reported", func() bool { return gauge(t, s.lastOK) == 0 })
+	if shared() != "rdma/shared_c" {
+		t.Errorf("a vanished file replaced the config: shared = %q, want the last good rdma/shared_c", shared())
+	}
+	if _, err := s.reload(); err == nil || !strings.Contains(err.Error(), "disappeared") {
+		t.Errorf("re-reading the vanished file: err = %v, want one saying it disappeared", err)
+	}
+	if n := counter(t, s.reloads, "failure"); n != 2 {
+		t.Errorf("failures = %v after the file vanished, want 2 (one per event, not per re-read)", n)
+	}
+	if n := counter(t, s.reloads, "success"); n != 2 {
+		t.Errorf("successful reloads = %v after the file vanished, want still 2", n)
+	}
+
+	c.Write(t, configYAML("rdma/shared_d"))
+	waitFor("recovery after the file came back", func() bool { return shared() == "rdma/shared_d" && gauge(t, s.lastOK) == 1 })
+	if n := counter(t, s.reloads, "success"); n != 3 {
+		t.Errorf("successful reloads = %v, want 3", n)
+	}
+}
+
+// TestConfigStoreStaysOnDefaults: a file missing at start and still missing is
+// no failure: the defaults were chosen on purpose (no ConfigMap mounted).
+func TestConfigStoreStaysOnDefaults(t *testing.T) {
+	t.Parallel()
+	s, err := newConfigStore(filepath.Join(t.TempDir(), "webhook.yaml"), nil, prometheus.NewRegistry(), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed, err := s.reload()
+	if changed || err != nil {
+		t.Errorf("reload of a still-missing file: changed %v, err %v; want no change, no error", changed, err)
+	}
+	if gauge(t, s.lastOK) != 1 || counter(t, s.reloads, "failure") != 0 {
+		t.Error("a file missing since start counted as a failed reload")
+	}
+}
+
+// TestConfigStoreVanishedFileLogsError: the disappearance is logged at error
+// level, not as an informational switch to defaults.
+func TestConfigStoreVanishedFileLogsError(t *testing.T) {
+	t.Parallel()
+	var (
+		mu   sync.Mutex
+		logs []string
+	)
+	log := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logs = append(logs, args)
+	}, funcr.Options{})
+	c := configmapdir.New(t.TempDir(), "webhook.yaml")
+	c.Write(t, configYAML("rdma/shared_a"))
+	s, err := newConfigStore(c.Path(), nil, prometheus.NewRegistry(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Remove(t)
+	if _, err := s.reload(); err == nil {
+		t.Fatal("reload of a vanished file: no error")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	found := false
+	for _, l := range logs {
+		if strings.Contains(l, `"error"=`) && strings.Contains(l, "disappeared") && strings.Contains(l, "keeping the last good one") {
+			found = true
+		}
+		if strings.Contains(l, "defaults") {
+			t.Errorf("log %s speaks of defaults", l)
+		}
+	}
+	if !found {
+		t.Errorf("no error-level log about the vanished file in %q", logs)
 	}
 }

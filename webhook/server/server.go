@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/handler"
@@ -47,6 +46,9 @@ type Config struct {
 	// ReleaseNamespace is where ibkube runs: never mutated, and the default
 	// namespace of the IPoIB network.
 	ReleaseNamespace string
+	// Limits bound time, size and concurrency of admission requests; a zero
+	// Limits means DefaultLimits.
+	Limits Limits
 	// CheckNetworks refuses ipoib pods whose NetworkAttachmentDefinition is
 	// missing (or when the cluster has no NAD API).
 	CheckNetworks bool
@@ -125,13 +127,25 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	srv := webhook.NewServer(webhook.Options{
-		Host:    cfg.Host,
-		Port:    cfg.Port,
-		CertDir: cfg.CertDir,
-		TLSOpts: []func(*tls.Config){hardenTLS},
-	})
-	srv.Register(handler.Path, h)
+	limits := cfg.Limits
+	if limits == (Limits{}) {
+		limits = DefaultLimits()
+	}
+	if err := limits.Validate(); err != nil {
+		return fmt.Errorf("webhook server limits: %w", err)
+	}
+	limitMetrics, err := newLimitMetrics(reg)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(handler.Path, h)
+	srv := &tlsServer{
+		host: cfg.Host, port: cfg.Port, certDir: cfg.CertDir,
+		handler: mux, limits: limits, metrics: limitMetrics,
+		tlsOpts: []func(*tls.Config){hardenTLS},
+		log:     log.WithName("server"),
+	}
 
 	var certsReady <-chan struct{}
 	if cfg.CertSetup != nil {
@@ -184,7 +198,7 @@ func hardenTLS(c *tls.Config) {
 // gatedServer starts the webhook server once ready is closed (nil: at once),
 // so self-managed certificates can be written first.
 type gatedServer struct {
-	srv   webhook.Server
+	srv   manager.Runnable
 	ready <-chan struct{}
 	log   logr.Logger
 }

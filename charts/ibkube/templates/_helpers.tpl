@@ -95,7 +95,29 @@ defaults.
 {{- $ipoib := default dict $cfg.ipoib -}}
 {{- if not $ipoib.name }}{{ $_ := set $ipoib "name" .Values.networks.ipoib.name }}{{ end -}}
 {{- $_ := set $cfg "ipoib" $ipoib -}}
+{{- $nri := .Values.agent.nri -}}
+{{- if and (not $cfg.memlock) .Values.agent.enabled $nri.enabled $nri.memlockMax }}
+{{- /* Pods ask for what the agent grants, so no injected pod is clamped. */ -}}
+{{- $_ := set $cfg "memlock" $nri.memlockMax -}}
+{{- end -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/*
+ibkube.goMemLimit: 90% of a container's resources.limits.memory as a
+GOMEMLIMIT value in MiB ("230MiB"), or nothing when there is no limit or it
+is not written in Ki, Mi, Gi, Ti or plain bytes.
+*/}}
+{{- define "ibkube.goMemLimit" -}}
+{{- $l := toString (dig "limits" "memory" "" .) -}}
+{{- $mib := 0 -}}
+{{- if regexMatch "^[0-9]+Gi$" $l }}{{ $mib = mul (trimSuffix "Gi" $l | atoi) 1024 }}
+{{- else if regexMatch "^[0-9]+Mi$" $l }}{{ $mib = trimSuffix "Mi" $l | atoi }}
+{{- else if regexMatch "^[0-9]+Ti$" $l }}{{ $mib = mul (trimSuffix "Ti" $l | atoi) 1048576 }}
+{{- else if regexMatch "^[0-9]+Ki$" $l }}{{ $mib = div (trimSuffix "Ki" $l | atoi) 1024 }}
+{{- else if regexMatch "^[0-9]+$" $l }}{{ $mib = div (atoi $l) 1048576 }}
+{{- end -}}
+{{- if gt $mib 0 }}{{ div (mul $mib 9) 10 }}MiB{{ end -}}
 {{- end -}}
 
 {{/* ibkube.agent.config: the AgentConfig fields the chart writes. */}}

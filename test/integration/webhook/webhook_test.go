@@ -680,6 +680,25 @@ func (e *env) testConfigReload(t *testing.T) {
 	if _, ok := got.Spec.Containers[0].Resources.Limits["rdma/rdma_shared_device_a"]; !ok {
 		t.Errorf("after a bad config file the last good one must stay: limits %v", got.Spec.Containers[0].Resources.Limits)
 	}
+	// A file that disappears is a failed reload too, not a switch to defaults.
+	e.cfgDir.Remove(t)
+	eventually(t, 30*time.Second, "vanished config reported", func() error {
+		_, body, err := httpGet(e.metrics)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(body, `ibkube_webhook_config_reloads_total{result="failure"} 2`) {
+			return errors.New(`ibkube_webhook_config_reloads_total{result="failure"} is not 2`)
+		}
+		return nil
+	})
+	got, _, err = e.create(t, "rdma", pod("after-vanished-config", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Spec.Containers[0].Resources.Limits["rdma/rdma_shared_device_a"]; !ok {
+		t.Errorf("after the config file vanished the last good one must stay: limits %v", got.Spec.Containers[0].Resources.Limits)
+	}
 }
 
 func (e *env) testMetrics(t *testing.T) {

@@ -1,0 +1,268 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+)
+
+// Limits bound what one client can make the webhook hold. The admission port
+// is reachable from pods unless a NetworkPolicy says otherwise, so every
+// resource a request pins (time, bytes, a goroutine, a connection) has a cap
+// that keeps the process under its memory limit whatever clients send.
+type Limits struct {
+	// MaxInFlight is how many admission requests are read and answered at
+	// once. One more gets 429 with Retry-After before its body is read; the
+	// API server's webhook client retries such an answer (client-go
+	// rest/with_retry.go, checkWait: 429 with Retry-After), within the
+	// webhook's timeoutSeconds.
+	MaxInFlight int
+	// MaxConns is how many connections are open at once; a connection over it
+	// is closed as soon as it is accepted.
+	MaxConns int
+	// ReadHeaderTimeout bounds the TLS handshake and the request headers;
+	// ReadTimeout the whole request, body included. The API server writes a
+	// review in one go, so only a stalled client comes near either.
+	ReadHeaderTimeout, ReadTimeout time.Duration
+	// WriteTimeout bounds handling plus the answer; the API server gives up
+	// after timeoutSeconds (at most 30) anyway.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a kept-alive connection with no request.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds the request line and headers (net/http's default
+	// is 1 MiB, held per connection while it is read).
+	MaxHeaderBytes int
+}
+
+// DefaultLimits fit the chart's 256 MiB memory limit: 8 requests of at most
+// handler.MaxBodyBytes (4 MiB), each held as the body, the decoded pod and
+// the patch (a few times the body), plus 256 connections of a few tens of
+// KiB each (TLS and bufio buffers, a goroutine), stay far below it.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxInFlight:       8,
+		MaxConns:          256,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      35 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// Validate says which limit is out of range.
+func (l Limits) Validate() error {
+	var errs []error
+	for _, f := range [...]struct {
+		name string
+		v    int
+	}{{"max in-flight requests", l.MaxInFlight}, {"max connections", l.MaxConns}, {"max header bytes", l.MaxHeaderBytes}} {
+		if f.v < 1 {
+			errs = append(errs, fmt.Errorf("%s %d: want at least 1", f.name, f.v))
+		}
+	}
+	for _, f := range [...]struct {
+		name string
+		v    time.Duration
+	}{{"read header timeout", l.ReadHeaderTimeout}, {"read timeout", l.ReadTimeout}, {"write timeout", l.WriteTimeout}, {"idle timeout", l.IdleTimeout}} {
+		if f.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s %s: want more than 0", f.name, f.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// limitMetrics count what the limits turned away.
+type limitMetrics struct {
+	rejected *prometheus.CounterVec
+}
+
+func newLimitMetrics(reg prometheus.Registerer) (*limitMetrics, error) {
+	m := &limitMetrics{rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ibkube_webhook_overload_rejections_total",
+		Help: "Requests or connections turned away by the webhook's limits, by reason (in_flight: 429 before the body was read; connections: closed at accept).",
+	}, []string{"reason"})}
+	if reg != nil {
+		if err := reg.Register(m.rejected); err != nil {
+			return nil, fmt.Errorf("register limit metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *limitMetrics) reject(reason string) {
+	if m != nil {
+		m.rejected.WithLabelValues(reason).Inc()
+	}
+}
+
+// boundInFlight lets at most n requests into h at once. Excess requests are
+// answered 429 at once, before their body is read, so waiting clients hold
+// nothing but their connection.
+func boundInFlight(h http.Handler, n int, m *limitMetrics) http.Handler {
+	slots := make(chan struct{}, n)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+		default:
+			m.reject("in_flight")
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, fmt.Sprintf("too many admission requests in flight (limit %d), retry", n), http.StatusTooManyRequests)
+			return
+		}
+		defer func() { <-slots }()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// connLimitListener closes connections accepted while max are open.
+type connLimitListener struct {
+	net.Listener
+	max     int64
+	open    atomic.Int64
+	metrics *limitMetrics
+}
+
+func (l *connLimitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.open.Add(1) > l.max {
+			l.open.Add(-1)
+			l.metrics.reject("connections")
+			_ = c.Close()
+			continue
+		}
+		return &countedConn{Conn: c, release: func() { l.open.Add(-1) }}, nil
+	}
+}
+
+type countedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(c.release)
+	return c.Conn.Close()
+}
+
+// tlsServer serves the admission handler over TLS with Limits, reloading
+// tls.crt and tls.key from certDir when they change. It stands in for
+// controller-runtime's webhook server, whose http.Server has no ReadTimeout,
+// a 32 s header timeout and net/http's 1 MiB header cap, none of them
+// settable (controller-runtime pkg/internal/httpserver/server.go).
+type tlsServer struct {
+	host    string
+	port    int
+	certDir string
+	handler http.Handler
+	limits  Limits
+	tlsOpts []func(*tls.Config)
+	metrics *limitMetrics
+	log     logr.Logger
+
+	started atomic.Bool
+	addr    atomic.Pointer[string] // the listener's address once serving
+}
+
+// Start listens on host:port and serves until ctx ends.
+func (s *tlsServer) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(s.host, strconv.Itoa(s.port)))
+	if err != nil {
+		return fmt.Errorf("webhook server: %w", err)
+	}
+	return s.serve(ctx, ln)
+}
+
+// serve serves on ln (closed when serve returns) until ctx ends.
+func (s *tlsServer) serve(ctx context.Context, ln net.Listener) error {
+	if err := s.limits.Validate(); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("webhook server limits: %w", err)
+	}
+	watcher, err := certwatcher.New(filepath.Join(s.certDir, "tls.crt"), filepath.Join(s.certDir, "tls.key"))
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("webhook server certificate: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		if err := watcher.Start(ctx); err != nil {
+			s.log.Error(err, "certificate watcher")
+		}
+	}()
+	cfg := &tls.Config{GetCertificate: watcher.GetCertificate}
+	for _, o := range s.tlsOpts {
+		o(cfg)
+	}
+	limited := &connLimitListener{Listener: ln, max: int64(s.limits.MaxConns), metrics: s.metrics}
+	srv := &http.Server{
+		Handler:           boundInFlight(s.handler, s.limits.MaxInFlight, s.metrics),
+		ReadHeaderTimeout: s.limits.ReadHeaderTimeout,
+		ReadTimeout:       s.limits.ReadTimeout,
+		WriteTimeout:      s.limits.WriteTimeout,
+		IdleTimeout:       s.limits.IdleTimeout,
+		MaxHeaderBytes:    s.limits.MaxHeaderBytes,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	shutdownDone := make(chan struct{})
+	go func() {
+		defer close(shutdownDone)
+		<-ctx.Done()
+		// The chart's preStop drain has already taken the pod out of the
+		// Service; answer what is in flight, then stop.
+		sctx, scancel := context.WithTimeout(context.Background(), s.limits.WriteTimeout)
+		defer scancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			s.log.Error(err, "webhook server shutdown")
+		}
+	}()
+	addr := ln.Addr().String()
+	s.addr.Store(&addr)
+	s.started.Store(true)
+	s.log.Info("serving webhook", "addr", addr, "maxInFlight", s.limits.MaxInFlight, "maxConns", s.limits.MaxConns,
+		"readTimeout", s.limits.ReadTimeout.String())
+	err = srv.Serve(tls.NewListener(limited, cfg))
+	cancel()
+	<-shutdownDone
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("webhook server: %w", err)
+}
+
+// StartedChecker is the readiness check: healthy once the server completes
+// a TLS handshake on its own port (so the certificate is loaded).
+func (s *tlsServer) StartedChecker() func(*http.Request) error {
+	return func(*http.Request) error {
+		addr := s.addr.Load()
+		if !s.started.Load() || addr == nil {
+			return errors.New("webhook server has not started yet")
+		}
+		d := &net.Dialer{Timeout: 5 * time.Second}
+		conn, err := tls.DialWithDialer(d, "tcp", *addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a liveness handshake with itself, nothing is sent
+		if err != nil {
+			return fmt.Errorf("webhook server is not reachable: %w", err)
+		}
+		return conn.Close()
+	}
+}
+
+func (*tlsServer) NeedLeaderElection() bool { return false }

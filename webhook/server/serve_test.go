@@ -1,0 +1,441 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/webhook/handler"
+	"github.com/ibkube/ibkube/webhook/mutate"
+)
+
+const mib = 1 << 20
+
+// writeServingCert writes a self-signed tls.crt and tls.key for 127.0.0.1 into dir.
+func writeServingCert(t testing.TB, dir string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "ibkube-webhook"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, block := range map[string]*pem.Block{
+		"tls.crt": {Type: "CERTIFICATE", Bytes: der},
+		"tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER},
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// optedIn answers every namespace as opted in, so each review reaches the core.
+type optedIn struct{}
+
+func (optedIn) Namespace(_ context.Context, name string) (mutate.Namespace, error) {
+	return mutate.Namespace{Name: name, Labels: map[string]string{handler.LabelInject: handler.InjectEnabled}}, nil
+}
+
+// attackServer is the webhook's TLS server with the real handler and core on
+// a loopback listener the test holds.
+type attackServer struct {
+	addr    string
+	reg     *prometheus.Registry
+	entered atomic.Int64 // requests that got past the in-flight bound
+}
+
+func startAttackServer(t testing.TB, limits Limits) *attackServer {
+	t.Helper()
+	dir := t.TempDir()
+	writeServingCert(t, dir)
+	a := &attackServer{reg: prometheus.NewRegistry()}
+	h, err := handler.New(handler.Options{Config: config.Default, Namespaces: optedIn{}, Log: logr.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := newLimitMetrics(a.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.addr = ln.Addr().String()
+	s := &tlsServer{
+		certDir: dir, limits: limits, metrics: m, log: logr.Discard(), tlsOpts: []func(*tls.Config){hardenTLS},
+		handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			a.entered.Add(1)
+			h.ServeHTTP(w, r)
+		}),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return a
+}
+
+func (a *attackServer) rejected(t testing.TB, reason string) int {
+	t.Helper()
+	mfs, err := a.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if labelValue(m, "reason") == reason {
+				return int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return 0
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func (a *attackServer) dial(t testing.TB) *tls.Conn {
+	t.Helper()
+	c, err := tls.Dial("tcp", a.addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // test server with a throwaway certificate
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (a *attackServer) client() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // test server with a throwaway certificate
+		MaxConnsPerHost:     0,
+		MaxIdleConnsPerHost: 64,
+	}}
+}
+
+// waitFor polls ok until it holds; the deadline only bounds a failure.
+func waitFor(t testing.TB, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// heapBytes is the memory held by heap objects, live or not yet swept.
+func heapBytes() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// liveHeap collects garbage first, so what is left is what requests hold.
+func liveHeap() uint64 {
+	runtime.GC()
+	return heapBytes()
+}
+
+// peakHeap samples the heap until stop is closed and returns the highest value.
+func peakHeap(stop <-chan struct{}) <-chan uint64 {
+	out := make(chan uint64, 1)
+	go func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		var peak uint64
+		for {
+			peak = max(peak, heapBytes())
+			select {
+			case <-stop:
+				out <- peak
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return out
+}
+
+// stalledHeader is a request that announces a body it never finishes: the
+// first byte of it, then nothing.
+func stalledHeader(declared int) string {
+	return "POST " + handler.Path + " HTTP/1.1\r\nHost: ibkube-webhook\r\nContent-Type: application/json\r\n" +
+		"Content-Length: " + strconv.Itoa(declared) + "\r\n\r\n{"
+}
+
+// readStatus reads an HTTP status line, or "" if the server closed the connection first.
+func readStatus(c net.Conn) string {
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(line)
+}
+
+// testLimits are the defaults with a read timeout short enough for a test,
+// yet long enough that 40 TLS handshakes on a loaded machine finish before
+// the first stalled upload is cut off.
+func testLimits() Limits {
+	l := DefaultLimits()
+	l.ReadTimeout = 5 * time.Second
+	return l
+}
+
+// TestStalledUploadsHoldNoMemory: 40 clients announce a 3 MiB body (under
+// the cap, so the lie is believed as far as it can be), send one byte and
+// stall. The server holds no buffer sized from the announced length, lets
+// MaxInFlight of them in and answers the rest 429 at once, and cuts the
+// stalled ones off at ReadTimeout.
+func TestStalledUploadsHoldNoMemory(t *testing.T) {
+	limits := testLimits()
+	a := startAttackServer(t, limits)
+	const clients, declared = 40, 3 * mib
+	before := liveHeap()
+
+	conns := make([]*tls.Conn, clients)
+	for i := range conns {
+		conns[i] = a.dial(t)
+		if _, err := io.WriteString(conns[i], stalledHeader(declared)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every stalled request admitted or turned away", func() bool {
+		return int(a.entered.Load())+a.rejected(t, "in_flight") == clients
+	})
+	if got := a.entered.Load(); got != int64(limits.MaxInFlight) {
+		t.Errorf("%d requests in the handler at once, want the bound %d", got, limits.MaxInFlight)
+	}
+	held := int64(liveHeap()) - int64(before)
+	// A buffer sized from Content-Length would hold 40 x 3 MiB here.
+	if held > 8*mib {
+		t.Errorf("%d stalled uploads hold %.1f MiB of heap, want under 8 MiB", clients, float64(held)/mib)
+	}
+	t.Logf("%d stalled uploads of a declared %d MiB hold %.2f MiB of heap", clients, declared/mib, float64(held)/mib)
+
+	// Every connection ends: 429 for the excess, a 4xx once ReadTimeout cuts
+	// the stalled body, or a plain close.
+	var statuses []string
+	for _, c := range conns {
+		if err := c.SetReadDeadline(time.Now().Add(limits.ReadTimeout + 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		st := readStatus(c)
+		statuses = append(statuses, st)
+		if _, err := io.Copy(io.Discard, c); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("connection still open %s after the read timeout: the server did not cut the stalled upload off", limits.ReadTimeout)
+			}
+		}
+	}
+	tooMany := 0
+	for _, st := range statuses {
+		if strings.Contains(st, " 429 ") {
+			tooMany++
+		}
+	}
+	if want := clients - limits.MaxInFlight; tooMany != want {
+		t.Errorf("%d answered 429, want %d (statuses %q)", tooMany, want, statuses)
+	}
+}
+
+// bigReview is an AdmissionReview for a pod CREATE whose annotation makes the
+// body size bytes long.
+func bigReview(t testing.TB, size int) []byte {
+	t.Helper()
+	build := func(pad int) []byte {
+		pod := map[string]any{
+			"apiVersion": "v1", "kind": "Pod",
+			"metadata": map[string]any{"name": "big", "namespace": "training", "annotations": map[string]string{"pad": strings.Repeat("x", pad)}},
+			"spec":     map[string]any{"containers": []map[string]any{{"name": "c", "image": "busybox"}}},
+		}
+		raw, err := json.Marshal(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := json.Marshal(map[string]any{
+			"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+			"request": map[string]any{
+				"uid": "u1", "kind": map[string]string{"version": "v1", "kind": "Pod"},
+				"resource":  map[string]string{"version": "v1", "resource": "pods"},
+				"namespace": "training", "operation": "CREATE", "object": json.RawMessage(raw),
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return body
+	}
+	body := build(0)
+	return build(size - len(body))
+}
+
+// flood sends n concurrent POSTs of body and returns the status codes seen
+// and the peak heap while they ran.
+func flood(t testing.TB, a *attackServer, n int, body []byte) (map[int]int, uint64) {
+	t.Helper()
+	c := a.client()
+	defer c.CloseIdleConnections()
+	stop := make(chan struct{})
+	peak := peakHeap(stop)
+	var (
+		mu    sync.Mutex
+		codes = map[int]int{}
+		wg    sync.WaitGroup
+	)
+	for range n {
+		wg.Go(func() {
+			req, err := http.NewRequest(http.MethodPost, "https://"+a.addr+handler.Path, bytes.NewReader(body))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := c.Do(req)
+			code := -1
+			if err == nil {
+				code = resp.StatusCode
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	close(stop)
+	return codes, <-peak
+}
+
+// TestConcurrentLargeBodiesStayBounded: 32 clients at once send the largest
+// review the webhook accepts (4 MiB) and 32 more announce 8 MiB. The big ones
+// beyond MaxInFlight get 429 without being read, the 8 MiB ones 413, and the
+// heap stays within what MaxInFlight requests can hold.
+func TestConcurrentLargeBodiesStayBounded(t *testing.T) {
+	// Default timeouts: 32 TLS handshakes and 128 MiB of uploads on a small
+	// CI machine take longer than testLimits allows.
+	limits := DefaultLimits()
+	a := startAttackServer(t, limits)
+	before := liveHeap()
+
+	body := bigReview(t, handler.MaxBodyBytes)
+	if len(body) != handler.MaxBodyBytes {
+		t.Fatalf("review is %d bytes, want %d", len(body), handler.MaxBodyBytes)
+	}
+	codes, peak := flood(t, a, 32, body)
+	if codes[http.StatusOK] == 0 {
+		t.Errorf("no 4 MiB review answered 200: %v", codes)
+	}
+	for code, n := range codes {
+		if code != http.StatusOK && code != http.StatusTooManyRequests {
+			t.Errorf("%d requests answered %d, want only 200 or 429", n, code)
+		}
+	}
+	grew := float64(int64(peak)-int64(before)) / mib
+	t.Logf("32 concurrent 4 MiB reviews: %v, peak heap +%.1f MiB", codes, grew)
+	// The test's own 4 MiB body and client buffers count here too; the bound
+	// is what 8 requests in flight may hold, well under the chart's 256 MiB.
+	if grew > 160 {
+		t.Errorf("peak heap grew %.1f MiB under 32 concurrent 4 MiB reviews, want under 160 MiB", grew)
+	}
+
+	tooBig := append(body, bytes.Repeat([]byte(" "), 4*mib)...)
+	codes, _ = flood(t, a, 32, tooBig)
+	if codes[http.StatusRequestEntityTooLarge]+codes[http.StatusTooManyRequests]+codes[-1] != 32 || codes[http.StatusRequestEntityTooLarge] == 0 {
+		t.Errorf("8 MiB reviews answered %v, want 413 (or 429, or a closed connection)", codes)
+	}
+}
+
+// TestConnectionAndHeaderBounds: connections over MaxConns are closed at
+// accept, and headers over MaxHeaderBytes are refused.
+func TestConnectionAndHeaderBounds(t *testing.T) {
+	limits := testLimits()
+	limits.MaxConns = 16
+	a := startAttackServer(t, limits)
+
+	held := make([]*tls.Conn, limits.MaxConns)
+	for i := range held {
+		held[i] = a.dial(t)
+	}
+	// One more: the TLS handshake fails because the server closed it.
+	c, err := tls.Dial("tcp", a.addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // test server
+	if err == nil {
+		_ = c.Close()
+		t.Error("connection over the limit completed a TLS handshake")
+	}
+	if n := a.rejected(t, "connections"); n != 1 {
+		t.Errorf("connections turned away: %d, want 1", n)
+	}
+
+	// A header over the cap: 431.
+	big := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n", handler.Path, strings.Repeat("a", limits.MaxHeaderBytes+4096))
+	if _, err := io.WriteString(held[0], big); err != nil {
+		t.Fatal(err)
+	}
+	if err := held[0].SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if st := readStatus(held[0]); !strings.Contains(st, " 431 ") {
+		t.Errorf("oversized header answered %q, want 431", st)
+	}
+}
