@@ -29,19 +29,42 @@ var errNotRegular = errors.New("not a regular file")
 // system calls keep a read to four of them and one allocation: the port
 // poll does this many times a second.
 func readAttr(path string) (string, error) {
+	var buf [MaxAttrSize + 1]byte
+	n, err := readInto(path, buf[:])
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(buf[:n])), nil
+}
+
+// ReadFile reads a small regular file as readAttr does (non-blocking open,
+// fstat on the descriptor, bounded read), for files that are not sysfs
+// attributes but must not hang or exhaust a command either (/proc/modules,
+// a netdev's operstate). A file longer than max is an error.
+func ReadFile(path string, max int) ([]byte, error) {
+	buf := make([]byte, max+1)
+	n, err := readInto(path, buf)
+	if err != nil {
+		return nil, err
+	}
+	return buf[:n], nil
+}
+
+// readInto fills buf from path; the file must be regular and shorter than
+// buf.
+func readInto(path string, buf []byte) (int, error) {
 	fd, err := openNoBlock(path)
 	if err != nil {
-		return "", &os.PathError{Op: "open", Path: path, Err: err}
+		return 0, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return "", &os.PathError{Op: "fstat", Path: path, Err: err}
+		return 0, &os.PathError{Op: "fstat", Path: path, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return "", &os.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w (%s)", errNotRegular, fileKind(st.Mode))}
+		return 0, &os.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w (%s)", errNotRegular, fileKind(st.Mode))}
 	}
-	var buf [MaxAttrSize + 1]byte
 	n := 0
 	for n < len(buf) {
 		m, err := unix.Read(fd, buf[n:])
@@ -49,17 +72,17 @@ func readAttr(path string) (string, error) {
 			continue
 		}
 		if err != nil {
-			return "", &os.PathError{Op: "read", Path: path, Err: err}
+			return 0, &os.PathError{Op: "read", Path: path, Err: err}
 		}
 		if m == 0 {
 			break
 		}
 		n += m
 	}
-	if n > MaxAttrSize {
-		return "", &os.PathError{Op: "read", Path: path, Err: fmt.Errorf("longer than %d bytes, not a sysfs attribute", MaxAttrSize)}
+	if n == len(buf) {
+		return 0, &os.PathError{Op: "read", Path: path, Err: fmt.Errorf("longer than %d bytes", len(buf)-1)}
 	}
-	return strings.TrimSpace(string(buf[:n])), nil
+	return n, nil
 }
 
 func openNoBlock(path string) (int, error) {
