@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-logr/logr"
 
@@ -42,6 +44,9 @@ func runNode(ctx context.Context, args []string, s stdio) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	if err := discovery.CheckSysfsRoot(*host.sysfsRoot); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
 	opts := discovery.Options{SysfsRoot: *host.sysfsRoot, DevRoot: *host.devRoot, Netlink: host.netlink(), Logger: logr.Discard()}
 	node, err := discovery.NewScanner(opts).Scan(ctx)
 	if err != nil {
@@ -65,7 +70,7 @@ func nodeTable(w io.Writer, report []agent.HCAReport) error {
 	for _, h := range report {
 		var ports, netdevs []string
 		for _, p := range h.Ports {
-			ports = append(ports, fmt.Sprintf("%d:%s/%s", p.Port, p.State, p.PhysState))
+			ports = append(ports, fmt.Sprintf("%d:%s/%s", p.Port, dash(p.State), dash(p.PhysState)))
 			if p.Netdev != "" {
 				netdevs = append(netdevs, p.Netdev)
 			}
@@ -74,10 +79,44 @@ func nodeTable(w io.Writer, report []agent.HCAReport) error {
 		if h.NUMANode < 0 {
 			numa = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\n", h.Name, dash(h.PCIAddress), numa, dash(h.LinkLayer),
-			dash(strings.Join(ports, ",")), dash(strings.Join(netdevs, ",")), h.Healthy, dash(h.Resource), dash(h.Reason))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\n", cell(h.Name), cell(h.PCIAddress), numa, cell(h.LinkLayer),
+			cell(strings.Join(ports, ",")), cell(strings.Join(netdevs, ",")), h.Healthy, cell(h.Resource), text(h.Reason))
 	}
 	return tw.Flush()
+}
+
+// cell is one table column: names and addresses come from the tree being
+// read, where a device or netdev name may hold spaces (which would shift the
+// columns) or terminal escape sequences (which must not reach the
+// terminal). Such a value is printed Go-quoted.
+func cell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	for _, r := range s {
+		if r == ' ' || r == utf8.RuneError || !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// text is the reason column, free text with spaces: only characters that
+// are not printable are escaped.
+func text(s string) string {
+	if s == "" {
+		return "-"
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if r != utf8.RuneError && unicode.IsPrint(r) {
+			b.WriteRune(r)
+			continue
+		}
+		q := strconv.QuoteRune(r)
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
 }
 
 func dash(s string) string {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ibkube/ibkube/deviceplugin/fixture"
 	"github.com/ibkube/ibkube/internal/golden"
@@ -101,6 +102,9 @@ func TestRunNodeErrors(t *testing.T) {
 		{[]string{"-o", "yaml"}, `node: -o "yaml": want table or json`},
 		{[]string{"--config", bad}, `node: ` + bad + `: pools[0].mode: "both" is not a mode; accepted: shared, exclusive`},
 		{[]string{"extra"}, `node: unexpected arguments ["extra"]`},
+		// A root that cannot list RDMA devices is an error, not "no HCAs".
+		{[]string{"--config", "none.yaml", "--sysfs-root", filepath.Join(dir, "missing")}, `node: sysfs root ` + filepath.Join(dir, "missing") + ` does not exist; accepted: /sys, or a directory laid out like it`},
+		{[]string{"--config", "none.yaml", "--sysfs-root", dir}, `node: no ` + filepath.Join(dir, "class", "infiniband") + `: the RDMA core is not loaded (modprobe mlx5_ib, or install the NIC driver), or ` + dir + ` is not a sysfs tree`},
 	} {
 		err := runNode(context.Background(), tc.args, stdio{out: &bytes.Buffer{}, err: &bytes.Buffer{}})
 		if err == nil || err.Error() != tc.want {
@@ -148,5 +152,61 @@ func TestRunNodeJSONFields(t *testing.T) {
 	// numaNode -1 stays -1 (unknown), not 0.
 	if got := string(hcas[3]["numaNode"]); got != "-1" {
 		t.Errorf("broken node's mlx5_3 numaNode = %s, want -1", got)
+	}
+}
+
+// TestRunNodeHostileTree: names from the tree reach the table quoted, with
+// no escape character, and the HCAs that cannot be read are listed with the
+// cause rather than dropped or explained by a selector.
+func TestRunNodeHostileTree(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := fixture.Build(dir, fixture.HB); err != nil {
+		t.Fatal(err)
+	}
+	ib := filepath.Join(fixture.SysfsRoot(dir), "class", "infiniband")
+	for name, target := range map[string]string{
+		"mlx5_\x1b[2J\x1b[31m": "mlx5_0", // clears the screen if printed raw
+		"mlx5_8":               "mlx5_8", // loops
+		"mlx5_9":               "../../devices/gone/infiniband/mlx5_9",
+	} {
+		if err := os.Symlink(target, filepath.Join(ib, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vendor := filepath.Join(ib, "mlx5_0", "device", "vendor")
+	if err := os.Remove(vendor); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", vendor); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runNode(context.Background(), []string{"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir),
+			"--config", filepath.Join(dir, "none.yaml")}, stdio{out: &out, err: &bytes.Buffer{}})
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ibkube node did not finish within 10s")
+	}
+	table := out.String()
+	if strings.ContainsRune(table, 0x1b) {
+		t.Fatalf("an escape character reached the table:\n%q", table)
+	}
+	for _, want := range []string{
+		`"mlx5_\x1b[2J\x1b[31m"`,
+		"mlx5_8 ", "sysfs entry class/infiniband/mlx5_8 unusable: too many levels of symbolic links",
+		"mlx5_9 ", "sysfs entry class/infiniband/mlx5_9 unusable: dangling symlink",
+		"cannot read device/vendor: not a regular file (a char device); excluded: rdma/shared_ib: pools[0].selector.vendors [15b3] does not match",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
 	}
 }

@@ -52,7 +52,7 @@ func Report(m *resource.Model) []HCAReport {
 		h := s.HCA
 		r := HCAReport{
 			Name: h.Name, PCIAddress: h.PCIAddress, VendorID: h.VendorID, DeviceID: h.DeviceID,
-			NUMANode: h.NUMANode, LinkLayer: h.LinkLayer(), Healthy: h.Healthy, Reason: s.Reason(),
+			NUMANode: h.NUMANode, LinkLayer: h.LinkLayer(), Healthy: s.Healthy(), Reason: s.Reason(),
 			Resource: strings.Join(s.Resources, ","), Resources: s.Resources,
 			Ports: []PortReport{}, CharDevices: []CharReport{},
 		}

@@ -49,11 +49,11 @@ const (
 	// and above the pods a ND node runs in practice (AKS max-pods is 30..250,
 	// but one pod per GPU is the norm).
 	DefaultSharedSlots = 63
-	// DefaultRescanPeriod backs up the event-driven rescans (netlink link
-	// events, dev-root fsnotify): sysfs attributes such as ports/N/state emit
-	// no inotify events, so a port that goes down without an IPoIB netdev is
-	// only seen by this rescan. A sysfs walk of nine HCAs costs well under a
-	// millisecond.
+	// DefaultRescanPeriod backs up the change hints (discovery's port poll,
+	// netlink link events, dev-root fsnotify) for what none of them covers,
+	// such as a NUMA node or firmware version changing under a driver
+	// reload without a new device node. A sysfs walk of nine HCAs costs a
+	// few milliseconds.
 	DefaultRescanPeriod = 10 * time.Second
 	// MaxSlots bounds shared slots: the kubelet keeps every device ID in its
 	// checkpoint.
@@ -89,7 +89,23 @@ type Pool struct {
 	Slots int `json:"slots,omitempty"`
 	// Selector picks the pool's HCAs.
 	Selector selector.Selector `json:"selector"`
+	// ManagementDevices are the per-port management char devices a
+	// container of this pool gets besides uverbsN and rdma_cm, which every
+	// verbs workload needs and always gets: "umad" for MAD-based fabric
+	// tools (perfquery, ibnetdiscover, iblinkinfo, ibdiagnet), "issm" only
+	// for running a subnet manager. Default none: neither NCCL, UCX, MPI
+	// over UCX, perftest, ibv_devinfo nor ibstat opens them (see
+	// docs/node-agent.md), and issm lets its holder claim to be the fabric's
+	// subnet manager. A pool that lists one is unhealthy on an HCA where it
+	// is missing; other pools do not care.
+	ManagementDevices []string `json:"managementDevices,omitempty"`
 }
+
+// Management devices a pool may opt into (Pool.ManagementDevices).
+const (
+	ManagementUmad = inventory.CharUmad
+	ManagementIssm = inventory.CharIssm
+)
 
 // ProfileNone disables the node profile.
 const ProfileNone = "none"
@@ -206,6 +222,17 @@ func (c *AgentConfig) Validate() error {
 		}
 		if err := p.Selector.Validate(f + ".selector"); err != nil {
 			return err
+		}
+		for j, d := range p.ManagementDevices {
+			field := fmt.Sprintf("%s.managementDevices[%d]", f, j)
+			if d != ManagementUmad && d != ManagementIssm {
+				return fmt.Errorf("%s: %q is not a management device; accepted: %s, %s (uverbs and rdma_cm are always given)", field, d, ManagementUmad, ManagementIssm)
+			}
+			for _, prev := range p.ManagementDevices[:j] {
+				if prev == d {
+					return fmt.Errorf("%s: %q is listed twice; accepted: each of %s, %s at most once", field, d, ManagementUmad, ManagementIssm)
+				}
+			}
 		}
 	}
 	if c.RescanPeriod.Duration < MinRescanPeriod {

@@ -42,6 +42,16 @@ pools:
 				}}},
 			},
 		},
+		{
+			name: "management devices opted into",
+			in:   head + "pools:\n- {resourceName: example.com/ib-diag, mode: exclusive, managementDevices: [umad, issm]}\n",
+			want: &AgentConfig{
+				APIVersion: APIVersion, Kind: Kind, RescanPeriod: duration(DefaultRescanPeriod),
+				Pools: []Pool{{ResourceName: "example.com/ib-diag", Mode: ModeExclusive, ManagementDevices: []string{"umad", "issm"}}},
+			},
+		},
+		{name: "unknown management device", in: head + "pools:\n- {resourceName: rdma/ib, mode: exclusive, managementDevices: [uverbs]}\n", wantErr: `pools[0].managementDevices[0]: "uverbs" is not a management device; accepted: umad, issm (uverbs and rdma_cm are always given)`},
+		{name: "management device twice", in: head + "pools:\n- {resourceName: rdma/ib, mode: exclusive, managementDevices: [umad, umad]}\n", wantErr: `pools[0].managementDevices[1]: "umad" is listed twice; accepted: each of umad, issm at most once`},
 		{name: "unknown field", in: head + "pool: []\n", wantErr: `decode agent config: error unmarshaling JSON: while decoding JSON: json: unknown field "pool"`},
 		{name: "wrong apiVersion", in: "apiVersion: v1\nkind: AgentConfig\n", wantErr: `apiVersion: "v1" is not supported; accepted: ibkube.io/v1alpha1`},
 		{name: "wrong kind", in: "apiVersion: ibkube.io/v1alpha1\nkind: Config\n", wantErr: `kind: "Config" is not supported; accepted: AgentConfig`},
@@ -87,6 +97,12 @@ func TestDefaultIsValid(t *testing.T) {
 	}
 	if len(c.Pools) != 2 || c.Pools[0].ResourceName != "rdma/shared_ib" || c.Pools[0].Slots != 63 || c.Pools[1].ResourceName != "rdma/ib" {
 		t.Errorf("default pools = %+v", c.Pools)
+	}
+	// Least privilege: no default pool hands out umad or issm.
+	for _, p := range c.Pools {
+		if len(p.ManagementDevices) != 0 {
+			t.Errorf("default pool %s hands out %v", p.ResourceName, p.ManagementDevices)
+		}
 	}
 }
 

@@ -18,7 +18,7 @@ func FuzzParseNumberedState(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if n < 0 || name == "" || strings.ContainsAny(name, " \t\n") {
+		if n < 0 || name == "" || strings.ContainsAny(name, "\t\n\r\x1b") || strings.TrimSpace(name) != name || strings.Contains(name, "  ") {
 			t.Errorf("ParseNumberedState(%q) accepted %d, %q", s, n, name)
 		}
 	})

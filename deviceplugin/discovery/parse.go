@@ -12,7 +12,9 @@ import (
 // file content (trailing newline and all) and never panics.
 
 // ParseNumberedState splits a port state or physical state as sysfs prints
-// it, "4: ACTIVE" or "5: LinkUp", into its number and name.
+// it, "4: ACTIVE" or "5: LinkUp", into its number and name. A name may hold
+// single inner spaces: the kernel's phys_state names include "Phy Test"
+// (drivers/infiniband/core/sysfs.c phys_state_to_str).
 func ParseNumberedState(s string) (int, string, error) {
 	s = strings.TrimSpace(s)
 	num, name, ok := strings.Cut(s, ":")
@@ -24,7 +26,7 @@ func ParseNumberedState(s string) (int, string, error) {
 		return 0, "", fmt.Errorf("state %q: bad number %q", s, num)
 	}
 	name = strings.TrimSpace(name)
-	if name == "" || strings.ContainsAny(name, " \t\n") {
+	if name == "" || strings.ContainsAny(name, "\t\n\r") || strings.Contains(name, "  ") || !printableASCII(name) {
 		return 0, "", fmt.Errorf("state %q: bad name %q", s, name)
 	}
 	return n, name, nil
@@ -188,4 +190,13 @@ func ParseHexID(s string) (string, error) {
 		return "", fmt.Errorf("PCI ID %q: want 0x followed by up to 4 hex digits", s)
 	}
 	return fmt.Sprintf("%04x", v), nil
+}
+
+func printableASCII(s string) bool {
+	for _, c := range []byte(s) {
+		if c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }

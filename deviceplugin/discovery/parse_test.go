@@ -20,11 +20,15 @@ func TestParseNumberedState(t *testing.T) {
 		{"5: LinkUp\n", 5, "LinkUp", false},
 		{"2: Polling", 2, "Polling", false},
 		{"0: NOP", 0, "NOP", false},
+		{"7: Phy Test\n", 7, "Phy Test", false},
+		{"0: <unknown>", 0, "<unknown>", false},
+		{"1: DOWN\x1b[2J", 0, "", true},
+		{"1: DO  WN", 0, "", true},
 		{"ACTIVE", 0, "", true},
 		{"x: ACTIVE", 0, "", true},
 		{"4:", 0, "", true},
 		{"-1: DOWN", 0, "", true},
-		{"4: ACTIVE NOW", 0, "", true},
+		{"4: ACTIVE NOW", 4, "ACTIVE NOW", false}, // as "7: Phy Test": names may hold a space
 	}
 	for _, tc := range tests {
 		num, name, err := ParseNumberedState(tc.in)

@@ -31,6 +31,7 @@ func newScanner(t testing.TB, dir string, nl discovery.Netlink) *discovery.Scann
 		Netlink:   nl,
 		Logger:    testr.NewWithInterface(t, testr.Options{}),
 		Coalesce:  20 * time.Millisecond,
+		PortPoll:  20 * time.Millisecond,
 	})
 }
 
@@ -182,7 +183,9 @@ func TestScanHealthFlip(t *testing.T) {
 	if err := fixture.RemoveCharDevice(dir, "umad3"); err != nil {
 		t.Fatal(err)
 	}
-	check("char devices gone", false, "missing from /dev/infiniband: uverbs3, umad3")
+	// umad and issm are opt-in management devices: their absence is the
+	// business of the pools that hand them out, not the HCA's health.
+	check("char devices gone", false, "missing from /dev/infiniband: uverbs3")
 	for _, n := range []string{"uverbs3", "umad3"} {
 		if err := fixture.AddCharDevice(dir, n); err != nil {
 			t.Fatal(err)
@@ -372,6 +375,8 @@ func TestWatchHealthFlip(t *testing.T) {
 			t.Errorf("%s: healthy=%v reason=%q", step, h.Healthy, h.HealthReason)
 		}
 	}
+	// Port changes arrive through the port poll (the fixture has no
+	// netlink), char device changes through fsnotify on the dev root.
 	expect("port down", func() error { return fixture.SetPortState(dir, "mlx5_5", 1, "DOWN") }, false)
 	expect("port up", func() error { return fixture.SetPortState(dir, "mlx5_5", 1, "ACTIVE") }, true)
 	expect("uverbs gone", func() error { return fixture.RemoveCharDevice(dir, "uverbs5") }, false)
@@ -435,7 +440,9 @@ func TestWatchLinkEvents(t *testing.T) {
 	t.Parallel()
 	dir := build(t, fixture.OCIH100)
 	nl := &fakeNetlink{ready: make(chan struct{})}
-	s := newScanner(t, dir, nl)
+	// Only link events can give a hint here: no port poll.
+	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Netlink: nl,
+		Logger: testr.New(t), Coalesce: 20 * time.Millisecond, PortPoll: -1})
 	hints := watch(t, s)
 	<-nl.ready
 	send := func(l netlink.Link) {
@@ -470,6 +477,87 @@ func TestWatchWithoutLinkEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	hint(t, hints, 5*time.Second)
+}
+
+// TestWatchPortPoll: a port change the kernel reports to nobody (no netdev,
+// no inotify on sysfs attributes) is seen by the poll within a few periods,
+// and each flip gives exactly one hint.
+func TestWatchPortPoll(t *testing.T) {
+	t.Parallel()
+	dir := build(t, fixture.NDv5)
+	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir),
+		Logger: testr.New(t), Coalesce: time.Hour, PortPoll: 10 * time.Millisecond})
+	hints := watch(t, s)
+	for _, step := range []struct{ dev, state string }{{"mlx5_7", "DOWN"}, {"mlx5_7", "ACTIVE"}, {"mlx5_8", "INIT"}} {
+		if err := fixture.SetPortState(dir, step.dev, 1, step.state); err != nil {
+			t.Fatal(err)
+		}
+		// Coalesce is an hour: only the poll's immediate hint can arrive.
+		hint(t, hints, 5*time.Second)
+	}
+	// A phys_state change alone (state unchanged) is a change too.
+	p := filepath.Join(fixture.SysfsRoot(dir), "class", "infiniband", "mlx5_0", "ports", "1", "phys_state")
+	if err := os.WriteFile(p, []byte("6: LinkErrorRecovery\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hint(t, hints, 5*time.Second)
+	// An attribute replaced by a FIFO is a change, and does not hang the poll.
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hint(t, hints, 5*time.Second)
+}
+
+// TestWatchNoSysfsEventPath: with the poll off, a port change in the tree
+// gives no hint. Watch has no path that only a fixture has (inotify on
+// sysfs attribute files); the poll above is the one a host uses.
+func TestWatchNoSysfsEventPath(t *testing.T) {
+	t.Parallel()
+	dir := build(t, fixture.HB)
+	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir),
+		Logger: testr.New(t), Coalesce: 10 * time.Millisecond, PortPoll: -1})
+	hints := watch(t, s)
+	if err := fixture.SetPortState(dir, "mlx5_0", 1, "DOWN"); err != nil {
+		t.Fatal(err)
+	}
+	noHint(t, hints, 300*time.Millisecond)
+	// The dev root is watched: udev removing a node is an event on a host.
+	if err := fixture.RemoveCharDevice(dir, "uverbs0"); err != nil {
+		t.Fatal(err)
+	}
+	hint(t, hints, 5*time.Second)
+}
+
+// TestWatchIPoIBCarrier: the rtnetlink path alone (no poll) turns an IPoIB
+// carrier loss into a hint, and the rescan then sees the port down.
+func TestWatchIPoIBCarrier(t *testing.T) {
+	t.Parallel()
+	dir := build(t, fixture.HB)
+	// The kernel does not know the fixture's devices: list them from sysfs.
+	nl := &fakeNetlink{ready: make(chan struct{}), listErr: unix.EPROTONOSUPPORT}
+	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Netlink: nl,
+		Logger: testr.New(t), Coalesce: 10 * time.Millisecond, PortPoll: -1})
+	hints := watch(t, s)
+	<-nl.ready
+	if err := fixture.SetPortState(dir, "mlx5_0", 1, "DOWN"); err != nil {
+		t.Fatal(err)
+	}
+	nl.mu.Lock()
+	ch := nl.subCh
+	nl.mu.Unlock()
+	// What the kernel sends when ib0 loses its carrier (RTM_NEWLINK without IFF_RUNNING).
+	ch <- netlink.LinkUpdate{Link: &netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "ib0", EncapType: "infiniband", OperState: netlink.OperDown}}}
+	hint(t, hints, 5*time.Second)
+	node, err := s.Scan(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := node.HCAs[0]; h.Healthy || h.HealthReason != "port 1 is DOWN (Polling)" {
+		t.Errorf("after the carrier event: healthy=%v reason=%q", h.Healthy, h.HealthReason)
+	}
 }
 
 func TestNaturalLess(t *testing.T) {

@@ -10,7 +10,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ibkube/ibkube/deviceplugin/inventory"
 	"github.com/ibkube/ibkube/deviceplugin/memlock"
@@ -127,7 +131,7 @@ func checkDevices(f Facts) Result {
 			// every rail cannot be placed here, shared pods lose a rail.
 			res.Status = Fail
 			res.Message = fmt.Sprintf("%d RDMA devices (%s), %d unhealthy: %s", len(names), strings.Join(names, ", "), len(bad), strings.Join(bad, "; "))
-			res.Fix = "an unhealthy HCA is not advertised; a missing /dev/infiniband node usually means the driver (ib_uverbs, ib_umad) is not loaded yet"
+			res.Fix = "an unhealthy HCA is not advertised; a missing /dev/infiniband/uverbsN usually means ib_uverbs is not loaded yet; `ibkube node` shows each reason"
 		} else {
 			res.Status = Pass
 			res.Message = fmt.Sprintf("%d RDMA devices: %s", len(names), strings.Join(names, ", "))
@@ -136,17 +140,24 @@ func checkDevices(f Facts) Result {
 	return res
 }
 
+// checkPorts fails when any port is not both ACTIVE (logical state, set by
+// the subnet manager on InfiniBand) and LinkUp (physical state), and names
+// the cause each state pair points to, so the fix goes to whoever can make
+// it: the cable and switch, an administrator, or the subnet manager.
 func checkPorts(f Facts) Result {
 	res := Result{Name: CheckPorts}
-	var total, active int
-	var down []string
+	var total, usable int
+	var bad, causes []string
 	for _, h := range f.Node.HCAs {
 		for _, p := range h.Ports {
 			total++
-			if p.State == inventory.PortStateActive {
-				active++
-			} else {
-				down = append(down, fmt.Sprintf("%s/%d %s (%s)", h.Name, p.Number, p.State, p.PhysState))
+			if p.State == inventory.PortStateActive && p.PhysState == inventory.PortPhysStateUp {
+				usable++
+				continue
+			}
+			bad = append(bad, fmt.Sprintf("%s/%d %s (%s)", h.Name, p.Number, orUnreadable(p.State), orUnreadable(p.PhysState)))
+			if c := portCause(p); !slices.Contains(causes, c) {
+				causes = append(causes, c)
 			}
 		}
 	}
@@ -154,17 +165,65 @@ func checkPorts(f Facts) Result {
 	case total == 0:
 		res.Status, res.Message = Fail, "no RDMA ports found"
 		res.Fix = "see rdma-devices"
-	case active == 0:
-		res.Status, res.Message = Fail, fmt.Sprintf("no port is ACTIVE: %s", strings.Join(down, ", "))
-		res.Fix = "check the cable/fabric and the subnet manager (on Azure: the VM must be in the same InfiniBand partition; `ibstat` shows the state)"
-	case len(down) > 0:
+	case usable == 0:
+		res.Status, res.Message = Fail, fmt.Sprintf("no port is ACTIVE and LinkUp: %s", strings.Join(bad, ", "))
+		res.Fix = strings.Join(causes, "; ")
+	case len(bad) > 0:
 		// One rail down is a broken node for a job that spans them all.
-		res.Status, res.Message = Fail, fmt.Sprintf("%d/%d ports ACTIVE; not active: %s", active, total, strings.Join(down, ", "))
-		res.Fix = "ports that are not ACTIVE carry no RDMA traffic; check them with `ibstat`"
+		res.Status, res.Message = Fail, fmt.Sprintf("%d/%d ports ACTIVE and LinkUp; not: %s", usable, total, strings.Join(bad, ", "))
+		res.Fix = strings.Join(causes, "; ")
 	default:
-		res.Status, res.Message = Pass, fmt.Sprintf("%d/%d ports ACTIVE", active, total)
+		res.Status, res.Message = Pass, fmt.Sprintf("%d/%d ports ACTIVE", usable, total)
 	}
 	return res
+}
+
+// portCause reads a port's two states the way the InfiniBand link state
+// machine defines them (physical states: include/rdma/ib_verbs.h
+// enum ib_port_phys_state, printed by drivers/infiniband/core/sysfs.c
+// phys_state_to_str; logical states: enum ib_port_state). A RoCE port has no
+// subnet manager: its state follows its netdev (mlx5 reports DOWN/Disabled
+// while the netdev is down or has no carrier).
+func portCause(p inventory.Port) string {
+	roce := p.LinkLayer == inventory.LinkLayerEthernet
+	switch {
+	case p.State == "" || p.PhysState == "":
+		return "a port state could not be read: see rdma-devices for the cause"
+	case roce && p.PhysState != inventory.PortPhysStateUp:
+		return fmt.Sprintf("RoCE port %s: its netdev%s is down or has no carrier; check `ip link`, the cable and the switch port", p.PhysState, netdevName(p))
+	case p.PhysState == "Polling":
+		return "Polling: no physical link; the cable is unplugged or faulty, or the switch port is down"
+	case p.PhysState == "Disabled":
+		return "Disabled: the port is administratively disabled (on this host or by the switch); enable it (`ibportstate <lid> <port> enable`, or on the switch)"
+	case p.PhysState == "Sleep":
+		return "Sleep: the port is asleep (its link-down default); check the cable and that the switch port is enabled"
+	case p.PhysState == "PortConfigurationTraining":
+		return "PortConfigurationTraining: link training with the switch has not finished; a cable or switch port that cannot run the port's speed keeps it here"
+	case p.PhysState == "LinkErrorRecovery":
+		return "LinkErrorRecovery: the link is recovering from errors; a bad cable or connector, check `ibstat` and the port's error counters"
+	case p.PhysState != inventory.PortPhysStateUp:
+		return fmt.Sprintf("physical state %s: check the port with `ibstat`", p.PhysState)
+	case p.State == "INIT":
+		return "INIT with the link up: no subnet manager has configured the port; check that an SM runs on the fabric and sees this port (on Azure the VM must be in the scale set's InfiniBand partition)"
+	case p.State == "ARMED":
+		return "ARMED with the link up: the subnet manager configured the port but has not activated it; it should become ACTIVE at the SM's next sweep, else check the SM's log"
+	default:
+		return fmt.Sprintf("%s with the link up: the subnet manager has not brought the port up; check the SM and `ibstat`", p.State)
+	}
+}
+
+func netdevName(p inventory.Port) string {
+	if p.Netdev == "" {
+		return ""
+	}
+	return " " + p.Netdev
+}
+
+func orUnreadable(s string) string {
+	if s == "" {
+		return "unreadable"
+	}
+	return s
 }
 
 func checkNetdevs(f Facts) Result {
@@ -341,9 +400,9 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	var b strings.Builder
 	for _, res := range r.Results {
-		fmt.Fprintf(&b, "%-4s  %-*s  %s\n", res.Status, width, res.Name, res.Message)
+		fmt.Fprintf(&b, "%-4s  %-*s  %s\n", res.Status, width, res.Name, Printable(res.Message))
 		if res.Fix != "" && res.Status != Pass {
-			fmt.Fprintf(&b, "      %*s  fix: %s\n", width, "", res.Fix)
+			fmt.Fprintf(&b, "      %*s  fix: %s\n", width, "", Printable(res.Fix))
 		}
 	}
 	counts := map[Status]int{}
@@ -353,6 +412,38 @@ func (r Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "\n%d passed, %d warnings, %d failed\n", counts[Pass], counts[Warn], counts[Fail])
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// Printable escapes what must not reach a terminal as is: messages name
+// devices and netdevs read from the node, and a name may carry escape
+// sequences. Each rune that is not printable (or invalid UTF-8) is written
+// as its Go escape (\x1b), the rest unchanged.
+func Printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i, w := 0, 0; i < len(s); i += w {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		w = n
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+	}
+	return b.String()
 }
 
 // WriteJSON writes the report as indented JSON.

@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ibkube/ibkube/deviceplugin/fixture"
 	"github.com/ibkube/ibkube/deviceplugin/inventory"
@@ -113,5 +116,86 @@ func TestFailedDecidesExit(t *testing.T) {
 	r := Check(Facts{Node: inventory.Node{HCAs: []inventory.HCA{roce(inventory.PortStateActive, 0), roce("DOWN", 1)}}})
 	if !r.Failed || r.Results[1].Name != CheckPorts || r.Results[1].Status != Fail {
 		t.Errorf("one RoCE port down: %+v", r)
+	}
+}
+
+// TestPortsCause: the ports check names the cause each state pair points
+// to. The state names are the kernel's (drivers/infiniband/core/sysfs.c
+// state_show: NOP DOWN INIT ARMED ACTIVE ACTIVE_DEFER; phys_state_to_str:
+// Sleep Polling Disabled PortConfigurationTraining LinkUp LinkErrorRecovery
+// "Phy Test").
+func TestPortsCause(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		state, phys, linkLayer, netdev string
+		want                           string
+	}{
+		{"DOWN", "Polling", "InfiniBand", "", "Polling: no physical link; the cable is unplugged or faulty, or the switch port is down"},
+		{"DOWN", "Disabled", "InfiniBand", "", "Disabled: the port is administratively disabled (on this host or by the switch); enable it (`ibportstate <lid> <port> enable`, or on the switch)"},
+		{"DOWN", "Sleep", "InfiniBand", "", "Sleep: the port is asleep (its link-down default); check the cable and that the switch port is enabled"},
+		{"DOWN", "PortConfigurationTraining", "InfiniBand", "", "PortConfigurationTraining: link training with the switch has not finished; a cable or switch port that cannot run the port's speed keeps it here"},
+		{"ACTIVE", "LinkErrorRecovery", "InfiniBand", "", "LinkErrorRecovery: the link is recovering from errors; a bad cable or connector, check `ibstat` and the port's error counters"},
+		{"DOWN", "Phy Test", "InfiniBand", "", "physical state Phy Test: check the port with `ibstat`"},
+		{"INIT", "LinkUp", "InfiniBand", "", "INIT with the link up: no subnet manager has configured the port; check that an SM runs on the fabric and sees this port (on Azure the VM must be in the scale set's InfiniBand partition)"},
+		{"ARMED", "LinkUp", "InfiniBand", "", "ARMED with the link up: the subnet manager configured the port but has not activated it; it should become ACTIVE at the SM's next sweep, else check the SM's log"},
+		{"DOWN", "Disabled", "Ethernet", "rdma3", "RoCE port Disabled: its netdev rdma3 is down or has no carrier; check `ip link`, the cable and the switch port"},
+		{"", "LinkUp", "InfiniBand", "", "a port state could not be read: see rdma-devices for the cause"},
+	}
+	for _, tc := range tests {
+		f := Facts{Node: inventory.Node{HCAs: []inventory.HCA{{Name: "mlx5_0", Ports: []inventory.Port{
+			{Number: 1, State: tc.state, PhysState: tc.phys, LinkLayer: tc.linkLayer, Netdev: tc.netdev},
+			{Number: 2, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: tc.linkLayer},
+		}}}}}
+		r := checkPorts(f)
+		if r.Status != Fail || r.Fix != tc.want {
+			t.Errorf("%s/%s: %s %q, fix %q; want FAIL, fix %q", tc.state, tc.phys, r.Status, r.Message, r.Fix, tc.want)
+		}
+	}
+	// ACTIVE but not LinkUp is not a usable port either.
+	r := checkPorts(Facts{Node: inventory.Node{HCAs: []inventory.HCA{{Name: "mlx5_0", Ports: []inventory.Port{
+		{Number: 1, State: "ACTIVE", PhysState: "LinkErrorRecovery", LinkLayer: "InfiniBand"}}}}}})
+	if r.Status != Fail || r.Message != "no port is ACTIVE and LinkUp: mlx5_0/1 ACTIVE (LinkErrorRecovery)" {
+		t.Errorf("ACTIVE/LinkErrorRecovery: %s %q", r.Status, r.Message)
+	}
+}
+
+// TestDoctorHostileTree: a FIFO where a port state should be, and a device
+// name with a terminal escape, give a report (not a hang) whose text holds
+// no escape character and names the causes.
+func TestDoctorHostileTree(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	o := writeHost(t, root, goodHost)
+	node := filepath.Join(root, "node")
+	must(t, fixture.Build(node, fixture.HB))
+	ib := filepath.Join(fixture.SysfsRoot(node), "class", "infiniband")
+	state := filepath.Join(ib, "mlx5_0", "ports", "1", "state")
+	must(t, os.Remove(state))
+	must(t, unix.Mkfifo(state, 0o644))
+	must(t, os.Symlink("mlx5_0", filepath.Join(ib, "mlx5_\x1b]0;owned\x07")))
+	o.SysfsRoot, o.DevRoot = fixture.SysfsRoot(node), fixture.DevRoot(node)
+
+	done := make(chan Report, 1)
+	go func() { done <- Check(Gather(context.Background(), o)) }()
+	var r Report
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("doctor did not finish within 10s on a tree with a FIFO")
+	}
+	var text bytes.Buffer
+	must(t, r.WriteText(&text))
+	out := text.String()
+	if strings.ContainsAny(out, "\x1b\x07") {
+		t.Errorf("escape characters reached the text report:\n%q", out)
+	}
+	for _, want := range []string{
+		`mlx5_\x1b]0;owned\a`,
+		"port 1: cannot read state: not a regular file (a FIFO)",
+		"a port state could not be read: see rdma-devices for the cause",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text report lacks %q:\n%s", want, out)
+		}
 	}
 }

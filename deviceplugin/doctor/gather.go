@@ -53,12 +53,17 @@ func Gather(ctx context.Context, o Options) Facts {
 	}
 	f := Facts{MemlockMax: o.MemlockMax, NRI: NRIFacts{Enabled: o.NRI, Socket: o.NRISocket}}
 
-	scanner := discovery.NewScanner(discovery.Options{SysfsRoot: o.SysfsRoot, DevRoot: o.DevRoot, Netlink: o.Netlink, Logger: o.Logger})
-	node, err := scanner.Scan(ctx)
-	if err != nil {
+	if err := discovery.CheckSysfsRoot(o.SysfsRoot); err != nil {
 		f.ScanError = err.Error()
+	} else {
+		scanner := discovery.NewScanner(discovery.Options{SysfsRoot: o.SysfsRoot, DevRoot: o.DevRoot, Netlink: o.Netlink, Logger: o.Logger})
+		node, err := scanner.Scan(ctx)
+		if err != nil {
+			f.ScanError = err.Error()
+		}
+		f.Node = node
 	}
-	f.Node = node
+	node := f.Node
 
 	f.Netdevs = map[string]string{}
 	for _, h := range node.HCAs {
@@ -66,7 +71,7 @@ func Gather(ctx context.Context, o Options) Facts {
 			if p.Netdev == "" {
 				continue
 			}
-			state, err := os.ReadFile(filepath.Join(o.SysfsRoot, "class", "net", p.Netdev, "operstate"))
+			state, err := discovery.ReadFile(filepath.Join(o.SysfsRoot, "class", "net", p.Netdev, "operstate"), discovery.MaxAttrSize)
 			if err == nil {
 				f.Netdevs[p.Netdev] = strings.TrimSpace(string(state))
 			}
@@ -108,10 +113,14 @@ func Gather(ctx context.Context, o Options) Facts {
 	return f
 }
 
+// maxModulesSize bounds the read of /proc/modules: a line per module of
+// about 60 bytes, and hosts load a few hundred.
+const maxModulesSize = 1 << 20
+
 // moduleLoaded reports whether a kernel module is loaded, from
 // <proc>/modules or <sys>/module/<name>.
 func moduleLoaded(procRoot, sysfsRoot, name string) bool {
-	if data, err := os.ReadFile(filepath.Join(procRoot, "modules")); err == nil {
+	if data, err := discovery.ReadFile(filepath.Join(procRoot, "modules"), maxModulesSize); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {
 			if f := strings.Fields(line); len(f) > 0 && f[0] == name {
 				return true

@@ -6,6 +6,8 @@
 // does I/O.
 package inventory
 
+import "strings"
+
 // Link layers as the kernel spells them in
 // /sys/class/infiniband/<dev>/ports/<n>/link_layer.
 const (
@@ -86,4 +88,30 @@ func (h HCA) LinkLayer() string {
 		return ""
 	}
 	return h.Ports[0].LinkLayer
+}
+
+// Kinds of per-HCA char devices, as CharDevice.Kind names them and as the
+// agent config's managementDevices lists the opt-in ones.
+const (
+	// CharUverbs is /dev/infiniband/uverbsN: the verbs interface every RDMA
+	// workload opens (libibverbs).
+	CharUverbs = "uverbs"
+	// CharUmad is /dev/infiniband/umadN: raw management datagrams (libibumad
+	// umad_open_port), for fabric diagnostics such as perfquery or
+	// ibnetdiscover.
+	CharUmad = "umad"
+	// CharIssm is /dev/infiniband/issmN: holding it open sets the port's
+	// IsSM capability bit, i.e. claims a subnet manager runs behind it.
+	CharIssm = "issm"
+)
+
+// Kind is the device's kind (CharUverbs, CharUmad, CharIssm) from its name,
+// or "" for anything else (rdma_cm).
+func (c CharDevice) Kind() string {
+	for _, k := range []string{CharUverbs, CharUmad, CharIssm} {
+		if rest, ok := strings.CutPrefix(c.Name, k); ok && rest != "" && strings.Trim(rest, "0123456789") == "" {
+			return k
+		}
+	}
+	return ""
 }

@@ -64,15 +64,28 @@ type HCAStatus struct {
 	Resources []string
 	// Excluded says, per pool that did not take it, which selector refused it.
 	Excluded []string
+	// PoolProblems say, per pool that took it, why that pool counts the HCA
+	// unhealthy beyond the HCA's own health (a management device the pool
+	// hands out is missing).
+	PoolProblems []string
 }
 
-// Reason is what a user reads about an HCA: why no pool takes it, else its
-// health reason.
+// Healthy is the HCA's health as its pools see it.
+func (s HCAStatus) Healthy() bool { return s.HCA.Healthy && len(s.PoolProblems) == 0 }
+
+// Reason is what a user reads about an HCA: why it is unhealthy first (an
+// HCA whose attributes cannot be read is excluded by selectors too, and the
+// cause is what helps), then per-pool problems, then why no pool takes it.
 func (s HCAStatus) Reason() string {
-	if len(s.Resources) == 0 && len(s.Excluded) > 0 {
-		return "excluded: " + strings.Join(s.Excluded, "; ")
+	var parts []string
+	if !s.HCA.Healthy && s.HCA.HealthReason != "" {
+		parts = append(parts, s.HCA.HealthReason)
 	}
-	return s.HCA.HealthReason
+	parts = append(parts, s.PoolProblems...)
+	if len(s.Resources) == 0 && len(s.Excluded) > 0 {
+		parts = append(parts, "excluded: "+strings.Join(s.Excluded, "; "))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Pool is one advertised resource with its HCAs.
@@ -85,8 +98,11 @@ type Pool struct {
 	// linkLayers are the selector's link layers: only such ports are named
 	// in NCCL_IB_HCA (a VPI card may run one port InfiniBand, one Ethernet).
 	linkLayers []string
-	rdmaCM     *inventory.CharDevice
-	opts       Options
+	// charKinds are the kinds of per-HCA char devices a container gets:
+	// uverbs, plus the pool's opt-in management devices.
+	charKinds []string
+	rdmaCM    *inventory.CharDevice
+	opts      Options
 }
 
 // Build applies the config's pools to node. Pools are taken in config order;
@@ -100,7 +116,8 @@ func Build(cfg *config.AgentConfig, node inventory.Node, opts Options) *Model {
 		status[i].HCA = h
 	}
 	for pi, pc := range cfg.Pools {
-		p := &Pool{Resource: pc.ResourceName, Mode: pc.Mode, Slots: pc.Slots, linkLayers: pc.Selector.LinkLayers, rdmaCM: node.RDMACM, opts: opts}
+		p := &Pool{Resource: pc.ResourceName, Mode: pc.Mode, Slots: pc.Slots, linkLayers: pc.Selector.LinkLayers, rdmaCM: node.RDMACM, opts: opts,
+			charKinds: append([]string{inventory.CharUverbs}, pc.ManagementDevices...)}
 		if claimed[pc.Mode] == nil {
 			claimed[pc.Mode] = map[string]string{}
 		}
@@ -118,6 +135,9 @@ func Build(cfg *config.AgentConfig, node inventory.Node, opts Options) *Model {
 			claimed[pc.Mode][h.Name] = pc.ResourceName
 			p.HCAs = append(p.HCAs, h)
 			status[i].Resources = append(status[i].Resources, pc.ResourceName)
+			if why := p.missing(h); why != "" {
+				status[i].PoolProblems = append(status[i].PoolProblems, pc.ResourceName+": "+why)
+			}
 		}
 		m.Pools = append(m.Pools, p)
 	}
@@ -134,6 +154,38 @@ func (m *Model) Pool(resource string) *Pool {
 	}
 	return nil
 }
+
+// missing says which of the char devices this pool hands out the HCA lacks
+// beyond what discovery already counts in its health (uverbs): an opted-in
+// management device not announced in sysfs, or announced but absent from
+// the dev root. Empty when none.
+func (p *Pool) missing(h inventory.HCA) string {
+	var problems []string
+	for _, kind := range p.charKinds[1:] {
+		announced := false
+		var absent []string
+		for _, c := range h.CharDevices {
+			if c.Kind() != kind {
+				continue
+			}
+			announced = true
+			if !c.Present {
+				absent = append(absent, c.Name)
+			}
+		}
+		switch {
+		case !announced:
+			problems = append(problems, fmt.Sprintf("no %s char device in sysfs (is ib_umad loaded?)", kind))
+		case len(absent) > 0:
+			problems = append(problems, "missing from /dev/infiniband: "+strings.Join(absent, ", "))
+		}
+	}
+	return strings.Join(problems, "; ")
+}
+
+// healthy is h's health as this pool sees it: the HCA's own, and every char
+// device the pool hands out present.
+func (p *Pool) healthy(h inventory.HCA) bool { return h.Healthy && p.missing(h) == "" }
 
 // Exclusive reports whether the pool hands out one device per HCA.
 func (p *Pool) Exclusive() bool { return p.Mode == config.ModeExclusive }
@@ -152,11 +204,11 @@ func (p *Pool) Devices() []*pluginapi.Device {
 	if p.Exclusive() {
 		out := make([]*pluginapi.Device, 0, len(p.HCAs))
 		for _, h := range p.HCAs {
-			out = append(out, &pluginapi.Device{ID: h.Name, Health: health(h.Healthy), Topology: topology(h.NUMANode)})
+			out = append(out, &pluginapi.Device{ID: h.Name, Health: health(p.healthy(h)), Topology: topology(h.NUMANode)})
 		}
 		return out
 	}
-	healthy := slices.ContainsFunc(p.HCAs, func(h inventory.HCA) bool { return h.Healthy })
+	healthy := slices.ContainsFunc(p.HCAs, p.healthy)
 	var numa []int
 	for _, h := range p.HCAs {
 		numa = append(numa, h.NUMANode)
@@ -196,9 +248,9 @@ func topology(nodes ...int) *pluginapi.TopologyInfo {
 	return t
 }
 
-// Allocate answers one container's allocation: the char devices of the
-// allocated HCAs (exclusive) or of every healthy selected HCA (shared), plus
-// rdma_cm; NCCL_IB_HCA and UCX_NET_DEVICES naming exactly those HCAs and
+// Allocate answers one container's allocation: the uverbs devices (and the
+// pool's opted-in umad/issm) of the allocated HCAs (exclusive) or of every
+// healthy selected HCA (shared), plus rdma_cm; NCCL_IB_HCA and UCX_NET_DEVICES naming exactly those HCAs and
 // ports; and the node profile's environment and topology file.
 func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
 	var hcas []inventory.HCA
@@ -217,7 +269,7 @@ func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, err
 			}
 		}
 		for _, h := range p.HCAs {
-			if h.Healthy {
+			if p.healthy(h) {
 				hcas = append(hcas, h)
 			}
 		}
@@ -237,7 +289,7 @@ func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, err
 			}
 		}
 		for _, c := range h.CharDevices {
-			if c.Present {
+			if c.Present && slices.Contains(p.charKinds, c.Kind()) {
 				resp.Devices = append(resp.Devices, p.deviceSpec(c.Name))
 			}
 		}

@@ -154,7 +154,8 @@ func TestAllocate(t *testing.T) {
 					"NCCL_IB_HCA": "=mlx5_1:1,mlx5_0:1", "UCX_NET_DEVICES": "mlx5_1:1,mlx5_0:1",
 					"NCCL_IB_PCI_RELAXED_ORDERING": "1", "NCCL_TOPO_FILE": TopologyContainerPath,
 				},
-				Devices: []*pluginapi.DeviceSpec{spec("uverbs1"), spec("issm1"), spec("uverbs0"), spec("umad0"), spec("issm0"), spec("rdma_cm")},
+				// Least privilege: verbs and rdma_cm only, no umad/issm.
+				Devices: []*pluginapi.DeviceSpec{spec("uverbs1"), spec("uverbs0"), spec("rdma_cm")},
 				Mounts:  mount,
 			},
 		},
@@ -166,11 +167,11 @@ func TestAllocate(t *testing.T) {
 					"UCX_NET_DEVICES":              "mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1",
 					"NCCL_IB_PCI_RELAXED_ORDERING": "1", "NCCL_TOPO_FILE": TopologyContainerPath,
 				},
+				// mlx5_1 lacks umad1, which this pool does not hand out:
+				// it stays in.
 				Devices: []*pluginapi.DeviceSpec{
-					spec("uverbs0"), spec("umad0"), spec("issm0"), spec("uverbs1"), spec("issm1"),
-					spec("uverbs3"), spec("umad3"), spec("issm3"), spec("uverbs4"), spec("umad4"), spec("issm4"),
-					spec("uverbs5"), spec("umad5"), spec("issm5"), spec("uverbs6"), spec("umad6"), spec("issm6"),
-					spec("uverbs7"), spec("umad7"), spec("issm7"), spec("rdma_cm"),
+					spec("uverbs0"), spec("uverbs1"), spec("uverbs3"), spec("uverbs4"),
+					spec("uverbs5"), spec("uverbs6"), spec("uverbs7"), spec("rdma_cm"),
 				},
 				Mounts: mount,
 			},
@@ -261,5 +262,72 @@ func TestAllocateVPIPorts(t *testing.T) {
 	}
 	if got.Envs["NCCL_IB_HCA"] != "=mlx5_0:1,mlx5_0:2" {
 		t.Errorf("pool without linkLayers: NCCL_IB_HCA = %q, want both ports", got.Envs["NCCL_IB_HCA"])
+	}
+}
+
+// TestManagementDevices: umad and issm reach a container only from a pool
+// that opts into them, and only such a pool counts an HCA unhealthy when one
+// is missing.
+func TestManagementDevices(t *testing.T) {
+	t.Parallel()
+	n := ndv5()
+	n.HCAs[1].CharDevices[1].Present = false          // umad1 missing from the dev root
+	n.HCAs[2].CharDevices = n.HCAs[2].CharDevices[:1] // ib_umad announces nothing for mlx5_2
+	cfg := config.Default()
+	cfg.Pools = []config.Pool{
+		{ResourceName: "rdma/shared_ib", Mode: config.ModeShared, Slots: 2, Selector: config.DefaultSelector()},
+		{ResourceName: "example.com/ib-diag", Mode: config.ModeExclusive, Selector: config.DefaultSelector(), ManagementDevices: []string{"umad"}},
+	}
+	m := Build(cfg, n, Options{HostDevRoot: "/dev"})
+	spec := func(name string) *pluginapi.DeviceSpec {
+		return &pluginapi.DeviceSpec{ContainerPath: "/dev/infiniband/" + name, HostPath: "/dev/infiniband/" + name, Permissions: "rw"}
+	}
+
+	diag := m.Pool("example.com/ib-diag")
+	got, err := diag.Allocate([]string{"mlx5_0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]*pluginapi.DeviceSpec{spec("uverbs0"), spec("umad0"), spec("rdma_cm")}, got.Devices, protocmp.Transform()); d != "" {
+		t.Errorf("opted-in pool devices (-want +got):\n%s", d)
+	}
+	health := map[string]string{}
+	for _, d := range diag.Devices() {
+		health[d.ID] = d.Health
+	}
+	for id, want := range map[string]string{"mlx5_0": "Healthy", "mlx5_1": "Unhealthy", "mlx5_2": "Unhealthy", "mlx5_3": "Healthy"} {
+		if health[id] != want {
+			t.Errorf("ib-diag %s = %s, want %s", id, health[id], want)
+		}
+	}
+	if d := m.Pool("rdma/shared_ib").Devices()[0]; d.Health != "Healthy" {
+		t.Errorf("shared pool without umad: %s", d.Health)
+	}
+	wantReason := map[int]string{
+		1: "example.com/ib-diag: missing from /dev/infiniband: umad1",
+		2: "example.com/ib-diag: no umad char device in sysfs (is ib_umad loaded?)",
+	}
+	for i, want := range wantReason {
+		if s := m.HCAs[i]; s.Healthy() || s.Reason() != want {
+			t.Errorf("%s: healthy=%v reason=%q, want false %q", s.HCA.Name, s.Healthy(), s.Reason(), want)
+		}
+	}
+	if s := m.HCAs[0]; !s.Healthy() || s.Reason() != "" {
+		t.Errorf("mlx5_0: healthy=%v reason=%q", s.Healthy(), s.Reason())
+	}
+}
+
+// TestReasonNamesTheCause: an HCA whose attributes could not be read is also
+// refused by the selectors (its vendor is empty); the cause comes first.
+func TestReasonNamesTheCause(t *testing.T) {
+	t.Parallel()
+	n := inventory.Node{HCAs: []inventory.HCA{{
+		Name: "mlx5_0", NUMANode: -1, HealthReason: "cannot read device/vendor: permission denied",
+	}}}
+	m := Build(config.Default(), n, Options{})
+	want := "cannot read device/vendor: permission denied; excluded: " +
+		`rdma/shared_ib: pools[0].selector.vendors [15b3] does not match ""; rdma/ib: pools[1].selector.vendors [15b3] does not match ""`
+	if got := m.HCAs[0].Reason(); got != want {
+		t.Errorf("reason = %q, want %q", got, want)
 	}
 }

@@ -12,7 +12,7 @@ test-agent: ## Node agent unit tests (config, selectors, model, kubelet-stub ser
 	$(GO) test -count=1 $(AGENT_PKGS) ./cmd/ibkube/
 
 .PHONY: bench-agent
-bench-agent: ## Node agent benchmarks: Allocate latency, port-down to Unhealthy, kubelet restart to re-registration, agent RSS.
+bench-agent: ## Node agent benchmarks: Allocate latency, port-down to Unhealthy through the port poll, kubelet restart to re-registration, agent RSS.
 	$(GO) test -run '^$$' -bench . -benchmem $(AGENT_BENCH_PKGS)
 
 .PHONY: update-agent-golden

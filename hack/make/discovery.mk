@@ -14,7 +14,7 @@ fuzz-discovery-%: ## Fuzz one sysfs parser for FUZZTIME, e.g. make fuzz-discover
 	$(GO) test -run '^$$' -fuzz '^Fuzz$*$$' -fuzztime=$(FUZZTIME) $(DISCOVERY_PKG)
 
 .PHONY: bench-discovery
-bench-discovery: ## Discovery benchmarks: a full Scan of the ND H100 v5 fixture, port change to Watch hint.
+bench-discovery: ## Discovery benchmarks on the ND H100 v5 fixture: a full Scan, one port poll (CPU per poll, share of a core at 500 ms), port change to Watch hint.
 	$(GO) test -run '^$$' -bench . -benchmem $(DISCOVERY_PKG)
 
 .PHONY: fixtures
