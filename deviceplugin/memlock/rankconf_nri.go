@@ -87,7 +87,9 @@ func (p *Plugin) writeRankConf(id, content string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(p.cfg.RankConfDir, 0o755); err != nil {
+	// Only root lists the directory: a container reads its own file through
+	// the bind mount, which needs no access to the directory.
+	if err := os.MkdirAll(p.cfg.RankConfDir, 0o700); err != nil {
 		return "", fmt.Errorf("create %s: %w", p.cfg.RankConfDir, err)
 	}
 	tmp, err := os.CreateTemp(p.cfg.RankConfDir, ".tmp-*")
