@@ -26,7 +26,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 	want := options{
 		config: "/etc/ibkube/agent.yaml", sysfsRoot: "/sys", devRoot: "/dev", procRoot: "/proc", hostDevRoot: "/dev",
 		kubeletSocketDir: "/var/lib/kubelet/device-plugins", nodeName: "nd-0", stateDir: "/var/lib/ibkube",
-		netlink: true, nri: true, nriSocket: "/var/run/nri/nri.sock", metricsAddr: ":8090", healthAddr: ":8091", logLevel: "info",
+		netlink: true, nri: true, ncclRankConf: true, nriSocket: "/var/run/nri/nri.sock", metricsAddr: ":8090", healthAddr: ":8091", logLevel: "info",
 	}
 	if d := cmp.Diff(want, got, cmp.AllowUnexported(options{})); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)

@@ -65,6 +65,8 @@ type Facts struct {
 	MemlockMax *uint64
 	// Advertised is what the agent would advertise, per pool.
 	Advertised []Advertised
+	// KubeletPlugins is what the kubelet's device plugin directory shows.
+	KubeletPlugins KubeletPluginFacts
 }
 
 // NRIFacts describe the runtime's NRI socket.
@@ -99,7 +101,7 @@ const (
 func Check(f Facts) Report {
 	r := Report{Results: []Result{
 		checkDevices(f), checkPorts(f), checkNetdevs(f), checkPeermem(f),
-		checkNRI(f), checkMemlock(f), checkAdvertise(f),
+		checkNRI(f), checkMemlock(f), checkAdvertise(f), checkOtherPlugins(f),
 	}}
 	for _, res := range r.Results {
 		if res.Status == Fail {
