@@ -181,7 +181,7 @@ func testPlacement(t *testing.T, st *clusterState) {
 		{placementPod("roce-gpu", map[corev1.ResourceName]int64{roceRes: 8, gpuRes: 8}, nil), []string{ociNode}, "RoCE with 8 GPUs: only OCI"},
 		{placementPod("shared", map[corev1.ResourceName]int64{sharedRes: 1}, nil), []string{ndNode, hbNode}, "the shared InfiniBand pool: ND or HB"},
 		{placementPod("ib-9", map[corev1.ResourceName]int64{exclusiveRes: 9}, nil), nil, "9 InfiniBand HCAs: no node has them"},
-		{placementPod("ib-gpu-hb", map[corev1.ResourceName]int64{exclusiveRes: 1, gpuRes: 1}, nil), []string{ndNode}, "InfiniBand with a GPU: only ND (HB has no GPU)"},
+		{placementPod("ib-gpu", map[corev1.ResourceName]int64{exclusiveRes: 1, gpuRes: 1}, nil), []string{ndNode}, "InfiniBand with a GPU: only ND (HB has no GPU)"},
 	}
 	for _, c := range cases {
 		if _, err := h.cs.CoreV1().Pods(ns).Create(ctx, c.pod, metav1.CreateOptions{}); err != nil {
@@ -571,7 +571,7 @@ func firstN(s []string, n int) []string {
 }
 
 // c6: helm upgrade changing the webhook's config (memlock) and the image tag
-// during continuous pod creation, then helm rollback: every pod admitted and
+// during continuous pod creation (one pod per 250 ms), then helm rollback: every pod admitted and
 // mutated; pods created after each step carry that step's config.
 func testUpgradeRollback(t *testing.T, st *clusterState) {
 	r := h.scenario(t, "c6-helm-upgrade-rollback")
@@ -582,7 +582,7 @@ func testUpgradeRollback(t *testing.T, st *clusterState) {
 	c := &creator{ns: ns}
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	go func() { defer close(done); c.run(ctx, stop, 100*time.Millisecond) }()
+	go func() { defer close(done); c.run(ctx, stop, 250*time.Millisecond) }()
 	probe := func(name string) string {
 		p := reportPod(name, map[string]string{prefix + "mode": "rdma-shared"})
 		p.Spec.NodeName = "no-such-node"

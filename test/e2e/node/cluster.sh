@@ -215,7 +215,7 @@ make_cgroups() { # node
 	local c
 	for c in /sys/fs/cgroup/*/; do
 		c=${c%/}
-		[[ -L $c || ! -f $c/cgroup.procs ]] && continue
+		if [[ -L $c || ! -f $c/cgroup.procs ]]; then continue; fi
 		mkdir -p "$c/ibkc-$1"
 		if [[ -f $c/cpuset.cpus ]]; then
 			[[ -n $(cat "$c/ibkc-$1/cpuset.cpus") ]] || cat "$c/cpuset.cpus" >"$c/ibkc-$1/cpuset.cpus"
@@ -238,7 +238,7 @@ remove_cgroups() {
 		for n in "${NODES[@]}"; do
 			[[ -d $c/ibkc-$n ]] || continue
 			find "$c/ibkc-$n" -depth -type d -exec rmdir {} \; 2>/dev/null || true
-			[[ -d $c/ibkc-$n ]] && log "cgroup $c/ibkc-$n still busy"
+			if [[ -d $c/ibkc-$n ]]; then log "cgroup $c/ibkc-$n still busy"; fi
 		done
 	done
 }
@@ -356,7 +356,7 @@ mntns_down() { # node
 
 # ---------------------------------------------------------------- pki/config
 gen_pki() {
-	[[ -f $PKI/done ]] && return
+	if [[ -f $PKI/done ]]; then return; fi
 	log "generating certificates and service-account keys"
 	mkdir -p "$PKI"
 	(
@@ -697,7 +697,10 @@ stop_node() {
 
 start_node() {
 	local n=$1
-	node_up "$n"
+	make_cgroups "$n"
+	start_containerd "$n"
+	start_kubelet "$n"
+	start "$n-kube-proxy" "ibkc-$n" "$(mntns "$n")" "$K8S_BIN/kube-proxy" --config="$CONF/$n/kube-proxy.yaml"
 	wait_for "node $(node_name "$n") Ready" 180 node_ready "$(node_name "$n")"
 }
 
