@@ -87,7 +87,7 @@ E2E_CLUSTER_TIMEOUT ?= 45m
 
 .PHONY: multus
 multus: ## Build the Multus thin CNI plugin v$(MULTUS_VERSION) (hack/tools/multus) into _output/bin/cni.
-	@$(GOBUILD) $(TOOLS_DIR)/multus $(CNI_TOOLS_BIN)/multus "v$(MULTUS_VERSION)" "multus v$(MULTUS_VERSION)" "~1 min" -- \
+	@$(GOBUILD) $(TOOLS_DIR)/multus $(CNI_TOOLS_BIN)/multus "v$(MULTUS_VERSION)" "multus v$(MULTUS_VERSION)" "~10 min on a busy 2-core machine" -- \
 	  -ldflags '-s -w' gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus
 
 # whereabouts v0.9.2 is not in sum.golang.org: hack/tools/whereabouts/go.sum
@@ -95,7 +95,7 @@ multus: ## Build the Multus thin CNI plugin v$(MULTUS_VERSION) (hack/tools/multu
 # that and never asks the checksum database.
 .PHONY: whereabouts
 whereabouts: ## Build the whereabouts IPAM CNI plugin v$(WHEREABOUTS_VERSION) (hack/tools/whereabouts) into _output/bin/cni.
-	@GONOSUMDB=github.com/k8snetworkplumbingwg/whereabouts $(GOBUILD) $(TOOLS_DIR)/whereabouts $(CNI_TOOLS_BIN)/whereabouts "v$(WHEREABOUTS_VERSION)" "whereabouts v$(WHEREABOUTS_VERSION)" "~1 min" -- \
+	@GONOSUMDB=github.com/k8snetworkplumbingwg/whereabouts $(GOBUILD) $(TOOLS_DIR)/whereabouts $(CNI_TOOLS_BIN)/whereabouts "v$(WHEREABOUTS_VERSION)" "whereabouts v$(WHEREABOUTS_VERSION)" "~12 min on a busy 2-core machine" -- \
 	  -ldflags '-s -w' github.com/k8snetworkplumbingwg/whereabouts/cmd
 FIXTUREGEN_BIN      := $(OUTPUT)/e2e-bin/fixturegen
 
