@@ -603,7 +603,7 @@ import_images() { # node
 	done
 	# A second tag of the same image for the helm upgrade scenario (a new
 	# image tag rolls every ibkube pod).
-	ctr "$1" -n k8s.io images tag --force docker.io/library/ibkube:dev docker.io/library/ibkube:e2e-upgrade >/dev/null
+	ctr "$1" -n k8s.io images tag --force docker.io/library/ibkube:dev docker.io/library/ibkube:e2e-upgrade >>"$LOG_DIR/$1-ctr-import.log" 2>&1
 }
 
 # The CRDs of the secondary-network chain, read from the Go module cache
@@ -618,7 +618,8 @@ apply_crds() {
 		-f "$wb/doc/crds/whereabouts.cni.cncf.io_ippools.yaml" \
 		-f "$wb/doc/crds/whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml" >/dev/null
 	"${KUBECTL[@]}" wait --for=condition=Established --timeout=60s crd/network-attachment-definitions.k8s.cni.cncf.io \
-		crd/ippools.whereabouts.cni.cncf.io crd/overlappingrangeipreservations.whereabouts.cni.cncf.io >/dev/null
+		crd/ippools.whereabouts.cni.cncf.io crd/overlappingrangeipreservations.whereabouts.cni.cncf.io >/dev/null 2>&1 ||
+		die "the NetworkAttachmentDefinition and whereabouts CRDs are not established"
 }
 
 # pod_pid NODE CONTAINER_ID: the host PID of a running container.
