@@ -112,13 +112,19 @@ func testClusterInstall(t *testing.T, st *clusterState) {
 	}
 	r.Figures["helm_install_seconds"] = time.Since(start).Seconds()
 	st.installed = true
-	ds, err := h.cs.AppsV1().DaemonSets(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node-agent"})
-	if err != nil || len(ds.Items) != 1 {
-		st.why = "no agent DaemonSet"
-		fail(t, r, "agent DaemonSet: %v (%d found)", err, len(ds.Items))
-	}
-	r.Figures["agents_ready"] = float64(ds.Items[0].Status.NumberReady)
-	check(t, r, ds.Items[0].Status.NumberReady == 3, "agent DaemonSet: %d of 3 nodes ready", ds.Items[0].Status.NumberReady)
+	// helm --wait may return before the DaemonSet's status counts every
+	// node's agent Ready.
+	var ready int32
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ds, err := h.cs.AppsV1().DaemonSets(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node-agent"})
+		if err != nil || len(ds.Items) != 1 {
+			return false, nil
+		}
+		ready = ds.Items[0].Status.NumberReady
+		return ready == 3, nil
+	})
+	r.Figures["agents_ready"] = float64(ready)
+	check(t, r, err == nil, "agent DaemonSet: %d of 3 nodes ready", ready)
 	ok := true
 	for node, want := range clusterAllocatable {
 		for res, n := range want {
