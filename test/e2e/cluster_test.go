@@ -381,6 +381,14 @@ func testIPoIBMultus(t *testing.T, st *clusterState) {
 		r.Notes = append(r.Notes, fmt.Sprintf("%s on %s: net1 %s", name, p.Spec.NodeName, ip))
 	}
 	r.Figures["pods_running_seconds"] = time.Since(start).Seconds()
+	// The parent ibkube-cni resolved on each node, from the record it keeps
+	// for DEL (its state dir, /var/lib/cni/ibkube inside the node): the
+	// first ACTIVE InfiniBand port's netdev of that node's own fixture.
+	for node, want := range map[string]string{ndNode: "ibP257p0s0", hbNode: "ib0"} {
+		got := cniParents(filepath.Join(h.e2eDir, "nodes", strings.TrimPrefix(node, "ibkc-"), "cni-state/ibkube"))
+		check(t, r, len(got) == 1 && got[0] == want, "ibkube-cni on %s resolved parents %v, want [%s]", node, got, want)
+		r.Notes = append(r.Notes, fmt.Sprintf("ibkube-cni on %s: parent %v", node, got))
+	}
 	if ips["ipoib-nd"] == "" || ips["ipoib-hb"] == "" {
 		fail(t, r, "no net1 addresses to connect: %v", ips)
 	}
@@ -392,6 +400,33 @@ func testIPoIBMultus(t *testing.T, st *clusterState) {
 	r.Figures["net1_tcp_exchange_seconds"] = time.Since(start).Seconds()
 	check(t, r, err == nil && strings.Contains(out, "ibkube-over-net1"), "TCP over net1 from %s to %s: %v %s", ips["ipoib-nd"], ips["ipoib-hb"], err, out)
 	_ = h.cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
+}
+
+// cniParents lists the parent netdevs in ibkube-cni's attachment records
+// under dir.
+func cniParents(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var rec struct {
+			Parent struct {
+				HCA    string `json:"hca"`
+				Netdev string `json:"netdev"`
+			} `json:"parent"`
+		}
+		if json.Unmarshal(b, &rec) == nil {
+			out = append(out, rec.Parent.Netdev)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // procOf returns the host PID of a running pod's first container.
