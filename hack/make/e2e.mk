@@ -84,27 +84,28 @@ WHEREABOUTS_VERSION := 0.9.2
 CNI_TOOLS_BIN       := $(BIN)/cni
 E2E_CLUSTER_DIR     := $(OUTPUT)/e2e-cluster
 E2E_CLUSTER_TIMEOUT ?= 45m
+FIXTUREGEN_BIN      := $(OUTPUT)/e2e-bin/fixturegen
 
 .PHONY: multus
 multus: ## Build the Multus thin CNI plugin v$(MULTUS_VERSION) (hack/tools/multus) into _output/bin/cni.
 	@$(GOBUILD) $(TOOLS_DIR)/multus $(CNI_TOOLS_BIN)/multus "v$(MULTUS_VERSION)" "multus v$(MULTUS_VERSION)" "~10 min on a busy 2-core machine" -- \
 	  -ldflags '-s -w' gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus
 
-# whereabouts v0.9.2 is not in sum.golang.org: hack/tools/whereabouts/go.sum
-# holds its hash as the module proxy served it, so the build verifies against
-# that and never asks the checksum database.
+# whereabouts v0.9.2 is not in sum.golang.org (its lookup answers 404):
+# hack/tools/whereabouts/go.sum holds the hash of the module as the proxy
+# served it, the build verifies the download against that, and GONOSUMDB
+# keeps go from asking the checksum database about it.
 .PHONY: whereabouts
 whereabouts: ## Build the whereabouts IPAM CNI plugin v$(WHEREABOUTS_VERSION) (hack/tools/whereabouts) into _output/bin/cni.
 	@GONOSUMDB=github.com/k8snetworkplumbingwg/whereabouts $(GOBUILD) $(TOOLS_DIR)/whereabouts $(CNI_TOOLS_BIN)/whereabouts "v$(WHEREABOUTS_VERSION)" "whereabouts v$(WHEREABOUTS_VERSION)" "~12 min on a busy 2-core machine" -- \
 	  -ldflags '-s -w' github.com/k8snetworkplumbingwg/whereabouts/cmd
-FIXTUREGEN_BIN      := $(OUTPUT)/e2e-bin/fixturegen
 
 E2E_CLUSTER_ENV = ROOT=$(ROOT) E2E_DIR=$(E2E_CLUSTER_DIR) K8S_BIN=$(K8S_BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) \
   CNI_TOOLS_BIN=$(CNI_TOOLS_BIN) FIXTUREGEN=$(FIXTUREGEN_BIN) IMAGES_DIR=$(IMAGES_DIR) KUBE_VERSION=$(KUBE_VERSION) \
   HELM=$(HELM) BIN=$(BIN) GO=$(GO) E2E_CLUSTER=1
 
 .PHONY: e2e-cluster-tools
-e2e-cluster-tools: e2e-tools multus whereabouts
+e2e-cluster-tools: e2e-tools multus whereabouts ## Tools of the e2e cluster: the e2e node's, Multus, whereabouts, fixturegen.
 	@mkdir -p $(dir $(FIXTUREGEN_BIN))
 	@CGO_ENABLED=0 $(GO) build -trimpath -o $(FIXTUREGEN_BIN) ./test/e2e/fixturegen
 
