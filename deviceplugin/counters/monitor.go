@@ -213,7 +213,7 @@ const (
 	MetricDataBytes      = "ibkube_rdma_port_data_bytes_total"
 	MetricPackets        = "ibkube_rdma_port_packets_total"
 	MetricErrors         = "ibkube_rdma_port_errors_total"
-	MetricHWCounter      = "ibkube_rdma_port_hw_counter_total"
+	MetricHWStat         = "ibkube_rdma_port_hw_stat_total"
 	MetricContainerIdle  = "ibkube_rdma_container_idle"
 	MetricIdleContainers = "ibkube_rdma_idle_containers"
 )
@@ -229,7 +229,7 @@ var (
 	descErrors = prometheus.NewDesc(MetricErrors,
 		"Port error counters (sysfs symbol_error, link_downed, link_error_recovery, port_rcv_errors), by counter.",
 		[]string{"hca", "port", "counter"}, nil)
-	descHW = prometheus.NewDesc(MetricHWCounter,
+	descHW = prometheus.NewDesc(MetricHWStat,
 		"Driver hardware counters (sysfs ports/<n>/hw_counters), by counter.",
 		[]string{"hca", "port", "counter"}, nil)
 	descIdle = prometheus.NewDesc(MetricContainerIdle,
