@@ -65,6 +65,7 @@ type Monitor struct {
 
 	heldSince map[string]time.Time
 	warned    map[string]bool
+	optedOut  map[string]bool
 
 	mu    sync.Mutex
 	state snapshot
@@ -89,7 +90,7 @@ func NewMonitor(cfg MonitorConfig, log logr.Logger) (*Monitor, error) {
 	}
 	return &Monitor{
 		cfg: cfg, log: log, tracker: NewTracker(), history: History{},
-		heldSince: map[string]time.Time{}, warned: map[string]bool{},
+		heldSince: map[string]time.Time{}, warned: map[string]bool{}, optedOut: map[string]bool{},
 	}, nil
 }
 
@@ -172,22 +173,30 @@ func (m *Monitor) judge(ctx context.Context, now time.Time, holders []Holder) []
 		if !present[id] {
 			delete(m.heldSince, id)
 			delete(m.warned, id)
+			delete(m.optedOut, id)
 		}
 	}
-	opted := map[string]bool{}
-	if m.cfg.Annotations != nil {
-		for _, h := range holders {
-			a, err := m.cfg.Annotations.PodAnnotations(ctx, h.Namespace, h.Pod)
-			if err != nil {
-				m.log.V(1).Info("cannot read pod annotations; idle opt-out unknown", "pod", h.Namespace+"/"+h.Pod, "error", err.Error())
-				continue
-			}
-			if a[AnnotationIdleWarning] == "false" {
-				opted[h.ID()] = true
-			}
+	verdicts := m.cfg.Idle.Judge(now, holders, m.heldSince, m.history, m.optedOut)
+	// The opt-out annotation is read only for containers the rule finds
+	// idle, once per container's life: a Get per holder per reading from
+	// every node would load the API server for nothing.
+	asked := false
+	for _, v := range verdicts {
+		id := v.Holder.ID()
+		if _, known := m.optedOut[id]; !v.Idle || known || m.cfg.Annotations == nil {
+			continue
 		}
+		a, err := m.cfg.Annotations.PodAnnotations(ctx, v.Holder.Namespace, v.Holder.Pod)
+		if err != nil {
+			m.log.V(1).Info("cannot read pod annotations; idle opt-out unknown", "pod", v.Holder.Namespace+"/"+v.Holder.Pod, "error", err.Error())
+			continue
+		}
+		m.optedOut[id] = a[AnnotationIdleWarning] == "false"
+		asked = true
 	}
-	verdicts := m.cfg.Idle.Judge(now, holders, m.heldSince, m.history, opted)
+	if asked {
+		verdicts = m.cfg.Idle.Judge(now, holders, m.heldSince, m.history, m.optedOut)
+	}
 	for _, v := range verdicts {
 		id := v.Holder.ID()
 		if !v.Idle {

@@ -28,10 +28,14 @@ type fakeLister struct{ cs []Container }
 
 func (f fakeLister) List(context.Context) ([]Container, error) { return f.cs, nil }
 
-type fakeAnnotations map[string]map[string]string
+type fakeAnnotations struct {
+	byPod map[string]map[string]string
+	asked []string
+}
 
-func (f fakeAnnotations) PodAnnotations(_ context.Context, ns, pod string) (map[string]string, error) {
-	return f[ns+"/"+pod], nil
+func (f *fakeAnnotations) PodAnnotations(_ context.Context, ns, pod string) (map[string]string, error) {
+	f.asked = append(f.asked, ns+"/"+pod)
+	return f.byPod[ns+"/"+pod], nil
 }
 
 type recordedEvent struct{ Object, Reason string }
@@ -69,6 +73,7 @@ func TestMonitor(t *testing.T) {
 	sys := buildFixture(t, fixture.NDv5)
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	events := &fakeEvents{}
+	annotations := &fakeAnnotations{byPod: map[string]map[string]string{"ml/quiet": {AnnotationIdleWarning: "false"}}}
 	m, err := NewMonitor(MonitorConfig{
 		Reader: Reader{SysfsRoot: sys},
 		Source: fakeSource{twoHCAs()},
@@ -77,7 +82,7 @@ func TestMonitor(t *testing.T) {
 			{Namespace: "ml", Pod: "tcp", Container: "c", Devices: map[string][]string{"rdma/ib": {"mlx5_1"}}},
 			{Namespace: "ml", Pod: "quiet", Container: "c", Devices: map[string][]string{"rdma/ib": {"mlx5_1"}}},
 		}},
-		Annotations: fakeAnnotations{"ml/quiet": {AnnotationIdleWarning: "false"}},
+		Annotations: annotations,
 		Events:      events,
 		Period:      time.Minute,
 		Idle:        IdleRule{Window: 5 * time.Minute, MinBytes: 1 << 20},
@@ -132,6 +137,10 @@ ibkube_rdma_idle_containers 1
 	m.Step(context.Background())
 	if n := len(events.events); n != 2 {
 		t.Errorf("%d events after another idle reading, want still 2: %+v", n, events.events)
+	}
+	// Only the idle pods' annotations are read, once each.
+	if diff := cmp.Diff([]string{"ml/quiet", "ml/tcp"}, annotations.asked); diff != "" {
+		t.Errorf("annotation lookups (-want +got):\n%s", diff)
 	}
 	problems, err := testutil.CollectAndLint(m)
 	if err != nil || len(problems) > 0 {
