@@ -228,9 +228,14 @@ const (
 )
 
 var (
-	holderLabels = []string{"namespace", "pod", "container"}
+	// holderLabels are not namespace/pod/container: Prometheus attaches
+	// those from the scrape target (the agent's own pod, through the
+	// ServiceMonitor) and would rename ours to exported_*; an HCA nobody
+	// holds exclusively would even show the agent's pod as its holder under
+	// honor_labels.
+	holderLabels = []string{"holder_namespace", "holder_pod", "holder_container"}
 	descData     = prometheus.NewDesc(MetricDataBytes,
-		"Data bytes through an HCA port (sysfs port_xmit_data/port_rcv_data x 4), by direction (xmit, rcv); namespace/pod/container name the holder of an exclusively allocated HCA and are empty otherwise.",
+		"Data bytes through an HCA port (sysfs port_xmit_data/port_rcv_data x 4), by direction (xmit, rcv); holder_namespace/holder_pod/holder_container name the holder of an exclusively allocated HCA and are empty otherwise.",
 		append([]string{"hca", "port", "direction"}, holderLabels...), nil)
 	descPackets = prometheus.NewDesc(MetricPackets,
 		"Packets through an HCA port (sysfs port_xmit_packets/port_rcv_packets), by direction; holder labels as for the data bytes.",

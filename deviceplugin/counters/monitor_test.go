@@ -110,17 +110,17 @@ func TestMonitor(t *testing.T) {
 	}
 
 	want := `
-# HELP ibkube_rdma_port_data_bytes_total Data bytes through an HCA port (sysfs port_xmit_data/port_rcv_data x 4), by direction (xmit, rcv); namespace/pod/container name the holder of an exclusively allocated HCA and are empty otherwise.
+# HELP ibkube_rdma_port_data_bytes_total Data bytes through an HCA port (sysfs port_xmit_data/port_rcv_data x 4), by direction (xmit, rcv); holder_namespace/holder_pod/holder_container name the holder of an exclusively allocated HCA and are empty otherwise.
 # TYPE ibkube_rdma_port_data_bytes_total counter
-ibkube_rdma_port_data_bytes_total{container="c",direction="rcv",hca="mlx5_0",namespace="ml",pod="rdma",port="1"} 1.6016004e+07
-ibkube_rdma_port_data_bytes_total{container="c",direction="rcv",hca="mlx5_1",namespace="ml",pod="tcp",port="1"} 3.2016004e+07
-ibkube_rdma_port_data_bytes_total{container="c",direction="xmit",hca="mlx5_0",namespace="ml",pod="rdma",port="1"} 2.2307456e+07
-ibkube_rdma_port_data_bytes_total{container="c",direction="xmit",hca="mlx5_1",namespace="ml",pod="tcp",port="1"} 3.2016e+07
+ibkube_rdma_port_data_bytes_total{direction="rcv",hca="mlx5_0",holder_container="c",holder_namespace="ml",holder_pod="rdma",port="1"} 1.6016004e+07
+ibkube_rdma_port_data_bytes_total{direction="rcv",hca="mlx5_1",holder_container="c",holder_namespace="ml",holder_pod="tcp",port="1"} 3.2016004e+07
+ibkube_rdma_port_data_bytes_total{direction="xmit",hca="mlx5_0",holder_container="c",holder_namespace="ml",holder_pod="rdma",port="1"} 2.2307456e+07
+ibkube_rdma_port_data_bytes_total{direction="xmit",hca="mlx5_1",holder_container="c",holder_namespace="ml",holder_pod="tcp",port="1"} 3.2016e+07
 # HELP ibkube_rdma_container_idle 1 when a container holds RDMA devices, has held them longer than the idle window, and its HCAs moved less than the threshold in that window; 0 otherwise.
 # TYPE ibkube_rdma_container_idle gauge
-ibkube_rdma_container_idle{container="c",namespace="ml",pod="quiet"} 0
-ibkube_rdma_container_idle{container="c",namespace="ml",pod="rdma"} 0
-ibkube_rdma_container_idle{container="c",namespace="ml",pod="tcp"} 1
+ibkube_rdma_container_idle{holder_container="c",holder_namespace="ml",holder_pod="quiet"} 0
+ibkube_rdma_container_idle{holder_container="c",holder_namespace="ml",holder_pod="rdma"} 0
+ibkube_rdma_container_idle{holder_container="c",holder_namespace="ml",holder_pod="tcp"} 1
 # HELP ibkube_rdma_idle_containers Containers on this node whose RDMA devices sit idle (see ibkube_rdma_container_idle).
 # TYPE ibkube_rdma_idle_containers gauge
 ibkube_rdma_idle_containers 1
