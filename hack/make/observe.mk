@@ -26,4 +26,4 @@ TEST_TARGETS += test-promtool
 
 .PHONY: test-promtool
 test-promtool: promtool ## Chart alerts: promtool check rules + test rules with input series; every metric a rule or dashboard panel uses is one the binaries export.
-	PROMTOOL=$(PROMTOOL) $(GO) test -count=1 -tags chart -run 'TestPrometheusRules|TestObservedMetricsAreExported' ./test/chart/
+	PROMTOOL=$(PROMTOOL) $(GO) test -count=1 -tags chart,promtool -run 'TestPrometheusRules|TestObservedMetricsAreExported' ./test/chart/

@@ -9,7 +9,6 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -24,27 +23,6 @@ const (
 	rulesFile     = "../../charts/ibkube/files/prometheus-rules.yaml"
 	dashboardFile = "../../charts/ibkube/files/grafana-dashboard.json"
 )
-
-func promtool(t *testing.T, args ...string) string {
-	t.Helper()
-	bin := os.Getenv("PROMTOOL")
-	if bin == "" {
-		t.Fatal("$PROMTOOL is not set: run `make test-promtool`, which builds promtool and sets it")
-	}
-	out, err := exec.Command(bin, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// TestPrometheusRules runs Prometheus's own checker and rule unit tests on
-// the rules the chart ships: syntax, and each alert firing (or not) on
-// input series.
-func TestPrometheusRules(t *testing.T) {
-	promtool(t, "check", "rules", rulesFile)
-	promtool(t, "test", "rules", filepath.Join("testdata", "promtool", "rules_test.yaml"))
-}
 
 // exportedMetrics lists every metric name the binaries define: string
 // literals that start with ibkube_ in the non-test Go files of the
