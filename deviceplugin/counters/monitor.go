@@ -66,6 +66,7 @@ type Monitor struct {
 	heldSince map[string]time.Time
 	warned    map[string]bool
 	optedOut  map[string]bool
+	listErr   string
 
 	mu    sync.Mutex
 	state snapshot
@@ -146,11 +147,16 @@ func (m *Monitor) Step(ctx context.Context) {
 	var holders []Holder
 	if m.cfg.Lister != nil {
 		cs, err := m.cfg.Lister.List(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				m.log.Error(err, "cannot list pod resources; series carry no pod and the idle rule skips this reading")
+		switch {
+		case err != nil && ctx.Err() == nil && err.Error() != m.listErr:
+			// Logged when the error changes, not every period.
+			m.log.Error(err, "cannot list pod resources; series carry no pod and the idle rule skips readings until it can")
+			m.listErr = err.Error()
+		case err == nil:
+			if m.listErr != "" {
+				m.log.Info("pod resources listed again")
+				m.listErr = ""
 			}
-		} else {
 			holders = Holders(cs, m.cfg.Source.Pools())
 		}
 	}
