@@ -16,7 +16,7 @@ PROMTOOL           := $(BIN)/promtool
 
 .PHONY: promtool
 promtool: ## Build promtool (github.com/prometheus/prometheus v$(PROMETHEUS_VERSION)) into $(PROMTOOL).
-	@$(GOBUILD) $(TOOLS_DIR)/promtool $(PROMTOOL) "v$(PROMETHEUS_VERSION)" "promtool v$(PROMETHEUS_VERSION)" "~3 min" -- \
+	@$(GOBUILD) $(TOOLS_DIR)/promtool $(PROMTOOL) "v$(PROMETHEUS_VERSION)" "promtool v$(PROMETHEUS_VERSION)" "~10 min" -- \
 	  -ldflags '-s -w' github.com/prometheus/prometheus/cmd/promtool
 $(PROMTOOL): promtool ; @:
 
