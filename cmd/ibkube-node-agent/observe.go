@@ -57,7 +57,7 @@ func addCounterMonitor(a *agent.Agent, opts options, log logr.Logger) (stop func
 		stops = append(stops, b.Shutdown)
 		rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ibkube-node-agent", Host: opts.nodeName})
 		cfg.Events = recorderSink{rec: rec, node: opts.nodeName}
-		cfg.Annotations = podAnnotations{cs: cs}
+		cfg.Pods = apiPods{cs: cs}
 	}
 	m, err := counters.NewMonitor(cfg, log)
 	if err != nil {
@@ -96,8 +96,8 @@ type recorderSink struct {
 	node string
 }
 
-func (s recorderSink) PodEvent(namespace, pod, reason, message string) {
-	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: pod}
+func (s recorderSink) PodEvent(pod counters.PodInfo, reason, message string) {
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
 	s.rec.Event(ref, corev1.EventTypeWarning, reason, message)
 }
 
@@ -108,14 +108,13 @@ func (s recorderSink) NodeEvent(reason, message string) {
 	s.rec.Event(ref, corev1.EventTypeWarning, reason, message)
 }
 
-// podAnnotations reads a pod's annotations from the API server (the agent
-// needs get on pods).
-type podAnnotations struct{ cs kubernetes.Interface }
+// apiPods reads a pod from the API server (the agent needs get on pods).
+type apiPods struct{ cs kubernetes.Interface }
 
-func (p podAnnotations) PodAnnotations(ctx context.Context, namespace, pod string) (map[string]string, error) {
-	got, err := p.cs.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+func (p apiPods) Pod(ctx context.Context, namespace, name string) (counters.PodInfo, error) {
+	got, err := p.cs.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, pod, err)
+		return counters.PodInfo{}, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
 	}
-	return got.Annotations, nil
+	return counters.PodInfo{Namespace: namespace, Name: name, UID: string(got.UID), Annotations: got.Annotations}, nil
 }

@@ -16,14 +16,23 @@ import (
 // EventSink sends Kubernetes Events; the binary builds it from its API
 // client.
 type EventSink interface {
-	PodEvent(namespace, pod, reason, message string)
+	// PodEvent reports on a pod; uid is empty when the pod could not be
+	// read (kubectl describe matches Events by UID when they carry one).
+	PodEvent(pod PodInfo, reason, message string)
 	NodeEvent(reason, message string)
 }
 
-// Annotations looks up a pod's annotations (for the idle opt-out); the
+// PodInfo is what the monitor learns of a pod from the API server: the
+// PodResources API gives only namespace and name.
+type PodInfo struct {
+	Namespace, Name, UID string
+	Annotations          map[string]string
+}
+
+// Pods looks up a pod (its UID for the Event, its opt-out annotation); the
 // binary builds it from its API client.
-type Annotations interface {
-	PodAnnotations(ctx context.Context, namespace, pod string) (map[string]string, error)
+type Pods interface {
+	Pod(ctx context.Context, namespace, name string) (PodInfo, error)
 }
 
 // Source is what the monitor needs of the agent: the HCAs it manages and
@@ -39,9 +48,9 @@ type MonitorConfig struct {
 	Source Source
 	// Lister finds the containers holding devices; nil: no attribution and
 	// no idle warning.
-	Lister      Lister
-	Annotations Annotations
-	Events      EventSink
+	Lister Lister
+	Pods   Pods
+	Events EventSink
 	// Period between readings.
 	Period time.Duration
 	Idle   IdleRule
@@ -66,6 +75,7 @@ type Monitor struct {
 	heldSince map[string]time.Time
 	warned    map[string]bool
 	optedOut  map[string]bool
+	pods      map[string]PodInfo
 	listErr   string
 
 	mu    sync.Mutex
@@ -91,7 +101,7 @@ func NewMonitor(cfg MonitorConfig, log logr.Logger) (*Monitor, error) {
 	}
 	return &Monitor{
 		cfg: cfg, log: log, tracker: NewTracker(), history: History{},
-		heldSince: map[string]time.Time{}, warned: map[string]bool{}, optedOut: map[string]bool{},
+		heldSince: map[string]time.Time{}, warned: map[string]bool{}, optedOut: map[string]bool{}, pods: map[string]PodInfo{},
 	}, nil
 }
 
@@ -180,24 +190,26 @@ func (m *Monitor) judge(ctx context.Context, now time.Time, holders []Holder) []
 			delete(m.heldSince, id)
 			delete(m.warned, id)
 			delete(m.optedOut, id)
+			delete(m.pods, id)
 		}
 	}
 	verdicts := m.cfg.Idle.Judge(now, holders, m.heldSince, m.history, m.optedOut)
-	// The opt-out annotation is read only for containers the rule finds
-	// idle, once per container's life: a Get per holder per reading from
-	// every node would load the API server for nothing.
+	// The pod (opt-out annotation, UID) is read only for containers the
+	// rule finds idle, once per container's life: a Get per holder per
+	// reading from every node would load the API server for nothing.
 	asked := false
 	for _, v := range verdicts {
 		id := v.Holder.ID()
-		if _, known := m.optedOut[id]; !v.Idle || known || m.cfg.Annotations == nil {
+		if _, known := m.pods[id]; !v.Idle || known || m.cfg.Pods == nil {
 			continue
 		}
-		a, err := m.cfg.Annotations.PodAnnotations(ctx, v.Holder.Namespace, v.Holder.Pod)
+		p, err := m.cfg.Pods.Pod(ctx, v.Holder.Namespace, v.Holder.Pod)
 		if err != nil {
-			m.log.V(1).Info("cannot read pod annotations; idle opt-out unknown", "pod", v.Holder.Namespace+"/"+v.Holder.Pod, "error", err.Error())
+			m.log.V(1).Info("cannot read the pod; idle opt-out unknown", "pod", v.Holder.Namespace+"/"+v.Holder.Pod, "error", err.Error())
 			continue
 		}
-		m.optedOut[id] = a[AnnotationIdleWarning] == "false"
+		m.pods[id] = p
+		m.optedOut[id] = p.Annotations[AnnotationIdleWarning] == "false"
 		asked = true
 	}
 	if asked {
@@ -217,7 +229,11 @@ func (m *Monitor) judge(ctx context.Context, now time.Time, holders []Holder) []
 		m.warned[id] = true
 		m.log.Info("RDMA idle", "pod", v.Holder.Namespace+"/"+v.Holder.Pod, "container", v.Holder.Container, "bytes", v.Moved)
 		if m.cfg.Events != nil {
-			m.cfg.Events.PodEvent(v.Holder.Namespace, v.Holder.Pod, ReasonIdle, v.Why)
+			p, ok := m.pods[id]
+			if !ok {
+				p = PodInfo{Namespace: v.Holder.Namespace, Name: v.Holder.Pod}
+			}
+			m.cfg.Events.PodEvent(p, ReasonIdle, v.Why)
 		}
 	}
 	return verdicts

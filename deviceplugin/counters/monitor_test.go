@@ -28,14 +28,14 @@ type fakeLister struct{ cs []Container }
 
 func (f fakeLister) List(context.Context) ([]Container, error) { return f.cs, nil }
 
-type fakeAnnotations struct {
+type fakePods struct {
 	byPod map[string]map[string]string
 	asked []string
 }
 
-func (f *fakeAnnotations) PodAnnotations(_ context.Context, ns, pod string) (map[string]string, error) {
+func (f *fakePods) Pod(_ context.Context, ns, pod string) (PodInfo, error) {
 	f.asked = append(f.asked, ns+"/"+pod)
-	return f.byPod[ns+"/"+pod], nil
+	return PodInfo{Namespace: ns, Name: pod, UID: "uid-" + pod, Annotations: f.byPod[ns+"/"+pod]}, nil
 }
 
 type recordedEvent struct{ Object, Reason string }
@@ -45,10 +45,10 @@ type fakeEvents struct {
 	events []recordedEvent
 }
 
-func (f *fakeEvents) PodEvent(ns, pod, reason, _ string) {
+func (f *fakeEvents) PodEvent(p PodInfo, reason, _ string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.events = append(f.events, recordedEvent{"pod " + ns + "/" + pod, reason})
+	f.events = append(f.events, recordedEvent{"pod " + p.Namespace + "/" + p.Name + " " + p.UID, reason})
 }
 
 func (f *fakeEvents) NodeEvent(reason, _ string) {
@@ -73,7 +73,7 @@ func TestMonitor(t *testing.T) {
 	sys := buildFixture(t, fixture.NDv5)
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	events := &fakeEvents{}
-	annotations := &fakeAnnotations{byPod: map[string]map[string]string{"ml/quiet": {AnnotationIdleWarning: "false"}}}
+	pods := &fakePods{byPod: map[string]map[string]string{"ml/quiet": {AnnotationIdleWarning: "false"}}}
 	m, err := NewMonitor(MonitorConfig{
 		Reader: Reader{SysfsRoot: sys},
 		Source: fakeSource{twoHCAs()},
@@ -82,11 +82,11 @@ func TestMonitor(t *testing.T) {
 			{Namespace: "ml", Pod: "tcp", Container: "c", Devices: map[string][]string{"rdma/ib": {"mlx5_1"}}},
 			{Namespace: "ml", Pod: "quiet", Container: "c", Devices: map[string][]string{"rdma/ib": {"mlx5_1"}}},
 		}},
-		Annotations: annotations,
-		Events:      events,
-		Period:      time.Minute,
-		Idle:        IdleRule{Window: 5 * time.Minute, MinBytes: 1 << 20},
-		Now:         func() time.Time { return now },
+		Pods:   pods,
+		Events: events,
+		Period: time.Minute,
+		Idle:   IdleRule{Window: 5 * time.Minute, MinBytes: 1 << 20},
+		Now:    func() time.Time { return now },
 	}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ ibkube_rdma_idle_containers 1
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), MetricDataBytes, MetricContainerIdle, MetricIdleContainers); err != nil {
 		t.Error(err)
 	}
-	wantEvents := []recordedEvent{{"pod ml/tcp", ReasonIdle}, {"node", ReasonLinkFlapped}}
+	wantEvents := []recordedEvent{{"pod ml/tcp uid-tcp", ReasonIdle}, {"node", ReasonLinkFlapped}}
 	if diff := cmp.Diff(wantEvents, events.events); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
@@ -139,7 +139,7 @@ ibkube_rdma_idle_containers 1
 		t.Errorf("%d events after another idle reading, want still 2: %+v", n, events.events)
 	}
 	// Only the idle pods' annotations are read, once each.
-	if diff := cmp.Diff([]string{"ml/quiet", "ml/tcp"}, annotations.asked); diff != "" {
+	if diff := cmp.Diff([]string{"ml/quiet", "ml/tcp"}, pods.asked); diff != "" {
 		t.Errorf("annotation lookups (-want +got):\n%s", diff)
 	}
 	problems, err := testutil.CollectAndLint(m)
