@@ -24,6 +24,7 @@ type options struct {
 	netlink          bool
 	nri              bool
 	nriSocket        string
+	ncclRankConf     bool
 	memlockMax       string
 	metricsAddr      string
 	healthAddr       string
@@ -57,6 +58,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/ibkube", "host directory for files handed to containers (NCCL topology XML); must be the same path inside the agent's pod")
 	fs.BoolVar(&o.netlink, "netlink", true, "list RDMA devices over netlink and follow rtnetlink link events (false for fake sysfs trees)")
 	fs.BoolVar(&o.nri, "nri", true, "run the NRI plugin that raises RLIMIT_MEMLOCK for RDMA containers")
+	fs.BoolVar(&o.ncclRankConf, "nccl-rank-conf", true, "with --nri: give each RDMA container a read-only ~/.nccl.conf (written under --state-dir) holding the NCCL settings of its main process, so that processes it starts with an empty environment (MPI ranks over SSH) resolve the same ones")
 	fs.StringVar(&o.nriSocket, "nri-socket", "/var/run/nri/nri.sock", "the container runtime's NRI socket")
 	fs.StringVar(&o.memlockMax, "memlock-max", "", "cap on the memlock limit the NRI plugin sets: unlimited or a quantity like 64Gi (default: what the runtime holds)")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8090", "Prometheus /metrics address (0: off)")

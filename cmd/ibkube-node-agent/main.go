@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/go-logr/logr"
@@ -54,8 +55,10 @@ func run(ctx context.Context, args []string) error {
 	return a.Run(ctx)
 }
 
-// addMemlockPlugin runs the NRI memlock plugin beside the agent (see
-// docs/memlock.md); with --nri=false it only says so.
+// addMemlockPlugin runs the NRI plugin beside the agent: memlock (see
+// docs/memlock.md) and, with --nccl-rank-conf, the NCCL conf file for
+// processes started without the container's environment (docs/node-agent.md,
+// MPI ranks); with --nri=false it only says so.
 func addMemlockPlugin(a *agent.Agent, opts options, log logr.Logger) (stop func(), err error) {
 	log = log.WithName("memlock")
 	if !opts.nri {
@@ -66,9 +69,12 @@ func addMemlockPlugin(a *agent.Agent, opts options, log logr.Logger) (stop func(
 	if err != nil {
 		return nil, err
 	}
+	cfg := memlock.Config{SocketPath: opts.nriSocket, ProcRoot: opts.procRoot, Max: maxV}
+	if opts.ncclRankConf {
+		cfg.RankConfDir = filepath.Join(opts.stateDir, "nccl-ranks")
+	}
 	events, stop := memlock.InClusterEventSink(opts.nodeName, log)
-	p, err := memlock.NewPlugin(memlock.Config{SocketPath: opts.nriSocket, ProcRoot: opts.procRoot, Max: maxV},
-		a, log, a.Registry(), events)
+	p, err := memlock.NewPlugin(cfg, a, log, a.Registry(), events)
 	if err != nil {
 		stop()
 		return nil, err

@@ -27,7 +27,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 	want := options{
 		config: "/etc/ibkube/agent.yaml", sysfsRoot: "/sys", devRoot: "/dev", procRoot: "/proc", hostDevRoot: "/dev",
 		kubeletSocketDir: "/var/lib/kubelet/device-plugins", nodeName: "nd-0", stateDir: "/var/lib/ibkube",
-		netlink: true, nri: true, nriSocket: "/var/run/nri/nri.sock", metricsAddr: ":8090", healthAddr: ":8091", logLevel: "info",
+		netlink: true, nri: true, ncclRankConf: true, nriSocket: "/var/run/nri/nri.sock", metricsAddr: ":8090", healthAddr: ":8091", logLevel: "info",
 		observe: observeOptions{counters: true, period: 15 * time.Second, idleWindow: 10 * time.Minute, idleMinBytes: 1 << 20,
 			podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock"},
 	}

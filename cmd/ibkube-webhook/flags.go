@@ -41,6 +41,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.IntVar(&s.Port, "port", 9443, "webhook server port; the webhook path is /mutate-v1-pod")
 	fs.IntVar(&s.Limits.MaxInFlight, "max-requests-in-flight", s.Limits.MaxInFlight, "admission requests handled at once; more get 429 with Retry-After before their body is read (each may hold a few times the 4 MiB body cap: size it with the memory limit)")
 	fs.IntVar(&s.Limits.MaxConns, "max-connections", s.Limits.MaxConns, "open connections to the webhook port; more are closed when accepted")
+	fs.DurationVar(&s.Limits.DrainPeriod, "shutdown-drain", s.Limits.DrainPeriod, "after SIGTERM, keep answering this long with Connection: close so the API server's kept-alive connections end cleanly (keep below the pod's terminationGracePeriodSeconds minus its preStop)")
 	fs.StringVar(&s.MetricsBindAddress, "metrics-bind-address", ":8080", "Prometheus /metrics address (0: off)")
 	fs.StringVar(&s.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "/healthz and /readyz address (0: off)")
 	fs.StringVar(&s.ReleaseNamespace, "namespace", getenv("POD_NAMESPACE"), "namespace ibkube runs in (default $POD_NAMESPACE): never mutated, and the default namespace of the IPoIB network")
@@ -64,7 +65,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 		return o, fmt.Errorf("--port %d: want 1-65535", s.Port)
 	}
 	if err := s.Limits.Validate(); err != nil {
-		return o, fmt.Errorf("--max-requests-in-flight, --max-connections: %w", err)
+		return o, fmt.Errorf("--max-requests-in-flight, --max-connections, --shutdown-drain: %w", err)
 	}
 	if s.ReleaseNamespace == "" {
 		return o, errors.New("--namespace is empty and $POD_NAMESPACE is unset: give the namespace ibkube runs in")

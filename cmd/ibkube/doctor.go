@@ -22,6 +22,7 @@ func runDoctor(ctx context.Context, args []string, s stdio) error {
 	procRoot := fs.String("proc-root", "/proc", "where to read /proc (kernel modules, the runtime's limits)")
 	nri := fs.Bool("nri", true, "check the NRI socket (the agent's --nri)")
 	nriSocket := fs.String("nri-socket", memlock.DefaultSocketPath, "the runtime's NRI socket (the agent's --nri-socket)")
+	kubeletSocketDir := fs.String("kubelet-socket-dir", doctor.DefaultKubeletSocketDir, "the kubelet's device plugin directory (the agent's --kubelet-socket-dir), read for other plugins registering ibkube's resources")
 	memlockMax := fs.String("memlock-max", "", `the agent's --memlock-max ("unlimited", "64Gi"; empty: what the runtime holds)`)
 	output := fs.String("o", "text", "output format: text or json")
 	if err := fs.Parse(args); err != nil {
@@ -46,7 +47,7 @@ func runDoctor(ctx context.Context, args []string, s stdio) error {
 	}
 	o := doctor.Options{
 		SysfsRoot: *host.sysfsRoot, DevRoot: *host.devRoot, ProcRoot: *procRoot, Netlink: host.netlink(),
-		NRI: *nri, NRISocket: *nriSocket, MemlockMax: maxV, Config: cfg,
+		NRI: *nri, NRISocket: *nriSocket, MemlockMax: maxV, Config: cfg, KubeletSocketDir: *kubeletSocketDir,
 		Logger: logr.Discard(),
 	}
 	report := doctor.Check(doctor.Gather(ctx, o))

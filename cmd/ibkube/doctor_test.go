@@ -23,7 +23,8 @@ func TestDoctorCommand(t *testing.T) {
 	os.MkdirAll(proc, 0o755)
 	os.WriteFile(filepath.Join(proc, "modules"), []byte("nvidia 1 0 - Live 0x0\nnvidia_peermem 1 0 - Live 0x0\n"), 0o644)
 	args := []string{"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir), "--proc-root", proc,
-		"--nri-socket", filepath.Join(dir, "none.sock"), "--config", filepath.Join(dir, "absent.yaml")}
+		"--nri-socket", filepath.Join(dir, "none.sock"), "--config", filepath.Join(dir, "absent.yaml"),
+		"--kubelet-socket-dir", filepath.Join(dir, "no-kubelet")}
 
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), append([]string{"doctor"}, args...), stdio{out: &out, err: &errOut})

@@ -78,32 +78,46 @@ func InstanceTypeFromAPI(nodeName string) func(context.Context) (string, error) 
 	}
 }
 
-// NodeProfile turns the catalogue's profile for sku into the resource
-// model's: its NCCL and other variables, and its topology file written under
-// stateDir (rewritten only when its content differs). ok is false when the
-// catalogue has no profile for sku.
+// NodeProfile turns the catalogue's profile for sku into the node facts the
+// resource model hands out: the profile's name and its topology file written
+// under stateDir (rewritten only when its content differs). The profile's
+// NCCL and other tunings are deliberately not read: they reach a pod only
+// through the conf file of the profile the pod resolved at admission, below
+// every value the user sets, so that a site's override of the profile or a
+// pod's choice of another profile is not beaten by the node's guess. ok is
+// false when the catalogue has no profile for sku.
 func NodeProfile(sku, stateDir string) (p resource.Profile, ok bool, err error) {
-	np, found := nccl.ProfileForSKU(sku)
-	if sku == "" || !found {
+	name, topology, found := nodeTopology(sku)
+	if !found {
 		return resource.Profile{}, false, nil
 	}
-	p.Name = np.Name
-	for _, v := range append(append([]nccl.Var{}, np.NCCL...), np.Env...) {
-		p.Env = append(p.Env, resource.Var{Name: v.Name, Value: v.Value})
-	}
-	if np.TopologyFile == "" {
+	p.Name = name
+	if topology == "" {
 		return p, true, nil
 	}
-	data, err := nccl.Topology(np.TopologyFile)
+	data, err := nccl.Topology(topology)
 	if err != nil {
 		return p, true, err
 	}
-	path := filepath.Join(stateDir, "nccl", np.TopologyFile)
+	path := filepath.Join(stateDir, "nccl", topology)
 	if err := writeIfChanged(path, data); err != nil {
 		return p, true, fmt.Errorf("write NCCL topology: %w", err)
 	}
 	p.TopologyFile = path
 	return p, true, nil
+}
+
+// nodeTopology is the agent's only view of the catalogue: which profile a
+// machine has and which topology file describes it.
+func nodeTopology(sku string) (profile, topologyFile string, ok bool) {
+	if sku == "" {
+		return "", "", false
+	}
+	np, found := nccl.ProfileForSKU(sku)
+	if !found {
+		return "", "", false
+	}
+	return np.Name, np.TopologyFile, true
 }
 
 func writeIfChanged(path string, data []byte) error {

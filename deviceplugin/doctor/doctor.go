@@ -68,6 +68,8 @@ type Facts struct {
 	Advertised []Advertised
 	// Counters are the ports' counters at one reading.
 	Counters []counters.Port
+	// KubeletPlugins is what the kubelet's device plugin directory shows.
+	KubeletPlugins KubeletPluginFacts
 }
 
 // NRIFacts describe the runtime's NRI socket.
@@ -103,7 +105,7 @@ const (
 func Check(f Facts) Report {
 	r := Report{Results: []Result{
 		checkDevices(f), checkPorts(f), checkNetdevs(f), checkPeermem(f),
-		checkNRI(f), checkMemlock(f), checkAdvertise(f), checkLinkErrors(f),
+		checkNRI(f), checkMemlock(f), checkAdvertise(f), checkOtherPlugins(f), checkLinkErrors(f),
 	}}
 	for _, res := range r.Results {
 		if res.Status == Fail {

@@ -23,6 +23,9 @@ type host struct {
 	modules        []string // loaded kernel modules
 	runtimeMemlock string   // containerd's "Max locked memory" soft and hard; "" = no containerd
 	nriListening   bool
+	// rdmaSharedDevPlugin: the Network Operator's rdma-shared-dev-plugin
+	// registered rdma/shared_ib last (its socket and checkpoint entry).
+	rdmaSharedDevPlugin bool
 }
 
 var (
@@ -51,7 +54,7 @@ func writeHost(t *testing.T, root string, h host) Options {
 		must(t, err)
 		t.Cleanup(func() { l.Close() })
 	}
-	return Options{ProcRoot: proc, NRI: true, NRISocket: sock}
+	return Options{ProcRoot: proc, NRI: true, NRISocket: sock, KubeletSocketDir: writeKubeletDir(t, root, h.rdmaSharedDevPlugin)}
 }
 
 func must(t *testing.T, err error) {
@@ -76,6 +79,7 @@ func TestDoctorGolden(t *testing.T) {
 		tc{name: "ndv5-no-nri-low-memlock-no-peermem", fixture: fixture.NDv5, host: badHost},
 		tc{name: "ndv5-nri-disabled-no-runtime", fixture: fixture.NDv5, host: host{}, nriOff: true},
 		tc{name: "no-devices", host: goodHost},
+		tc{name: "ndv5-rdma-shared-dev-plugin", fixture: fixture.NDv5, host: host{modules: goodHost.modules, runtimeMemlock: goodHost.runtimeMemlock, nriListening: true, rdmaSharedDevPlugin: true}},
 	)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

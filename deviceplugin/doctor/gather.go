@@ -28,6 +28,9 @@ type Options struct {
 	NRISocket string
 	// MemlockMax mirrors the agent's --memlock-max.
 	MemlockMax *uint64
+	// KubeletSocketDir is the kubelet's device plugin directory ("" means
+	// DefaultKubeletSocketDir).
+	KubeletSocketDir string
 	// Config is the agent's config (pools); nil means the defaults.
 	Config *config.AgentConfig
 	Logger logr.Logger
@@ -113,6 +116,10 @@ func Gather(ctx context.Context, o Options) Facts {
 		}
 		f.Advertised = append(f.Advertised, a)
 	}
+	if o.KubeletSocketDir == "" {
+		o.KubeletSocketDir = DefaultKubeletSocketDir
+	}
+	f.KubeletPlugins = gatherKubeletPlugins(o.KubeletSocketDir)
 	return f
 }
 

@@ -1,6 +1,8 @@
 // Package memlock decides, and (in nri.go) applies through the container
 // runtime's NRI socket, the RLIMIT_MEMLOCK of containers that hold ibkube's
-// RDMA char devices.
+// RDMA char devices, and the NCCL conf file that gives the processes such a
+// container starts with an empty environment (MPI ranks over SSH) the NCCL
+// settings of its main process (rankconf.go).
 //
 // Decide is the pure core: pod annotations, the container's Linux devices,
 // the ibkube char devices of this node, the runtime's own memlock limits and

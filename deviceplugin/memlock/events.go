@@ -16,6 +16,9 @@ const (
 	ReasonClamped   = "MemlockClamped"
 	ReasonInvalid   = "MemlockInvalid"
 	ReasonNotRaised = "MemlockNotRaised"
+	// ReasonRankConf says a container's NCCL settings do not reach the
+	// processes it starts with an empty environment (MPI ranks over SSH).
+	ReasonRankConf = "NCCLConfNotMounted"
 )
 
 // RecorderSink turns decisions into pod Events through a client-go event
@@ -35,6 +38,17 @@ func (s RecorderSink) MemlockEvent(pod PodRef, container string, d Decision) {
 		typ = corev1.EventTypeNormal
 	}
 	s.Recorder.Eventf(ref, typ, reason, "container %s: %s", container, d.Reason)
+}
+
+// RankConfEvent implements EventSink: a container whose NCCL conf file for
+// processes started without its environment could not be mounted.
+func (s RecorderSink) RankConfEvent(pod PodRef, container string, c RankConf) {
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
+	typ := corev1.EventTypeWarning
+	if c.Outcome == RankUserMount {
+		typ = corev1.EventTypeNormal
+	}
+	s.Recorder.Eventf(ref, typ, ReasonRankConf, "container %s: %s", container, c.Reason)
 }
 
 // InClusterEventSink returns a RecorderSink writing Events through the

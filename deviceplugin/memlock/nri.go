@@ -49,6 +49,11 @@ type Config struct {
 	PluginName, PluginIndex string
 	// MinBackoff and MaxBackoff bound the wait between connection attempts.
 	MinBackoff, MaxBackoff time.Duration
+	// RankConfDir is the host directory (under the agent's state dir, the
+	// same path in the agent's pod as on the host) where the NCCL conf file
+	// of each RDMA container is written for the processes it starts with an
+	// empty environment (see DecideRankConf); "" turns that off.
+	RankConfDir string
 }
 
 func (c Config) withDefaults() Config {
@@ -94,10 +99,12 @@ type Inventory interface {
 // PodRef names the pod a decision was about.
 type PodRef struct{ Namespace, Name, UID string }
 
-// EventSink receives decisions worth a pod Event (clamps, bad values). The
-// agent may implement it with an event recorder; nil means log only.
+// EventSink receives decisions worth a pod Event (clamps, bad values, an
+// NCCL conf file that could not be mounted). The agent may implement it with
+// an event recorder; nil means log only.
 type EventSink interface {
 	MemlockEvent(pod PodRef, container string, d Decision)
+	RankConfEvent(pod PodRef, container string, c RankConf)
 }
 
 // State is the NRI connection state.
@@ -334,10 +341,23 @@ func (p *Plugin) Decide(pod *api.PodSandbox, ctr *api.Container) Decision {
 }
 
 func (p *Plugin) createContainer(pod *api.PodSandbox, ctr *api.Container) *api.ContainerAdjustment {
+	adj := &api.ContainerAdjustment{}
+	changed := p.adjustMemlock(pod, ctr, adj)
+	if p.rankConf(pod, ctr, adj) {
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	return adj
+}
+
+// adjustMemlock adds the RLIMIT_MEMLOCK Decide asks for to adj.
+func (p *Plugin) adjustMemlock(pod *api.PodSandbox, ctr *api.Container, adj *api.ContainerAdjustment) bool {
 	d := p.Decide(pod, ctr)
 	p.metrics.decisions.WithLabelValues(string(d.Outcome)).Inc()
 	if d.Outcome == OutcomeNoAnnotation {
-		return nil
+		return false
 	}
 	kv := []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "outcome", d.Outcome, "requested", d.Requested}
 	if d.Set {
@@ -348,21 +368,32 @@ func (p *Plugin) createContainer(pod *api.PodSandbox, ctr *api.Container) *api.C
 		p.events.MemlockEvent(PodRef{Namespace: pod.GetNamespace(), Name: pod.GetName(), UID: pod.GetUid()}, ctr.GetName(), d)
 	}
 	if !d.Set {
-		return nil
+		return false
 	}
-	adj := &api.ContainerAdjustment{}
 	adj.AddRlimit(RlimitType, d.Limit.Hard, d.Limit.Soft)
-	return adj
+	return true
 }
 
 // handler is what the NRI stub sees: Synchronize (the runtime has taken
-// the plugin in) and CreateContainer, so the plugin subscribes to nothing
-// else.
+// the plugin in), CreateContainer, and StopContainer and RemoveContainer
+// (to delete a container's NCCL conf file), so the plugin subscribes to
+// nothing else.
 type handler struct{ p *Plugin }
 
-func (h handler) Synchronize(context.Context, []*api.PodSandbox, []*api.Container) ([]*api.ContainerUpdate, error) {
+func (h handler) Synchronize(_ context.Context, _ []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	h.p.removeStaleRankConfs(ctrs)
 	h.p.setState(StateConnected, nil)
 	return nil, nil
+}
+
+func (h handler) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
+	h.p.removeRankConf(ctr.GetId())
+	return nil, nil
+}
+
+func (h handler) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+	h.p.removeRankConf(ctr.GetId())
+	return nil
 }
 
 func (h handler) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
@@ -381,6 +412,7 @@ type metrics struct {
 	connected    prometheus.Gauge
 	state        *prometheus.GaugeVec
 	decisions    *prometheus.CounterVec
+	rankConfs    *prometheus.CounterVec
 	runtimeLimit *prometheus.GaugeVec
 }
 
@@ -397,6 +429,10 @@ func newMetrics() *metrics {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ibkube_memlock_decisions_total",
 			Help: "Containers seen by the memlock NRI plugin, by outcome (set, clamped, invalid, no_devices, already_set, not_needed, no_cap, no_annotation).",
+		}, []string{"outcome"}),
+		rankConfs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ibkube_nccl_rank_conf_total",
+			Help: "Containers seen by the NRI plugin, by what happened to the NCCL conf file that gives processes started without the container's environment its NCCL settings (written, no_devices, no_home, user_mount, nothing, error).",
 		}, []string{"outcome"}),
 		runtimeLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ibkube_memlock_runtime_limit_bytes",
@@ -422,7 +458,7 @@ func (m *metrics) setState(s State) {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.connected, m.state, m.decisions, m.runtimeLimit} {
+	for _, c := range []prometheus.Collector{m.connected, m.state, m.decisions, m.rankConfs, m.runtimeLimit} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

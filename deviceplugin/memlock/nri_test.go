@@ -53,8 +53,15 @@ type fakeRuntime struct {
 // startRuntime starts the runtime side of NRI (what containerd embeds) on sock.
 func startRuntime(t *testing.T, sock string) fakeRuntime {
 	t.Helper()
+	return startRuntimeWith(t, sock, nil)
+}
+
+// startRuntimeWith starts a fake runtime that holds ctrs (what it tells a
+// plugin at Synchronize).
+func startRuntimeWith(t *testing.T, sock string, ctrs []*api.Container) fakeRuntime {
+	t.Helper()
 	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
-		_, err := cb(ctx, nil, nil)
+		_, err := cb(ctx, nil, ctrs)
 		return err
 	}
 	update := func(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) { return nil, nil }
@@ -160,6 +167,10 @@ type eventRecorder struct{ events chan recordedEvent }
 
 func (e eventRecorder) MemlockEvent(pod PodRef, container string, d Decision) {
 	e.events <- recordedEvent{pod, container, d.Outcome}
+}
+
+func (e eventRecorder) RankConfEvent(pod PodRef, container string, c RankConf) {
+	e.events <- recordedEvent{pod, container, Outcome(c.Outcome)}
 }
 
 func TestPluginAgainstNRIRuntime(t *testing.T) {

@@ -29,14 +29,14 @@ const (
 	EnvNCCLTopoFile  = "NCCL_TOPO_FILE"
 )
 
-// Var is one environment variable of a node profile.
-type Var struct{ Name, Value string }
-
-// Profile is the node profile's part in Allocate: environment and an optional
-// topology file on the host.
+// Profile is the node's part in Allocate: node facts only. It has no room
+// for tunings on purpose: Allocate's environment outranks the NCCL conf file
+// of the profile the pod resolved, so a tuning here would silently beat a
+// site's override of a profile or a pod's choice of another one. Tunings
+// reach a container only through that conf file (see README, precedence).
 type Profile struct {
+	// Name is the node's profile, for logs.
 	Name string
-	Env  []Var
 	// TopologyFile is the host path of the NCCL topology XML (under the
 	// agent's state dir), mounted read-only at TopologyContainerPath.
 	TopologyFile string
@@ -250,8 +250,10 @@ func topology(nodes ...int) *pluginapi.TopologyInfo {
 
 // Allocate answers one container's allocation: the uverbs devices (and the
 // pool's opted-in umad/issm) of the allocated HCAs (exclusive) or of every
-// healthy selected HCA (shared), plus rdma_cm; NCCL_IB_HCA and UCX_NET_DEVICES naming exactly those HCAs and
-// ports; and the node profile's environment and topology file.
+// healthy selected HCA (shared), plus rdma_cm; NCCL_IB_HCA and
+// UCX_NET_DEVICES naming exactly those HCAs and ports; and the node
+// profile's topology file (NCCL_TOPO_FILE). Node facts only: tunings come
+// from the pod's profile.
 func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
 	var hcas []inventory.HCA
 	if p.Exclusive() {
@@ -278,9 +280,6 @@ func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, err
 		}
 	}
 	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
-	for _, v := range p.opts.Profile.Env {
-		resp.Envs[v.Name] = v.Value
-	}
 	var ports []string
 	for _, h := range hcas {
 		for _, port := range h.Ports {

@@ -132,8 +132,7 @@ func TestAllocate(t *testing.T) {
 	n.HCAs[2].Healthy = false
 	n.HCAs[1].CharDevices[1].Present = false // umad1 missing
 	opts := Options{HostDevRoot: "/host/dev", Profile: Profile{
-		Name: "ndv5", Env: []Var{{"NCCL_IB_PCI_RELAXED_ORDERING", "1"}, {"NCCL_IB_HCA", "profile-loses"}},
-		TopologyFile: "/var/lib/ibkube/topology/ndv5.xml",
+		Name: "ndv5", TopologyFile: "/var/lib/ibkube/topology/ndv5.xml",
 	}}
 	m := Build(config.Default(), n, opts)
 	spec := func(name string) *pluginapi.DeviceSpec {
@@ -151,8 +150,7 @@ func TestAllocate(t *testing.T) {
 			name: "exclusive gets only its HCAs", resource: "rdma/ib", ids: []string{"mlx5_1", "mlx5_0"},
 			want: &pluginapi.ContainerAllocateResponse{
 				Envs: map[string]string{
-					"NCCL_IB_HCA": "=mlx5_1:1,mlx5_0:1", "UCX_NET_DEVICES": "mlx5_1:1,mlx5_0:1",
-					"NCCL_IB_PCI_RELAXED_ORDERING": "1", "NCCL_TOPO_FILE": TopologyContainerPath,
+					"NCCL_IB_HCA": "=mlx5_1:1,mlx5_0:1", "UCX_NET_DEVICES": "mlx5_1:1,mlx5_0:1", "NCCL_TOPO_FILE": TopologyContainerPath,
 				},
 				// Least privilege: verbs and rdma_cm only, no umad/issm.
 				Devices: []*pluginapi.DeviceSpec{spec("uverbs1"), spec("uverbs0"), spec("rdma_cm")},
@@ -163,9 +161,9 @@ func TestAllocate(t *testing.T) {
 			name: "shared gets every healthy selected HCA", resource: "rdma/shared_ib", ids: []string{"slot-62"},
 			want: &pluginapi.ContainerAllocateResponse{
 				Envs: map[string]string{
-					"NCCL_IB_HCA":                  "=mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1",
-					"UCX_NET_DEVICES":              "mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1",
-					"NCCL_IB_PCI_RELAXED_ORDERING": "1", "NCCL_TOPO_FILE": TopologyContainerPath,
+					"NCCL_IB_HCA":     "=mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1",
+					"UCX_NET_DEVICES": "mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1",
+					"NCCL_TOPO_FILE":  TopologyContainerPath,
 				},
 				// mlx5_1 lacks umad1, which this pool does not hand out:
 				// it stays in.

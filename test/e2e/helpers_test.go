@@ -245,3 +245,30 @@ func (x *harness) binaryExists(cmd string) bool {
 	st, err := os.Stat(x.bin + "/" + cmd)
 	return err == nil && st.Mode().IsRegular()
 }
+
+// clusterSh runs test/e2e/node/cluster.sh CMD (the three-node harness) with
+// the harness environment.
+func (x *harness) clusterSh(ctx context.Context, args ...string) (string, error) {
+	return run(ctx, x.root+"/test/e2e/node/cluster.sh", args...)
+}
+
+// nodeAllocatable returns a node's allocatable quantity of a resource (0 if
+// absent).
+func (x *harness) nodeAllocatable(ctx context.Context, node string, res corev1.ResourceName) (int64, error) {
+	n, err := x.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return 0, err
+	}
+	q, ok := n.Status.Allocatable[res]
+	if !ok {
+		return 0, nil
+	}
+	return q.Value(), nil
+}
+
+// expect is check that also says whether ok held, for counting.
+func expect(t *testing.T, r *Result, ok bool, format string, args ...any) bool {
+	t.Helper()
+	check(t, r, ok, format, args...)
+	return ok
+}

@@ -57,6 +57,8 @@ func TestE2E(t *testing.T) {
 	t.Run("5b-fault-port-down", func(t *testing.T) { testPortDown(t, &st) })
 	t.Run("5c-fault-webhook-replica-deleted", func(t *testing.T) { testWebhookReplicaDeleted(t, &st) })
 	t.Run("6-scale", func(t *testing.T) { testScale(t, &st) })
+	t.Run("7a-nccl-one-owner", func(t *testing.T) { testNCCLOneOwner(t, &st) })
+	t.Run("7b-nccl-mpi-ranks", func(t *testing.T) { testNCCLMPIRanks(t, &st) })
 }
 
 // 0: the node runs a plain pod with the test image, and the runtime's own

@@ -150,6 +150,9 @@ func Document(doc []byte, n int, opts Options) ([]byte, []Warning, error) {
 	}
 
 	var warnings []Warning
+	for _, w := range mpiForwardWarnings(root) {
+		warnings = append(warnings, Warning{Where: fmt.Sprintf("document %d (%s %s)", n, kind, name), Message: w})
+	}
 	changed := false
 	for _, path := range Templates(root) {
 		where := fmt.Sprintf("document %d (%s %s)", n, kind, name)

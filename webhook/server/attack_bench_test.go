@@ -58,7 +58,7 @@ func BenchmarkAttackStalledUploads(b *testing.B) {
 
 func stalledUploads(b *testing.B, declared int) {
 	const clients = 40
-	a := startAttackServer(b, DefaultLimits())
+	a := startAttackServer(b, noDrain(DefaultLimits()))
 	var heap, rss float64
 	for b.Loop() {
 		base := liveHeap()
@@ -91,7 +91,7 @@ func stalledUploads(b *testing.B, declared int) {
 func BenchmarkAttackConcurrentBodies(b *testing.B) {
 	for _, size := range []int{4, 8} {
 		b.Run(strconv.Itoa(size)+"MiB", func(b *testing.B) {
-			a := startAttackServer(b, DefaultLimits())
+			a := startAttackServer(b, noDrain(DefaultLimits()))
 			body := bigReview(b, size*mib)
 			var heap, rss float64
 			var codes map[int]int

@@ -44,6 +44,13 @@ type Limits struct {
 	// MaxHeaderBytes bounds the request line and headers (net/http's default
 	// is 1 MiB, held per connection while it is read).
 	MaxHeaderBytes int
+	// DrainPeriod is how long the server keeps answering after it is told to
+	// stop, marking every answer `Connection: close`. The API server reuses
+	// kept-alive connections to a replica after it has left the Service; a
+	// connection closed under a request it is writing fails that admission
+	// ("write: broken pipe", not retried for a POST), while one the server
+	// ends after an answer is simply not reused. Zero stops at once.
+	DrainPeriod time.Duration
 }
 
 // DefaultLimits fit the chart's 256 MiB memory limit: 8 requests of at most
@@ -59,6 +66,7 @@ func DefaultLimits() Limits {
 		WriteTimeout:      35 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    64 << 10,
+		DrainPeriod:       5 * time.Second,
 	}
 }
 
@@ -81,7 +89,21 @@ func (l Limits) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %s: want more than 0", f.name, f.v))
 		}
 	}
+	if l.DrainPeriod < 0 {
+		errs = append(errs, fmt.Errorf("drain period %s: want 0 or more", l.DrainPeriod))
+	}
 	return errors.Join(errs...)
+}
+
+// closeWhileDraining marks every answer `Connection: close` once draining is
+// set, so net/http ends each kept-alive connection right after its answer.
+func closeWhileDraining(h http.Handler, draining *atomic.Bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // limitMetrics count what the limits turned away.
@@ -213,21 +235,32 @@ func (s *tlsServer) serve(ctx context.Context, ln net.Listener) error {
 		o(cfg)
 	}
 	limited := &connLimitListener{Listener: ln, max: int64(s.limits.MaxConns), metrics: s.metrics}
+	var draining atomic.Bool
+	// Requests keep ctx's values but not its end: a request answered during
+	// the drain must not see its context cancelled by the stop signal.
+	reqCtx := context.WithoutCancel(ctx)
 	srv := &http.Server{
-		Handler:           boundInFlight(s.handler, s.limits.MaxInFlight, s.metrics),
+		Handler:           closeWhileDraining(boundInFlight(s.handler, s.limits.MaxInFlight, s.metrics), &draining),
 		ReadHeaderTimeout: s.limits.ReadHeaderTimeout,
 		ReadTimeout:       s.limits.ReadTimeout,
 		WriteTimeout:      s.limits.WriteTimeout,
 		IdleTimeout:       s.limits.IdleTimeout,
 		MaxHeaderBytes:    s.limits.MaxHeaderBytes,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 	}
 	shutdownDone := make(chan struct{})
 	go func() {
 		defer close(shutdownDone)
 		<-ctx.Done()
 		// The chart's preStop drain has already taken the pod out of the
-		// Service; answer what is in flight, then stop.
+		// Service, but the API server still holds kept-alive connections to
+		// it: keep answering, closing each after its answer, then stop.
+		if s.limits.DrainPeriod > 0 {
+			draining.Store(true)
+			s.log.Info("draining webhook connections", "period", s.limits.DrainPeriod.String())
+			t := time.NewTimer(s.limits.DrainPeriod)
+			<-t.C
+		}
 		sctx, scancel := context.WithTimeout(context.Background(), s.limits.WriteTimeout)
 		defer scancel()
 		if err := srv.Shutdown(sctx); err != nil {

@@ -235,8 +235,14 @@ func readStatus(c net.Conn) string {
 // yet long enough that 40 TLS handshakes on a loaded machine finish before
 // the first stalled upload is cut off.
 func testLimits() Limits {
-	l := DefaultLimits()
+	l := noDrain(DefaultLimits())
 	l.ReadTimeout = 5 * time.Second
+	return l
+}
+
+// noDrain stops a test server as soon as its test ends.
+func noDrain(l Limits) Limits {
+	l.DrainPeriod = 0
 	return l
 }
 
@@ -374,7 +380,7 @@ func flood(t testing.TB, a *attackServer, n int, body []byte) (map[int]int, uint
 func TestConcurrentLargeBodiesStayBounded(t *testing.T) {
 	// Default timeouts: 32 TLS handshakes and 128 MiB of uploads on a small
 	// CI machine take longer than testLimits allows.
-	limits := DefaultLimits()
+	limits := noDrain(DefaultLimits())
 	a := startAttackServer(t, limits)
 	before := liveHeap()
 

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -100,13 +101,24 @@ func run(args []string) error {
 	return os.Rename(tmp, *out)
 }
 
-// buildLayer writes the files, their parent directories and a world-writable
-// /tmp into one tar, with fixed timestamps so the image is reproducible.
+// accounts are the /etc/passwd and /etc/group every image gets unless a FILE
+// supplies its own: root and the default user 65532. Programs that look a
+// user up in the password database need them; NCCL, for one, finds
+// ~/.nccl.conf through getpwuid(getuid())->pw_dir (NVIDIA/nccl
+// src/misc/param.cc userHomeDir), so without an entry a process has no home.
+var accounts = map[string]string{
+	"etc/passwd": "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
+	"etc/group":  "root:x:0:\nnonroot:x:65532:\n",
+}
+
+// buildLayer writes the files, their parent directories, a world-writable
+// /tmp, root's home and the accounts into one tar, with fixed timestamps so
+// the image is reproducible.
 func buildLayer(files []file) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	epoch := time.Unix(0, 0)
-	dirs := map[string]int64{"tmp": 01777}
+	dirs := map[string]int64{"tmp": 01777, "etc": 0o755, "root": 0o700}
 	for _, f := range files {
 		for d := path.Dir(strings.TrimPrefix(f.dst, "/")); d != "." && d != "/"; d = path.Dir(d) {
 			if _, ok := dirs[d]; !ok {
@@ -121,6 +133,23 @@ func buildLayer(files []file) ([]byte, error) {
 	sort.Strings(names)
 	for _, d := range names {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: dirs[d], ModTime: epoch}); err != nil {
+			return nil, err
+		}
+	}
+	accountNames := make([]string, 0, len(accounts))
+	for n := range accounts {
+		accountNames = append(accountNames, n)
+	}
+	sort.Strings(accountNames)
+	for _, n := range accountNames {
+		if slices.ContainsFunc(files, func(f file) bool { return strings.TrimPrefix(f.dst, "/") == n }) {
+			continue
+		}
+		data := accounts[n]
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: n, Mode: 0o644, Size: int64(len(data)), ModTime: epoch}); err != nil {
+			return nil, err
+		}
+		if _, err := io.WriteString(tw, data); err != nil {
 			return nil, err
 		}
 	}

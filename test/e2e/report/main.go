@@ -1,8 +1,15 @@
 // Command report is the e2e test image: it prints, as one JSON line on stdout,
 // what the container really got from the kubelet, the runtime and the kernel
 // (environment, effective capabilities, RLIMIT_MEMLOCK, /dev/infiniband device
-// nodes, network interfaces, the NCCL conf file), then sleeps until it is
-// stopped so the harness can read it with `kubectl logs`.
+// nodes, network interfaces, the NCCL conf file, the NCCL settings resolved in
+// NCCL's order), then sleeps until it is stopped so the harness can read it
+// with `kubectl logs`.
+//
+//	report            print, then wait for SIGTERM
+//	report -once      print and exit
+//	report -empty-env run `report -once` with an empty environment (what
+//	                  `env -i` does, and sshd nearly does for MPI ranks) and
+//	                  print its line; the image has no env binary
 package main
 
 import (
@@ -11,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -30,6 +38,7 @@ type Report struct {
 	Devices      []Device          `json:"devices"`
 	Interfaces   []Interface       `json:"interfaces"`
 	NCCLConf     *File             `json:"ncclConf,omitempty"`
+	NCCL         NCCLResolution    `json:"nccl"`
 	Errors       []string          `json:"errors,omitempty"`
 }
 
@@ -70,6 +79,9 @@ var capNames = []string{
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-empty-env" {
+		os.Exit(runEmptyEnv())
+	}
 	r := collect()
 	out, err := json.Marshal(r)
 	if err != nil {
@@ -113,6 +125,7 @@ func collect() Report {
 		}
 		r.Interfaces = append(r.Interfaces, it)
 	}
+	r.NCCL = resolveNCCL(os.Environ(), os.Getuid(), "/etc/passwd", "/etc/nccl.conf")
 	if p := os.Getenv("NCCL_CONF_FILE"); p != "" {
 		data, err := os.ReadFile(p)
 		if err != nil {
@@ -199,4 +212,22 @@ func devices(dir string) []Device {
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
+}
+
+// runEmptyEnv runs this binary with -once and no environment at all, as
+// `env -i` would, and passes its output through.
+func runEmptyEnv() int {
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		return 1
+	}
+	cmd := exec.Command(self, "-once")
+	cmd.Env = []string{} // empty, not nil: nil would inherit ours
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		return 1
+	}
+	return 0
 }

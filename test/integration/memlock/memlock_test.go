@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -126,10 +127,12 @@ func TestMemlockThroughNRI(t *testing.T) {
 	})
 
 	// The plugin, as the node agent runs it, against containerd's NRI socket.
+	rankDir := filepath.Join(base, "nccl-ranks")
 	plugin, err := memlock.NewPlugin(memlock.Config{
-		SocketPath: filepath.Join(base, "nri.sock"),
-		ProcRoot:   "/proc",
-		MinBackoff: 100 * time.Millisecond,
+		SocketPath:  filepath.Join(base, "nri.sock"),
+		ProcRoot:    "/proc",
+		MinBackoff:  100 * time.Millisecond,
+		RankConfDir: rankDir,
 	}, staticInventory{HCAs: []inventory.HCA{{Name: "mlx5_0", CharDevices: []inventory.CharDevice{
 		{Name: "uverbs0", Major: uverbsMajor, Minor: uverbsMinor, Present: true},
 	}}}}, testr.New(t), prometheus.NewRegistry(), nil)
@@ -179,6 +182,47 @@ func TestMemlockThroughNRI(t *testing.T) {
 		})
 	}
 
+	// MPI ranks: a root container holding the device gets a read-only
+	// /root/.nccl.conf with its NCCL environment and the profile's conf
+	// (containerd tells NRI the container's uid); a uid-1000 container
+	// without HOME gets none. The file goes with the container.
+	t.Run("nccl-rank-conf", func(t *testing.T) {
+		ann := map[string]string{memlock.NCCLConfAnnotation: "NCCL_IB_PCI_RELAXED_ORDERING=1\nNCCL_IB_HCA=profile-loses\n"}
+		env := []*cri.KeyValue{{Key: "NCCL_IB_HCA", Value: []byte("=mlx5_0:1")}, {Key: "NCCL_CONF_FILE", Value: []byte(memlock.NCCLConfPath)}}
+		var id string
+		t.Run("root", func(t *testing.T) {
+			var got string
+			got, id = runContainer(ctx, t, rt, base, probeRun{name: "rank-root", annotations: ann, devices: []*cri.Device{device}, uid: 0, env: env,
+				args: []string{"cat", "/root/.nccl.conf"}, line: "file "})
+			want := memlock.DecideRankConf(memlock.RankInput{PodAnnotations: ann, UID: ptrTo(uint32(0)),
+				Devices:   []memlock.Device{{Path: "/dev/infiniband/uverbs0", Type: "c", Major: uverbsMajor, Minor: uverbsMinor}},
+				IBDevices: memlock.DeviceSet{{uverbsMajor, uverbsMinor}: "uverbs0"}, Env: []string{"NCCL_IB_HCA==mlx5_0:1", "NCCL_CONF_FILE=" + memlock.NCCLConfPath}})
+			if want.Outcome != memlock.RankWritten || got != "file "+strconv.Quote(want.Content) {
+				t.Errorf("root container's /root/.nccl.conf:\n got %s\nwant file %q", got, want.Content)
+			}
+			if !strings.Contains(got, `NCCL_IB_HCA==mlx5_0:1\n`) || !strings.Contains(got, `NCCL_IB_PCI_RELAXED_ORDERING=1\n`) {
+				t.Errorf("the file lacks the environment's NCCL_IB_HCA or the profile's line: %s", got)
+			}
+		})
+		t.Run("uid-1000-no-home", func(t *testing.T) {
+			got, _ := runContainer(ctx, t, rt, base, probeRun{name: "rank-1000", annotations: ann, devices: []*cri.Device{device}, uid: 1000, env: env,
+				args: []string{"cat", "/root/.nccl.conf"}, line: "file"})
+			if got != "file absent" {
+				t.Errorf("uid-1000 container without HOME: %s, want no file", got)
+			}
+		})
+		// The root container exited and its pod was removed when its
+		// subtest ended: containerd relayed StopContainer and
+		// RemoveContainer through NRI, and the plugin deleted the file the
+		// container read above.
+		waitFor(t, 30*time.Second, "the root container's file to go", func() error {
+			if _, err := os.Stat(filepath.Join(rankDir, id+".nccl.conf")); !os.IsNotExist(err) {
+				return fmt.Errorf("stat: %v", err)
+			}
+			return nil
+		})
+	})
+
 	// containerd restarts: the plugin notices, registers with the new
 	// process (and learns its limits again), and keeps raising memlock.
 	t.Run("runtime-restart", func(t *testing.T) {
@@ -212,15 +256,36 @@ func TestMemlockThroughNRI(t *testing.T) {
 // capabilities) and returns the line it printed.
 func runProbe(ctx context.Context, t *testing.T, rt cri.RuntimeServiceClient, base, name, memlockValue string, devices []*cri.Device) string {
 	t.Helper()
-	logDir := filepath.Join(base, "logs", name)
 	annotations := map[string]string{}
 	if memlockValue != "" {
 		annotations[memlock.AnnotationKey] = memlockValue
 	}
+	text, _ := runContainer(ctx, t, rt, base, probeRun{name: name, annotations: annotations, devices: devices, uid: 1000, args: []string{"limits"}, line: "memlock "})
+	return text
+}
+
+// probeRun says how to run the probe in its own pod.
+type probeRun struct {
+	name        string
+	annotations map[string]string
+	devices     []*cri.Device
+	uid         int64
+	env         []*cri.KeyValue
+	args        []string
+	// line is the prefix of the output line to return.
+	line string
+}
+
+// runContainer runs the probe in its own pod (host network, no added
+// capabilities) until it exits, and returns the line it printed that starts
+// with r.line and the container's id. The pod is removed when t ends.
+func runContainer(ctx context.Context, t *testing.T, rt cri.RuntimeServiceClient, base string, r probeRun) (string, string) {
+	t.Helper()
+	logDir := filepath.Join(base, "logs", r.name)
 	nsOpts := &cri.NamespaceOption{Network: cri.NamespaceMode_NODE, Pid: cri.NamespaceMode_CONTAINER, Ipc: cri.NamespaceMode_POD}
 	sandboxCfg := &cri.PodSandboxConfig{
-		Metadata:     &cri.PodSandboxMetadata{Name: name, Namespace: "memlock-test", Uid: "uid-" + name},
-		Annotations:  annotations,
+		Metadata:     &cri.PodSandboxMetadata{Name: r.name, Namespace: "memlock-test", Uid: "uid-" + r.name},
+		Annotations:  r.annotations,
 		LogDirectory: logDir,
 		Linux: &cri.LinuxPodSandboxConfig{
 			CgroupParent:    cgroupParent,
@@ -247,12 +312,13 @@ func runProbe(ctx context.Context, t *testing.T, rt cri.RuntimeServiceClient, ba
 			Metadata: &cri.ContainerMetadata{Name: "probe"},
 			Image:    &cri.ImageSpec{Image: imageRef},
 			Command:  []string{"/probe"},
-			Args:     []string{"limits"},
+			Args:     r.args,
+			Envs:     r.env,
 			LogPath:  "probe.log",
-			Devices:  devices,
+			Devices:  r.devices,
 			Linux: &cri.LinuxContainerConfig{SecurityContext: &cri.LinuxContainerSecurityContext{
-				RunAsUser:        &cri.Int64Value{Value: 1000},
-				RunAsGroup:       &cri.Int64Value{Value: 1000},
+				RunAsUser:        &cri.Int64Value{Value: r.uid},
+				RunAsGroup:       &cri.Int64Value{Value: r.uid},
 				NamespaceOptions: nsOpts,
 			}},
 		},
@@ -285,10 +351,12 @@ func runProbe(ctx context.Context, t *testing.T, rt cri.RuntimeServiceClient, ba
 	}
 	// CRI log lines: "<time> stdout F <text>".
 	for _, line := range bytes.Split(logData, []byte("\n")) {
-		if _, text, ok := strings.Cut(string(line), " stdout F "); ok && strings.HasPrefix(text, "memlock ") {
-			return text
+		if _, text, ok := strings.Cut(string(line), " stdout F "); ok && strings.HasPrefix(text, r.line) {
+			return text, cc.ContainerId
 		}
 	}
-	t.Fatalf("no memlock line in the container log:\n%s", logData)
-	return ""
+	t.Fatalf("no %q line in the container log:\n%s", r.line, logData)
+	return "", ""
 }
+
+func ptrTo[T any](v T) *T { return &v }

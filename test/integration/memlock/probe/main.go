@@ -1,7 +1,8 @@
 // Command probe is the memlock integration test's container program: with
 // "pause" it waits for SIGTERM (it doubles as the pod sandbox's pause
-// process), otherwise it prints its RLIMIT_MEMLOCK, uid and the RDMA device
-// nodes it sees, one line, and exits.
+// process); with "cat FILE" it prints the file's content quoted on one line;
+// otherwise it prints its RLIMIT_MEMLOCK, uid and the RDMA device nodes it
+// sees, one line, and exits.
 package main
 
 import (
@@ -20,6 +21,16 @@ func main() {
 		c := make(chan os.Signal, 1)
 		signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
 		<-c
+		return
+	}
+	if len(os.Args) > 2 && os.Args[1] == "cat" {
+		// "file <quoted content>", or "file absent".
+		b, err := os.ReadFile(os.Args[2])
+		if err != nil {
+			fmt.Println("file absent")
+			return
+		}
+		fmt.Printf("file %q\n", b)
 		return
 	}
 	var r syscall.Rlimit

@@ -1,0 +1,166 @@
+package memlock
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/containerd/nri/pkg/api"
+)
+
+// rankConfSuffix ends every file the plugin writes under RankConfDir, so
+// that cleaning up never touches anything else there.
+const rankConfSuffix = ".nccl.conf"
+
+// containerIDPattern is what a container ID must look like to become a file
+// name (containerd and CRI-O use 64 hex digits).
+var containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// RankInputOf turns an NRI container into DecideRankConf's input.
+func (p *Plugin) RankInputOf(pod *api.PodSandbox, ctr *api.Container) RankInput {
+	in := RankInput{
+		PodAnnotations: pod.GetAnnotations(),
+		IBDevices:      DevicesOf(p.inv.Inventory()),
+		Env:            ctr.GetEnv(),
+	}
+	for _, d := range ctr.GetLinux().GetDevices() {
+		in.Devices = append(in.Devices, Device{Path: d.GetPath(), Type: d.GetType(), Major: d.GetMajor(), Minor: d.GetMinor()})
+	}
+	if u := ctr.GetUser(); u != nil {
+		uid := u.GetUid()
+		in.UID = &uid
+	}
+	for _, m := range ctr.GetMounts() {
+		in.MountDestinations = append(in.MountDestinations, m.GetDestination())
+	}
+	return in
+}
+
+// rankConf writes the container's NCCL conf file and adds its read-only
+// bind mount to adj. Failures are logged and counted, never returned: the
+// container starts regardless.
+func (p *Plugin) rankConf(pod *api.PodSandbox, ctr *api.Container, adj *api.ContainerAdjustment) bool {
+	if p.cfg.RankConfDir == "" {
+		return false
+	}
+	c := DecideRankConf(p.RankInputOf(pod, ctr))
+	kv := []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "outcome", c.Outcome}
+	if c.Outcome == RankNoDevices {
+		p.metrics.rankConfs.WithLabelValues(string(c.Outcome)).Inc()
+		return false
+	}
+	ref := PodRef{Namespace: pod.GetNamespace(), Name: pod.GetName(), UID: pod.GetUid()}
+	if c.Outcome != RankWritten {
+		p.metrics.rankConfs.WithLabelValues(string(c.Outcome)).Inc()
+		p.log.Info(c.Reason, kv...)
+		if p.events != nil && c.Outcome != RankNothing {
+			p.events.RankConfEvent(ref, ctr.GetName(), c)
+		}
+		return false
+	}
+	file, err := p.writeRankConf(ctr.GetId(), c.Content)
+	if err != nil {
+		p.metrics.rankConfs.WithLabelValues("error").Inc()
+		p.log.Error(err, "NCCL conf file for processes started without the container's environment not written; they miss its NCCL settings", kv...)
+		return false
+	}
+	p.metrics.rankConfs.WithLabelValues(string(c.Outcome)).Inc()
+	p.log.Info(c.Reason, append(kv, "file", file, "target", c.Target)...)
+	adj.AddMount(&api.Mount{Destination: c.Target, Source: file, Type: "bind", Options: []string{"rbind", "ro", "rprivate"}})
+	return true
+}
+
+// rankConfFile is where a container's file lives on the host.
+func (p *Plugin) rankConfFile(id string) (string, error) {
+	if !containerIDPattern.MatchString(id) {
+		return "", fmt.Errorf("container id %q is not a plain name", id)
+	}
+	return filepath.Join(p.cfg.RankConfDir, id+rankConfSuffix), nil
+}
+
+func (p *Plugin) writeRankConf(id, content string) (string, error) {
+	file, err := p.rankConfFile(id)
+	if err != nil {
+		return "", err
+	}
+	// Only root lists the directory: a container reads its own file through
+	// the bind mount, which needs no access to the directory.
+	if err := os.MkdirAll(p.cfg.RankConfDir, 0o700); err != nil {
+		return "", fmt.Errorf("create %s: %w", p.cfg.RankConfDir, err)
+	}
+	tmp, err := os.CreateTemp(p.cfg.RankConfDir, ".tmp-*")
+	if err != nil {
+		return "", fmt.Errorf("write %s: %w", file, err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(content)
+	if err == nil {
+		// World-readable: the container's user may be any uid.
+		err = tmp.Chmod(0o644)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), file)
+	}
+	if err != nil {
+		return "", fmt.Errorf("write %s: %w", file, err)
+	}
+	return file, nil
+}
+
+// removeRankConf deletes a container's file once it stops or is removed.
+func (p *Plugin) removeRankConf(id string) {
+	if p.cfg.RankConfDir == "" {
+		return
+	}
+	file, err := p.rankConfFile(id)
+	if err != nil {
+		return
+	}
+	if err := os.Remove(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		p.log.Error(err, "remove the NCCL conf file of a stopped container", "file", file)
+	}
+}
+
+// removeStaleRankConfs deletes the files of containers the runtime no longer
+// has or that no longer run (stopped or removed while the agent was away).
+func (p *Plugin) removeStaleRankConfs(ctrs []*api.Container) {
+	if p.cfg.RankConfDir == "" {
+		return
+	}
+	live := map[string]bool{}
+	for _, c := range ctrs {
+		if c.GetState() != api.ContainerState_CONTAINER_STOPPED {
+			live[c.GetId()+rankConfSuffix] = true
+		}
+	}
+	entries, err := os.ReadDir(p.cfg.RankConfDir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			p.log.Error(err, "list NCCL conf files to clean up", "dir", p.cfg.RankConfDir)
+		}
+		return
+	}
+	removed := 0
+	for _, e := range entries {
+		name := e.Name()
+		stale := strings.HasPrefix(name, ".tmp-") || (strings.HasSuffix(name, rankConfSuffix) && !live[name])
+		if e.IsDir() || !stale {
+			continue
+		}
+		if err := os.Remove(filepath.Join(p.cfg.RankConfDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			p.log.Error(err, "remove a stale NCCL conf file", "file", name)
+			continue
+		}
+		removed++
+	}
+	if removed > 0 {
+		p.log.Info("removed NCCL conf files of containers that no longer run", "count", removed, "dir", p.cfg.RankConfDir)
+	}
+}
