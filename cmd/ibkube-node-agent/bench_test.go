@@ -17,8 +17,21 @@ import (
 
 // BenchmarkAgentRSS builds the agent binary, runs it on the ND H100 v5
 // fixture against a stub kubelet until it has served both pools, and reports
-// its resident memory (VmRSS, VmHWM) from /proc.
+// its resident memory (VmRSS, VmHWM) from /proc: with the counters monitor
+// (the default) and without it, to show what reading the counters costs.
 func BenchmarkAgentRSS(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"counters", []string{"--counters-period=1s", "--rdma-idle-window=2s"}},
+		{"no-counters", []string{"--counters=false"}},
+	} {
+		b.Run(tc.name, func(b *testing.B) { benchAgentRSS(b, tc.args) })
+	}
+}
+
+func benchAgentRSS(b *testing.B, extra []string) {
 	tmp := b.TempDir()
 	bin := filepath.Join(tmp, "ibkube-node-agent")
 	build := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
@@ -42,7 +55,9 @@ func BenchmarkAgentRSS(b *testing.B) {
 	cmd := exec.Command(bin, "--config", filepath.Join(tmp, "none.yaml"),
 		"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir), "--netlink=false", "--nri=false",
 		"--kubelet-socket-dir", sockets, "--state-dir", filepath.Join(tmp, "state"),
-		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0")
+		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0",
+		"--pod-resources-socket", filepath.Join(tmp, "pod-resources.sock"))
+	cmd.Args = append(cmd.Args, extra...)
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}

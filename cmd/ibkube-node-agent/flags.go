@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
+	"github.com/ibkube/ibkube/deviceplugin/counters"
 	"github.com/ibkube/ibkube/internal/logging"
 )
 
@@ -28,6 +30,16 @@ type options struct {
 	healthAddr       string
 	logLevel         string
 	help             bool
+	observe          observeOptions
+}
+
+// observeOptions configure the counters monitor (deviceplugin/counters).
+type observeOptions struct {
+	counters           bool
+	period             time.Duration
+	idleWindow         time.Duration
+	idleMinBytes       uint64
+	podResourcesSocket string
 }
 
 // parseFlags reads args (without the program name); getenv supplies
@@ -51,6 +63,11 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&o.memlockMax, "memlock-max", "", "cap on the memlock limit the NRI plugin sets: unlimited or a quantity like 64Gi (default: what the runtime holds)")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8090", "Prometheus /metrics address (0: off)")
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8091", "/healthz, /readyz and /inventory address (0: off)")
+	fs.BoolVar(&o.observe.counters, "counters", true, "read the HCA port counters for /metrics, the RDMA idle warning and link-error Events")
+	fs.DurationVar(&o.observe.period, "counters-period", 15*time.Second, "how often the port counters are read")
+	fs.DurationVar(&o.observe.idleWindow, "rdma-idle-window", 10*time.Minute, "a container holding RDMA devices whose HCAs move less than --rdma-idle-min-bytes in this window gets an RDMAIdle Event")
+	fs.Uint64Var(&o.observe.idleMinBytes, "rdma-idle-min-bytes", 1<<20, "traffic (bytes, both directions, all the container's HCAs) below which a window counts as idle")
+	fs.StringVar(&o.observe.podResourcesSocket, "pod-resources-socket", counters.PodResourcesSocket, "the kubelet's PodResources API socket (which container holds which device); empty: no attribution, no idle warning")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: error, info or debug")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -61,6 +78,12 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q: ibkube-node-agent takes flags only", fs.Args())
+	}
+	if o.observe.period <= 0 {
+		return o, fmt.Errorf("--counters-period %s: want a positive duration such as 15s", o.observe.period)
+	}
+	if o.observe.idleWindow < 2*o.observe.period {
+		return o, fmt.Errorf("--rdma-idle-window %s: want at least two --counters-period (%s), else no window holds two readings", o.observe.idleWindow, 2*o.observe.period)
 	}
 	if _, err := logging.ParseLevel(o.logLevel); err != nil {
 		return o, err

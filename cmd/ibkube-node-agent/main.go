@@ -47,6 +47,11 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopEvents()
+	stopCounters, err := addCounterMonitor(a, opts, log)
+	if err != nil {
+		return err
+	}
+	defer stopCounters()
 	return a.Run(ctx)
 }
 

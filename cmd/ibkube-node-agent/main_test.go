@@ -4,6 +4,7 @@ import (
 	"io"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
@@ -27,8 +28,10 @@ func TestParseFlagsDefaults(t *testing.T) {
 		config: "/etc/ibkube/agent.yaml", sysfsRoot: "/sys", devRoot: "/dev", procRoot: "/proc", hostDevRoot: "/dev",
 		kubeletSocketDir: "/var/lib/kubelet/device-plugins", nodeName: "nd-0", stateDir: "/var/lib/ibkube",
 		netlink: true, nri: true, ncclRankConf: true, nriSocket: "/var/run/nri/nri.sock", metricsAddr: ":8090", healthAddr: ":8091", logLevel: "info",
+		observe: observeOptions{counters: true, period: 15 * time.Second, idleWindow: 10 * time.Minute, idleMinBytes: 1 << 20,
+			podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock"},
 	}
-	if d := cmp.Diff(want, got, cmp.AllowUnexported(options{})); d != "" {
+	if d := cmp.Diff(want, got, cmp.AllowUnexported(options{}, observeOptions{})); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}
 }
@@ -42,6 +45,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		{[]string{"--log-level", "loud"}, `--log-level "loud": want error, info or debug`},
 		{[]string{"extra"}, `unexpected arguments ["extra"]: ibkube-node-agent takes flags only`},
 		{[]string{"--no-such-flag"}, `flag provided but not defined: -no-such-flag`},
+		{[]string{"--counters-period=0s"}, `--counters-period 0s: want a positive duration such as 15s`},
+		{[]string{"--rdma-idle-window=20s"}, `--rdma-idle-window 20s: want at least two --counters-period (30s), else no window holds two readings`},
 	} {
 		_, err := parseFlags(tc.args, func(string) string { return "" }, io.Discard)
 		if err == nil || err.Error() != tc.want {

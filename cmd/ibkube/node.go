@@ -17,6 +17,7 @@ import (
 
 	"github.com/ibkube/ibkube/deviceplugin/agent"
 	"github.com/ibkube/ibkube/deviceplugin/config"
+	"github.com/ibkube/ibkube/deviceplugin/counters"
 	"github.com/ibkube/ibkube/deviceplugin/discovery"
 	"github.com/ibkube/ibkube/deviceplugin/resource"
 )
@@ -59,9 +60,33 @@ func runNode(ctx context.Context, args []string, s stdio) error {
 	if *output == "json" {
 		enc := json.NewEncoder(s.out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(report)
+		return enc.Encode(withCounters(report, counters.Reader{SysfsRoot: *host.sysfsRoot}.Read(counters.Targets(node))))
 	}
 	return nodeTable(s.out, report)
+}
+
+// nodeHCA is one HCA in `ibkube node -o json`: the agent's report plus
+// each port's counters at this reading (raw sysfs values, data in 4-octet
+// units; see docs/observability.md).
+type nodeHCA struct {
+	agent.HCAReport
+	Counters []counters.Port `json:"counters"`
+}
+
+func withCounters(report []agent.HCAReport, ports []counters.Port) []nodeHCA {
+	byHCA := map[string][]counters.Port{}
+	for _, p := range ports {
+		byHCA[p.HCA] = append(byHCA[p.HCA], p)
+	}
+	out := make([]nodeHCA, 0, len(report))
+	for _, h := range report {
+		cs := byHCA[h.Name]
+		if cs == nil {
+			cs = []counters.Port{}
+		}
+		out = append(out, nodeHCA{HCAReport: h, Counters: cs})
+	}
+	return out
 }
 
 func nodeTable(w io.Writer, report []agent.HCAReport) error {

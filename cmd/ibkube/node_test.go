@@ -132,7 +132,7 @@ func TestRunNodeJSONFields(t *testing.T) {
 		t.Fatalf("ibkube node -o json: %v\n%s", err, out.String())
 	}
 	for _, h := range hcas {
-		for _, k := range []string{"name", "pciAddress", "numaNode", "linkLayer", "healthy", "reason", "resource", "ports", "charDevices"} {
+		for _, k := range []string{"name", "pciAddress", "numaNode", "linkLayer", "healthy", "reason", "resource", "ports", "charDevices", "counters"} {
 			if _, ok := h[k]; !ok {
 				t.Errorf("HCA %s lacks %q", h["name"], k)
 			}
@@ -148,6 +148,17 @@ func TestRunNodeJSONFields(t *testing.T) {
 				}
 			}
 		}
+	}
+	// The down port's error counters reach the JSON under their sysfs names.
+	var cs []struct {
+		Port     int               `json:"port"`
+		Counters map[string]uint64 `json:"counters"`
+	}
+	if err := json.Unmarshal(hcas[1]["counters"], &cs); err != nil || len(cs) != 1 {
+		t.Fatalf("broken node's mlx5_1 counters: %v %s", err, hcas[1]["counters"])
+	}
+	if cs[0].Port != 1 || cs[0].Counters["link_downed"] != 3 || cs[0].Counters["symbol_error"] != 17 {
+		t.Errorf("broken node's mlx5_1 counters = %+v, want port 1 with link_downed 3, symbol_error 17", cs[0])
 	}
 	// numaNode -1 stays -1 (unknown), not 0.
 	if got := string(hcas[3]["numaNode"]); got != "-1" {

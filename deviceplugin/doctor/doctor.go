@@ -16,6 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/ibkube/ibkube/deviceplugin/counters"
 	"github.com/ibkube/ibkube/deviceplugin/inventory"
 	"github.com/ibkube/ibkube/deviceplugin/memlock"
 )
@@ -65,6 +66,8 @@ type Facts struct {
 	MemlockMax *uint64
 	// Advertised is what the agent would advertise, per pool.
 	Advertised []Advertised
+	// Counters are the ports' counters at one reading.
+	Counters []counters.Port
 	// KubeletPlugins is what the kubelet's device plugin directory shows.
 	KubeletPlugins KubeletPluginFacts
 }
@@ -95,13 +98,14 @@ const (
 	CheckNRI       = "nri"
 	CheckMemlock   = "runtime-memlock"
 	CheckAdvertise = "advertise"
+	CheckLinkErrs  = "link-errors"
 )
 
 // Check turns facts into a report.
 func Check(f Facts) Report {
 	r := Report{Results: []Result{
 		checkDevices(f), checkPorts(f), checkNetdevs(f), checkPeermem(f),
-		checkNRI(f), checkMemlock(f), checkAdvertise(f), checkOtherPlugins(f),
+		checkNRI(f), checkMemlock(f), checkAdvertise(f), checkOtherPlugins(f), checkLinkErrors(f),
 	}}
 	for _, res := range r.Results {
 		if res.Status == Fail {
@@ -109,6 +113,47 @@ func Check(f Facts) Report {
 		}
 	}
 	return r
+}
+
+// checkLinkErrors warns when a port's error counters are not zero. One
+// reading cannot tell old errors from rising ones (the agent's
+// RDMALinkErrors/RDMALinkFlapped node Events and the chart's alert follow
+// the rise); a clean link counts none, and the counters only clear on a
+// driver reload or perfquery -R, so any count is worth a look. It never
+// fails: a port that still works is the ports check's business.
+func checkLinkErrors(f Facts) Result {
+	res := Result{Name: CheckLinkErrs}
+	var read int
+	var bad []string
+	for _, p := range f.Counters {
+		var parts []string
+		for _, name := range counters.ErrorCounterNames() {
+			v, ok := p.Counters[name]
+			if !ok {
+				continue
+			}
+			read++
+			if v > 0 {
+				parts = append(parts, fmt.Sprintf("%s=%d", name, v))
+			}
+		}
+		if len(parts) > 0 {
+			bad = append(bad, fmt.Sprintf("%s/%d %s", p.HCA, p.Port, strings.Join(parts, " ")))
+		}
+	}
+	switch {
+	case read == 0:
+		res.Status, res.Message = Pass, "no port error counters to read"
+	case len(bad) > 0:
+		res.Status = Warn
+		res.Message = "error counters not zero since they were last cleared: " + strings.Join(bad, ", ")
+		res.Fix = "run again to see whether they rise (the agent sends RDMALinkErrors/RDMALinkFlapped node Events when they do); " +
+			"link_downed counts the link going down, symbol_error and link_error_recovery point at a marginal cable or transceiver: " +
+			"check with ibstat and perfquery -x, reseat or replace the cable"
+	default:
+		res.Status, res.Message = Pass, fmt.Sprintf("%d ports, no link errors", len(f.Counters))
+	}
+	return res
 }
 
 func checkDevices(f Facts) Result {

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/ibkube/ibkube/deviceplugin/config"
+	"github.com/ibkube/ibkube/deviceplugin/counters"
 	"github.com/ibkube/ibkube/deviceplugin/discovery"
 	"github.com/ibkube/ibkube/deviceplugin/memlock"
 	"github.com/ibkube/ibkube/deviceplugin/resource"
@@ -101,6 +102,8 @@ func Gather(ctx context.Context, o Options) Facts {
 	} else {
 		f.Runtime = &rl
 	}
+
+	f.Counters = counters.Reader{SysfsRoot: o.SysfsRoot}.Read(counters.Targets(node))
 
 	model := resource.Build(cfg, node, resource.Options{HostDevRoot: o.DevRoot})
 	for _, p := range model.Pools {

@@ -93,6 +93,8 @@ var renderCases = []renderCase{
 	{name: "custom-resource-names", apiVersions: []string{"k8s.cni.cncf.io/v1"}},
 	{name: "ipoib-mtu-exclude"},
 	{name: "hardened-extras"},
+	// The PrometheusRule forced on, the Grafana dashboard ConfigMap, counters tuned.
+	{name: "observability"},
 }
 
 func (c renderCase) args() []string {

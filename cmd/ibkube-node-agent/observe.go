@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/ibkube/ibkube/deviceplugin/agent"
+	"github.com/ibkube/ibkube/deviceplugin/counters"
+	"github.com/ibkube/ibkube/deviceplugin/inventory"
+)
+
+// addCounterMonitor runs the counters monitor beside the agent and exports
+// it on the agent's /metrics (see docs/observability.md).
+func addCounterMonitor(a *agent.Agent, opts options, log logr.Logger) (stop func(), err error) {
+	log = log.WithName("counters")
+	if !opts.observe.counters {
+		log.Info("port counters off (--counters=false): no RDMA traffic series, idle warning or link-error Events")
+		return func() {}, nil
+	}
+	cfg := counters.MonitorConfig{
+		Reader: counters.Reader{SysfsRoot: opts.sysfsRoot},
+		Source: agentSource{a},
+		Period: opts.observe.period,
+		Idle:   counters.IdleRule{Window: opts.observe.idleWindow, MinBytes: opts.observe.idleMinBytes},
+	}
+	var stops []func()
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	if sock := opts.observe.podResourcesSocket; sock != "" {
+		l, err := counters.NewPodResourcesLister(sock)
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, func() { _ = l.Close() })
+		cfg.Lister = l
+	}
+	if kc, err := rest.InClusterConfig(); err != nil {
+		log.V(1).Info("no in-cluster API client: idle and link findings are logged, not sent as Events", "reason", err.Error())
+	} else if cs, err := kubernetes.NewForConfig(kc); err != nil {
+		log.Error(err, "API client for Events; idle and link findings are only logged")
+	} else {
+		b := record.NewBroadcaster()
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+		stops = append(stops, b.Shutdown)
+		rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ibkube-node-agent", Host: opts.nodeName})
+		cfg.Events = recorderSink{rec: rec, node: opts.nodeName}
+		cfg.Pods = apiPods{cs: cs}
+	}
+	m, err := counters.NewMonitor(cfg, log)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	if err := a.Registry().Register(m); err != nil {
+		stop()
+		return nil, fmt.Errorf("register counter metrics: %w", err)
+	}
+	a.Add(m.Run)
+	return stop, nil
+}
+
+// agentSource is the agent as the monitor reads it.
+type agentSource struct{ a *agent.Agent }
+
+func (s agentSource) Inventory() inventory.Node { return s.a.Inventory() }
+
+func (s agentSource) Pools() map[string]counters.PoolView {
+	out := map[string]counters.PoolView{}
+	for _, p := range s.a.Model().Pools {
+		v := counters.PoolView{Exclusive: p.Exclusive()}
+		for _, h := range p.HCAs {
+			v.HCAs = append(v.HCAs, h.Name)
+		}
+		out[p.Resource] = v
+	}
+	return out
+}
+
+// recorderSink sends the monitor's findings as Events through client-go's
+// recorder (which aggregates repeats).
+type recorderSink struct {
+	rec  record.EventRecorder
+	node string
+}
+
+func (s recorderSink) PodEvent(pod counters.PodInfo, reason, message string) {
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
+	s.rec.Event(ref, corev1.EventTypeWarning, reason, message)
+}
+
+func (s recorderSink) NodeEvent(reason, message string) {
+	// A Node's Events carry its name as UID, as the kubelet's do
+	// (kubernetes pkg/kubelet/kubelet.go nodeRef).
+	ref := &corev1.ObjectReference{Kind: "Node", Name: s.node, UID: types.UID(s.node)}
+	s.rec.Event(ref, corev1.EventTypeWarning, reason, message)
+}
+
+// apiPods reads a pod from the API server (the agent needs get on pods).
+type apiPods struct{ cs kubernetes.Interface }
+
+func (p apiPods) Pod(ctx context.Context, namespace, name string) (counters.PodInfo, error) {
+	got, err := p.cs.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return counters.PodInfo{}, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
+	}
+	return counters.PodInfo{Namespace: namespace, Name: name, UID: string(got.UID), Annotations: got.Annotations}, nil
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/ibkube/ibkube/deviceplugin/counters"
+)
+
+func TestRecorderSink(t *testing.T) {
+	t.Parallel()
+	rec := record.NewFakeRecorder(4)
+	rec.IncludeObject = true
+	var sink counters.EventSink = recorderSink{rec: rec, node: "nd-0"}
+	sink.PodEvent(counters.PodInfo{Namespace: "ml", Name: "train-0", UID: "u-1"}, counters.ReasonIdle, "container trainer holds RDMA devices")
+	sink.NodeEvent(counters.ReasonLinkFlapped, "mlx5_1 port 1: link_downed +1")
+	got := []string{<-rec.Events, <-rec.Events}
+	want := []string{
+		"Warning RDMAIdle container trainer holds RDMA devices involvedObject{kind=Pod,apiVersion=v1}",
+		"Warning RDMALinkFlapped mlx5_1 port 1: link_downed +1 involvedObject{kind=Node,apiVersion=}",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+func TestAPIPods(t *testing.T) {
+	t.Parallel()
+	cs := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Namespace: "ml", Name: "eval", UID: "u-7", Annotations: map[string]string{counters.AnnotationIdleWarning: "false"},
+	}})
+	got, err := apiPods{cs: cs}.Pod(context.Background(), "ml", "eval")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := counters.PodInfo{Namespace: "ml", Name: "eval", UID: "u-7", Annotations: map[string]string{counters.AnnotationIdleWarning: "false"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Pod (-want +got):\n%s", diff)
+	}
+	if _, err := (apiPods{cs: cs}).Pod(context.Background(), "ml", "gone"); err == nil || !strings.Contains(err.Error(), "get pod ml/gone") {
+		t.Errorf("a missing pod: %v", err)
+	}
+}
