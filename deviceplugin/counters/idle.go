@@ -149,4 +149,6 @@ func idleMessage(h Holder, moved uint64, window time.Duration) string {
 // AnnotationIdleWarning on a pod set to "false" turns the idle warning off
 // for its containers (pods that hold RDMA devices but legitimately never
 // communicate, e.g. a single-node job).
-const AnnotationIdleWarning = "ibkube.io/rdma-idle-warning"
+// It lives under the prefix of every ibkube pod annotation, so the webhook
+// accepts and checks it like the others.
+const AnnotationIdleWarning = "infiniband.azure.com/rdma-idle-warning"

@@ -21,6 +21,10 @@ const (
 	AnnotationSocketFallback = Prefix + "socket-fallback"
 	SocketFallbackAllow      = "allow"
 	SocketFallbackDeny       = "deny"
+	// AnnotationIdleWarning set to "false" stops the node agent warning that
+	// the pod's RDMA devices sit idle (pods that hold HCAs but legitimately
+	// never communicate over them). The webhook only checks its value.
+	AnnotationIdleWarning = Prefix + "rdma-idle-warning"
 )
 
 // Keys ibkube writes (accepted on re-admission; a user may also preset them).
@@ -60,7 +64,7 @@ const acceptedModes = "rdma-shared, rdma-exclusive, ipoib, rdma-shared,ipoib, rd
 
 // userKeys and ownKeys are the suffixes accepted under Prefix on a pod.
 var (
-	userKeys = []string{"mode", "hcas", "containers", "profile", "socket-fallback"}
+	userKeys = []string{"mode", "hcas", "containers", "profile", "socket-fallback", "rdma-idle-warning"}
 	ownKeys  = []string{"injected", "memlock", "nccl-conf"}
 )
 

@@ -76,6 +76,9 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 			return Result{}, err
 		}
 	}
+	if v, ok := pod.Annotations[AnnotationIdleWarning]; ok && v != "true" && v != "false" {
+		return Result{}, refusef("annotation %s: invalid value %s; accepted: true, false", AnnotationIdleWarning, echo(v))
+	}
 	m, ok, err := resolveMode(pod, ns, cfg)
 	if err != nil || !ok {
 		return Result{}, err

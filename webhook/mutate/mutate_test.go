@@ -199,11 +199,11 @@ func TestMutateRefusals(t *testing.T) {
 		},
 		{
 			"typo under the prefix", map[string]string{AnnotationMode: "rdma-shared", Prefix + "hca": "8"}, optedIn("t"),
-			`annotation infiniband.azure.com/hca: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile, socket-fallback (and injected, memlock, nccl-conf, written by ibkube)`,
+			`annotation infiniband.azure.com/hca: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile, socket-fallback, rdma-idle-warning (and injected, memlock, nccl-conf, written by ibkube)`,
 		},
 		{
 			"pod-level inject label as annotation", map[string]string{Prefix + "inject": "enabled"}, optedIn("t"),
-			`annotation infiniband.azure.com/inject: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile, socket-fallback (and injected, memlock, nccl-conf, written by ibkube)`,
+			`annotation infiniband.azure.com/inject: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile, socket-fallback, rdma-idle-warning (and injected, memlock, nccl-conf, written by ibkube)`,
 		},
 		{
 			"bad memlock", map[string]string{AnnotationMode: "rdma-shared", AnnotationMemlock: "lots"}, optedIn("t"),
@@ -234,6 +234,10 @@ func TestMutateRefusals(t *testing.T) {
 		{
 			"bad socket-fallback with mode none", map[string]string{AnnotationMode: "none", AnnotationSocketFallback: "Deny"}, optedIn("t"),
 			`annotation infiniband.azure.com/socket-fallback: invalid value "Deny": accepted: allow (NCCL may fall back to TCP sockets, NCCL's default) or deny (NCCL fails instead)`,
+		},
+		{
+			"bad rdma-idle-warning", map[string]string{AnnotationMode: "rdma-shared", AnnotationIdleWarning: "off"}, optedIn("t"),
+			`annotation infiniband.azure.com/rdma-idle-warning: invalid value "off"; accepted: true, false`,
 		},
 		{
 			"bad namespace socket-fallback", map[string]string{AnnotationMode: "rdma-shared"}, optedIn("team", AnnotationSocketFallback, "no"),
