@@ -4,7 +4,7 @@
 # (hack/tools/gobuild.sh). See docs/e2e.md.
 
 # The one Kubernetes version the project builds and tests against.
-KUBE_VERSION       := 1.36.3
+KUBE_VERSION       := 1.37.2
 KUBE_MINOR         := $(word 2,$(subst ., ,$(KUBE_VERSION)))
 CONTAINERD_VERSION := 2.4.2
 HELM_VERSION       := 3.22.0

@@ -47,7 +47,7 @@ func kubeVersion() string {
 	if v := os.Getenv("KUBE_VERSION"); v != "" {
 		return v
 	}
-	return "1.36.3"
+	return "1.37.2"
 }
 
 // helm runs the helm binary and returns stdout, or stderr as the error.
