@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/ibkube/ibkube/deviceplugin/fixture"
+	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/internal/golden"
 )
 
@@ -391,7 +391,7 @@ func TestProfilesTopologyExists(t *testing.T) {
 }
 
 // TestTopologiesMatchFixtures checks that each HCA sits on the same NUMA
-// node, with the same CPUs, as in deviceplugin/fixture's fake host of that
+// node, with the same CPUs, as in hca/fixture's fake host of that
 // size, which the node agent's tests run on.
 func TestTopologiesMatchFixtures(t *testing.T) {
 	t.Parallel()

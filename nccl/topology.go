@@ -79,7 +79,7 @@ const ndVCPUs = 96
 // topology/ndv4-topo.xml, whose cpu elements give numaid, affinity and the
 // CPU model, and list under numaid 0 GPUs 0003, 0004 with HCAs 0103, 0104;
 // numaid 1: 0001, 0002 / 0101, 0102; numaid 2: 000d, 000e / 0107, 0108;
-// numaid 3: 000b, 000c / 0105, 0106. deviceplugin/fixture's ndv4 host puts
+// numaid 3: 000b, 000c / 0105, 0106. hca/fixture's ndv4 host puts
 // the HCAs on the same nodes.
 func ndv4Machine() machine {
 	return machine{
@@ -114,7 +114,7 @@ func ndv4Machine() machine {
 // 00000000,0000ffff,ffffffff (vCPUs 0-47) with GPUs 0001, 0002, 0003, 0008
 // paired with HCAs 0101 … 0104, numaid 1 has ffffffff,ffff0000,00000000
 // (vCPUs 48-95) with GPUs 0009, 000a, 000b, 000c paired with 0105 … 0108;
-// its switches carry zero vendor/device IDs. deviceplugin/fixture's ndv5
+// its switches carry zero vendor/device IDs. hca/fixture's ndv5
 // host puts the HCAs on the same nodes.
 func ndv5Machine() machine {
 	return machine{

@@ -16,7 +16,7 @@ import (
 
 	"github.com/ibkube/ibkube/cni/install"
 	"github.com/ibkube/ibkube/cni/plugin"
-	"github.com/ibkube/ibkube/deviceplugin/discovery"
+	"github.com/ibkube/ibkube/hca/discovery"
 	ibversion "github.com/ibkube/ibkube/internal/version"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/ibkube/ibkube/deviceplugin/fixture"
-	"github.com/ibkube/ibkube/deviceplugin/server/kubeletstub"
+	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/node/deviceplugin/kubeletstub"
 )
 
 // BenchmarkAgentRSS builds the agent binary, runs it on the ND H100 v5

@@ -7,8 +7,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/ibkube/ibkube/deviceplugin/counters"
 	"github.com/ibkube/ibkube/internal/logging"
+	"github.com/ibkube/ibkube/node/counters"
 )
 
 // options is everything the command line says.
@@ -33,7 +33,7 @@ type options struct {
 	observe          observeOptions
 }
 
-// observeOptions configure the counters monitor (deviceplugin/counters).
+// observeOptions configure the counters monitor (node/counters).
 type observeOptions struct {
 	counters           bool
 	period             time.Duration

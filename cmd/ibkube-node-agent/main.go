@@ -12,11 +12,11 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/ibkube/ibkube/deviceplugin/agent"
-	"github.com/ibkube/ibkube/deviceplugin/config"
-	"github.com/ibkube/ibkube/deviceplugin/discovery"
-	"github.com/ibkube/ibkube/deviceplugin/memlock"
+	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/internal/logging"
+	"github.com/ibkube/ibkube/node/agent"
+	"github.com/ibkube/ibkube/node/config"
+	"github.com/ibkube/ibkube/node/memlock"
 )
 
 func main() {

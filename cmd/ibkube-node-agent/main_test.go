@@ -9,7 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/ibkube/ibkube/deviceplugin/fixture"
+	"github.com/ibkube/ibkube/hca/fixture"
 )
 
 func TestParseFlagsDefaults(t *testing.T) {

@@ -14,9 +14,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/ibkube/ibkube/deviceplugin/agent"
-	"github.com/ibkube/ibkube/deviceplugin/counters"
-	"github.com/ibkube/ibkube/deviceplugin/inventory"
+	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/node/agent"
+	"github.com/ibkube/ibkube/node/counters"
 )
 
 // addCounterMonitor runs the counters monitor beside the agent and exports

@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/ibkube/ibkube/deviceplugin/counters"
+	"github.com/ibkube/ibkube/node/counters"
 )
 
 func TestRecorderSink(t *testing.T) {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/ibkube/ibkube/deviceplugin/config"
-	"github.com/ibkube/ibkube/deviceplugin/doctor"
-	"github.com/ibkube/ibkube/deviceplugin/memlock"
+	"github.com/ibkube/ibkube/node/config"
+	"github.com/ibkube/ibkube/node/doctor"
+	"github.com/ibkube/ibkube/node/memlock"
 )
 
 // runDoctor checks the node (or fake roots) and prints one line per check;

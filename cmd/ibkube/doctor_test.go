@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ibkube/ibkube/deviceplugin/fixture"
+	"github.com/ibkube/ibkube/hca/fixture"
 )
 
 func TestDoctorCommand(t *testing.T) {

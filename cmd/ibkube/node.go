@@ -15,11 +15,11 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/ibkube/ibkube/deviceplugin/agent"
-	"github.com/ibkube/ibkube/deviceplugin/config"
-	"github.com/ibkube/ibkube/deviceplugin/counters"
-	"github.com/ibkube/ibkube/deviceplugin/discovery"
-	"github.com/ibkube/ibkube/deviceplugin/resource"
+	"github.com/ibkube/ibkube/hca/discovery"
+	"github.com/ibkube/ibkube/node/agent"
+	"github.com/ibkube/ibkube/node/config"
+	"github.com/ibkube/ibkube/node/counters"
+	"github.com/ibkube/ibkube/node/resource"
 )
 
 // runNode prints the node's HCAs as the agent sees them: which resource each

@@ -3,7 +3,7 @@ package main
 import (
 	"flag"
 
-	"github.com/ibkube/ibkube/deviceplugin/discovery"
+	"github.com/ibkube/ibkube/hca/discovery"
 )
 
 // hostFlags are the flags `ibkube node` and `ibkube doctor` share: where to

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ibkube/ibkube/deviceplugin/fixture"
+	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/internal/golden"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/ibkube/ibkube/cni/multus"
 	"github.com/ibkube/ibkube/cni/plugin"
-	"github.com/ibkube/ibkube/deviceplugin/inventory"
+	"github.com/ibkube/ibkube/hca/inventory"
 )
 
 // Names and defaults.

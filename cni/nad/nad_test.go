@@ -10,8 +10,8 @@ import (
 
 	"github.com/ibkube/ibkube/cni/multus"
 	"github.com/ibkube/ibkube/cni/plugin"
-	"github.com/ibkube/ibkube/deviceplugin/inventory"
-	"github.com/ibkube/ibkube/deviceplugin/selector"
+	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/hca/selector"
 	"github.com/ibkube/ibkube/internal/golden"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/ibkube/ibkube/deviceplugin/inventory"
+	"github.com/ibkube/ibkube/hca/inventory"
 )
 
 // PluginType is the plugin's CNI "type": the binary's name in the CNI bin dir.

@@ -15,10 +15,10 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/ibkube/ibkube/deviceplugin/inventory"
+	"github.com/ibkube/ibkube/hca/inventory"
 )
 
-// Scanner reads the node's HCA inventory (deviceplugin/discovery.Scanner).
+// Scanner reads the node's HCA inventory (hca/discovery.Scanner).
 type Scanner interface {
 	Scan(ctx context.Context) (inventory.Node, error)
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/ibkube/ibkube/deviceplugin/fixture"
-	"github.com/ibkube/ibkube/deviceplugin/inventory"
+	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/hca/inventory"
 )
 
 // fakeExec stands in for the delegate plugin: it records each call and

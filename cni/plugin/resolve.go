@@ -6,8 +6,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/ibkube/ibkube/deviceplugin/inventory"
-	"github.com/ibkube/ibkube/deviceplugin/selector"
+	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/hca/selector"
 )
 
 // Parent policies: how the plugin picks the node interface to delegate to.

@@ -11,10 +11,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/ibkube/ibkube/deviceplugin/discovery"
-	"github.com/ibkube/ibkube/deviceplugin/fixture"
-	"github.com/ibkube/ibkube/deviceplugin/inventory"
-	"github.com/ibkube/ibkube/deviceplugin/selector"
+	"github.com/ibkube/ibkube/hca/discovery"
+	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/hca/selector"
 	"github.com/ibkube/ibkube/internal/golden"
 )
 

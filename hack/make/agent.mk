@@ -1,9 +1,9 @@
-# Node agent (deviceplugin/{config,selector,resource,server,agent},
+# Node agent (node/{config,resource,deviceplugin,agent}, hca/selector,
 # cmd/ibkube-node-agent, ibkube node). See docs/node-agent.md.
 
-AGENT_PKGS       := ./deviceplugin/config/... ./deviceplugin/selector/... ./deviceplugin/resource/... \
-                    ./deviceplugin/server/... ./deviceplugin/agent/... ./cmd/ibkube-node-agent/...
-AGENT_BENCH_PKGS := ./deviceplugin/resource/ ./deviceplugin/server/ ./deviceplugin/agent/ ./cmd/ibkube-node-agent/
+AGENT_PKGS       := ./node/config/... ./hca/selector/... ./node/resource/... \
+                    ./node/deviceplugin/... ./node/agent/... ./cmd/ibkube-node-agent/...
+AGENT_BENCH_PKGS := ./node/resource/ ./node/deviceplugin/ ./node/agent/ ./cmd/ibkube-node-agent/
 
 BENCH_TARGETS += bench-agent
 
@@ -23,4 +23,4 @@ FUZZ_TARGETS += fuzz-agent-config
 
 .PHONY: fuzz-agent-config
 fuzz-agent-config: ## Fuzz the AgentConfig parser for FUZZTIME.
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime=$(FUZZTIME) ./deviceplugin/config/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime=$(FUZZTIME) ./node/config/

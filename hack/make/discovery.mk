@@ -1,6 +1,6 @@
-# Discovery (deviceplugin/discovery) and fixture trees (deviceplugin/fixture).
+# Discovery (hca/discovery) and fixture trees (hca/fixture).
 
-DISCOVERY_PKG := ./deviceplugin/discovery/
+DISCOVERY_PKG := ./hca/discovery/
 
 FUZZ_TARGETS  += fuzz-discovery
 BENCH_TARGETS += bench-discovery
@@ -18,9 +18,9 @@ bench-discovery: ## Discovery benchmarks on the ND H100 v5 fixture: a full Scan,
 	$(GO) test -run '^$$' -bench . -benchmem $(DISCOVERY_PKG)
 
 .PHONY: fixtures
-fixtures: ## Regenerate deviceplugin/fixture/testdata/*.tree from deviceplugin/fixture/internal/hosts.
-	$(GO) run ./deviceplugin/fixture/internal/gen deviceplugin/fixture/testdata
+fixtures: ## Regenerate hca/fixture/testdata/*.tree from hca/fixture/internal/hosts.
+	$(GO) run ./hca/fixture/internal/gen hca/fixture/testdata
 
 .PHONY: update-discovery-golden
-update-discovery-golden: ## Rewrite deviceplugin/discovery/testdata/*.golden.json (review the diff).
+update-discovery-golden: ## Rewrite hca/discovery/testdata/*.golden.json (review the diff).
 	$(GO) test -count=1 -run TestScanFixtures $(DISCOVERY_PKG) -update

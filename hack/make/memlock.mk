@@ -1,4 +1,4 @@
-# Memlock through NRI and the node doctor (deviceplugin/memlock, deviceplugin/doctor).
+# Memlock through NRI and the node doctor (node/memlock, node/doctor).
 # See docs/memlock.md.
 
 MEMLOCK_INTEGRATION_TIMEOUT ?= 15m
@@ -10,5 +10,5 @@ TEST_TARGETS += test-integration-memlock
 
 .PHONY: fuzz-memlock
 fuzz-memlock: ## Fuzz the memlock annotation parser for FUZZTIME.
-	$(GO) test -run '^$$' -fuzz '^FuzzParseValue$$' -fuzztime=$(FUZZTIME) ./deviceplugin/memlock/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseValue$$' -fuzztime=$(FUZZTIME) ./node/memlock/
 FUZZ_TARGETS += fuzz-memlock

@@ -1,7 +1,7 @@
 # Observability: HCA port counters, attribution and the idle rule
-# (deviceplugin/counters), the chart's dashboard and alert rules (promtool).
+# (node/counters), the chart's dashboard and alert rules (promtool).
 
-COUNTERS_PKG := ./deviceplugin/counters/
+COUNTERS_PKG := ./node/counters/
 
 BENCH_TARGETS += bench-counters
 

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	agentconfig "github.com/ibkube/ibkube/deviceplugin/config"
+	agentconfig "github.com/ibkube/ibkube/node/config"
 	webhookconfig "github.com/ibkube/ibkube/webhook/config"
 )
 

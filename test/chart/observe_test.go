@@ -30,7 +30,7 @@ const (
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
-	for _, root := range []string{"../../deviceplugin", "../../webhook", "../../cmd"} {
+	for _, root := range []string{"../../node", "../../webhook", "../../cmd"} {
 		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err

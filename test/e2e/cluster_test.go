@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
-	"github.com/ibkube/ibkube/deviceplugin/fixture"
-	"github.com/ibkube/ibkube/deviceplugin/server"
+	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/node/deviceplugin"
 )
 
 // The cluster test/e2e/node/cluster.sh brings up (make e2e-cluster): one
@@ -731,7 +731,7 @@ func testKubeletRestarts(t *testing.T, st *clusterState) {
 		}
 		want[res] = v
 	}
-	plugin := filepath.Join(h.e2eDir, "nodes/nd/kubelet/device-plugins", server.SocketName(string(exclusiveRes)))
+	plugin := filepath.Join(h.e2eDir, "nodes/nd/kubelet/device-plugins", deviceplugin.SocketName(string(exclusiveRes)))
 	var times, afterSocket []float64
 	reregistered := 0
 	for i := 0; i < restarts; i++ {

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/ibkube/ibkube/deviceplugin/fixture"
+	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/internal/testenv"
 )
 

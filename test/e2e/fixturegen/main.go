@@ -1,5 +1,5 @@
 // Command fixturegen writes a simulated InfiniBand host (sys/ and dev/ trees
-// from deviceplugin/fixture) with real char devices, for make demo and manual
+// from hca/fixture) with real char devices, for make demo and manual
 // runs of the e2e node:
 //
 //	fixturegen -dir /dev/ibk-e2e-fixture -name ndv5
@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ibkube/ibkube/deviceplugin/fixture"
+	"github.com/ibkube/ibkube/hca/fixture"
 )
 
 func main() {

@@ -27,7 +27,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
-	"github.com/ibkube/ibkube/deviceplugin/fixture"
+	"github.com/ibkube/ibkube/hca/fixture"
 )
 
 // refPluginDirs are where distributions put the reference plugins.

@@ -38,8 +38,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/ibkube/ibkube/deviceplugin/inventory"
-	"github.com/ibkube/ibkube/deviceplugin/memlock"
+	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/node/memlock"
 )
 
 const (

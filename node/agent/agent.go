@@ -1,0 +1,301 @@
+// Package agent is the node agent: it scans the node's HCAs, builds the
+// resource model from the config, serves the pools to the kubelet, rescans
+// on discovery's change hints and periodically, and serves /healthz,
+// /inventory and Prometheus /metrics.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/node/config"
+	"github.com/ibkube/ibkube/node/deviceplugin"
+	"github.com/ibkube/ibkube/node/resource"
+)
+
+// Scanner is discovery as the agent uses it (*discovery.Scanner).
+type Scanner interface {
+	Scan(ctx context.Context) (inventory.Node, error)
+	Watch(ctx context.Context) (<-chan struct{}, error)
+}
+
+// Runnable is a component that runs beside the agent until ctx ends (the
+// NRI memlock plugin); an error other than ctx's stops the agent.
+type Runnable func(ctx context.Context) error
+
+// Config is everything the agent needs; main fills it from flags.
+type Config struct {
+	Agent   *config.AgentConfig
+	Scanner Scanner
+	// SysfsRoot is read for the DMI product name.
+	SysfsRoot string
+	// HostDevRoot prefixes every DeviceSpec.HostPath (the kubelet's /dev).
+	HostDevRoot      string
+	KubeletSocketDir string
+	// StateDir is the host directory for files handed to containers (the
+	// NCCL topology file); the agent must see it at the same path as the host.
+	StateDir string
+	// InstanceType looks up the Node's instance-type label once at start;
+	// nil or an error means "unknown" (the agent goes on).
+	InstanceType func(context.Context) (string, error)
+	// MetricsAddr and HealthAddr are listen addresses; "" or "0" disables.
+	MetricsAddr, HealthAddr string
+	// Runnables run beside the agent (e.g. the NRI memlock plugin).
+	Runnables []Runnable
+}
+
+// Agent is one node agent.
+type Agent struct {
+	cfg     Config
+	log     logr.Logger
+	reg     *prometheus.Registry
+	metrics *metrics
+
+	state   atomic.Pointer[state]
+	profile resource.Profile
+	ready   atomic.Bool
+}
+
+type state struct {
+	node  inventory.Node
+	model *resource.Model
+}
+
+// New checks the config and prepares the agent; Run starts it.
+func New(cfg Config, log logr.Logger) (*Agent, error) {
+	if cfg.Agent == nil {
+		cfg.Agent = config.Default()
+	}
+	if err := cfg.Agent.Validate(); err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	if cfg.Scanner == nil {
+		return nil, errors.New("agent: no scanner")
+	}
+	if cfg.HostDevRoot == "" {
+		cfg.HostDevRoot = "/dev"
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	a := &Agent{cfg: cfg, log: log, reg: reg, metrics: m}
+	a.state.Store(&state{model: resource.Build(cfg.Agent, inventory.Node{}, a.modelOptions())})
+	return a, nil
+}
+
+// Add runs r beside the agent (call before Run): the NRI memlock plugin,
+// which needs the agent's Inventory and Registry and so is built after New.
+func (a *Agent) Add(r Runnable) { a.cfg.Runnables = append(a.cfg.Runnables, r) }
+
+// Registry is where components running beside the agent register their
+// metrics; /metrics serves it.
+func (a *Agent) Registry() prometheus.Registerer { return a.reg }
+
+// Inventory returns the latest scan; safe for concurrent use.
+func (a *Agent) Inventory() inventory.Node { return a.state.Load().node }
+
+// Model returns the latest resource model; safe for concurrent use.
+func (a *Agent) Model() *resource.Model { return a.state.Load().model }
+
+func (a *Agent) modelOptions() resource.Options {
+	return resource.Options{HostDevRoot: a.cfg.HostDevRoot, Profile: a.profile}
+}
+
+// Run serves until ctx ends or a component fails.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a.resolveProfile(ctx)
+
+	a.rescan(ctx, "start")
+	model := a.Model()
+	var specs []deviceplugin.Spec
+	for _, p := range model.Pools {
+		specs = append(specs, deviceplugin.Spec{Resource: p.Resource, Exclusive: p.Exclusive(), Pool: p})
+	}
+	mgr := deviceplugin.NewManager(deviceplugin.Options{
+		SocketDir: a.cfg.KubeletSocketDir, Logger: a.log.WithName("server"), Observer: a.metrics,
+	}, specs)
+
+	hints, err := a.cfg.Scanner.Watch(ctx)
+	if err != nil {
+		a.log.Error(err, "change events unavailable; relying on the periodic rescan", "period", a.cfg.Agent.RescanPeriod.Duration)
+	}
+
+	errs := make(chan error, 3+len(a.cfg.Runnables))
+	var wg sync.WaitGroup
+	launch := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	launch("device plugin server", mgr.Run)
+	if addr := a.cfg.MetricsAddr; addr != "" && addr != "0" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+		launch("metrics server", func(ctx context.Context) error { return serveHTTP(ctx, addr, mux) })
+	}
+	if addr := a.cfg.HealthAddr; addr != "" && addr != "0" {
+		launch("health server", func(ctx context.Context) error { return serveHTTP(ctx, addr, a.healthMux()) })
+	}
+	for i, r := range a.cfg.Runnables {
+		launch(fmt.Sprintf("runnable %d", i), r)
+	}
+	a.ready.Store(true)
+
+	ticker := time.NewTicker(a.cfg.Agent.RescanPeriod.Duration)
+	defer ticker.Stop()
+	var runErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-errs:
+			runErr = err
+			break loop
+		case _, ok := <-hints:
+			if !ok {
+				hints = nil
+				continue
+			}
+			a.rescanAndUpdate(ctx, mgr, "event")
+		case <-ticker.C:
+			a.rescanAndUpdate(ctx, mgr, "periodic")
+		}
+	}
+	a.ready.Store(false)
+	cancel()
+	wg.Wait()
+	return runErr
+}
+
+func (a *Agent) resolveProfile(ctx context.Context) {
+	var label string
+	if a.cfg.InstanceType != nil && a.cfg.Agent.Profile == "" {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		l, err := a.cfg.InstanceType(lctx)
+		cancel()
+		if err != nil {
+			a.log.Info("cannot read the Node's instance type; trying the DMI product name", "error", err.Error())
+		}
+		label = l
+	}
+	sku, source := ResolveSKU(a.cfg.Agent.Profile, label, DMIProductName(a.cfg.SysfsRoot))
+	p, ok, err := NodeProfile(sku, a.cfg.StateDir)
+	switch {
+	case err != nil:
+		a.log.Error(err, "node profile without its topology file", "sku", sku, "profile", p.Name)
+	case !ok:
+		a.log.Info("no node profile", "sku", sku, "source", source)
+	default:
+		a.log.Info("node profile", "sku", sku, "source", source, "profile", p.Name, "topologyFile", p.TopologyFile)
+	}
+	a.profile = p
+}
+
+// rescan scans and stores the new inventory and model; on error the last
+// good state stays.
+func (a *Agent) rescan(ctx context.Context, trigger string) bool {
+	start := time.Now()
+	node, err := a.cfg.Scanner.Scan(ctx)
+	a.metrics.scanSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		a.metrics.scans.WithLabelValues(trigger, "error").Inc()
+		if ctx.Err() == nil {
+			a.log.Error(err, "scan failed; keeping the last inventory", "trigger", trigger)
+		}
+		return false
+	}
+	a.metrics.scans.WithLabelValues(trigger, "success").Inc()
+	model := resource.Build(a.cfg.Agent, node, a.modelOptions())
+	old := a.state.Swap(&state{node: node, model: model})
+	a.metrics.setModel(model)
+	a.logChanges(old.node, node)
+	return true
+}
+
+func (a *Agent) rescanAndUpdate(ctx context.Context, mgr *deviceplugin.Manager, trigger string) {
+	if !a.rescan(ctx, trigger) {
+		return
+	}
+	for _, p := range a.Model().Pools {
+		mgr.Update(p.Resource, p)
+	}
+}
+
+func (a *Agent) logChanges(old, cur inventory.Node) {
+	was := map[string]inventory.HCA{}
+	for _, h := range old.HCAs {
+		was[h.Name] = h
+	}
+	for _, h := range cur.HCAs {
+		o, seen := was[h.Name]
+		switch {
+		case !seen:
+			a.log.Info("HCA found", "hca", h.Name, "healthy", h.Healthy, "reason", h.HealthReason)
+		case o.Healthy != h.Healthy || o.HealthReason != h.HealthReason:
+			a.log.Info("HCA health changed", "hca", h.Name, "healthy", h.Healthy, "reason", h.HealthReason)
+		}
+		delete(was, h.Name)
+	}
+	for name := range was {
+		a.log.Info("HCA gone", "hca", name)
+	}
+}
+
+func (a *Agent) healthMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	ok := func(w http.ResponseWriter, _ *http.Request) {
+		if !a.ready.Load() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	}
+	mux.HandleFunc("/healthz", ok)
+	mux.HandleFunc("/readyz", ok)
+	mux.HandleFunc("/inventory", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(Report(a.Model()))
+	})
+	return mux
+}
+
+func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ibkube/ibkube/node/resource"
+)
+
+// metrics are the agent's Prometheus series (namespace ibkube_node_agent).
+type metrics struct {
+	devices       *prometheus.GaugeVec
+	hcas          *prometheus.GaugeVec
+	allocations   *prometheus.CounterVec
+	allocated     *prometheus.CounterVec
+	registrations *prometheus.CounterVec
+	scans         *prometheus.CounterVec
+	scanSeconds   prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		devices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ibkube_node_agent_devices",
+			Help: "Devices advertised to the kubelet, by resource and health (Healthy, Unhealthy).",
+		}, []string{"resource", "health"}),
+		hcas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ibkube_node_agent_hca_healthy",
+			Help: "1 when the HCA is healthy, 0 when not; resource is the comma-separated resources it feeds, empty when excluded.",
+		}, []string{"hca", "resource"}),
+		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ibkube_node_agent_allocations_total",
+			Help: "Container allocations answered, by resource.",
+		}, []string{"resource"}),
+		allocated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ibkube_node_agent_allocated_devices_total",
+			Help: "Devices handed out in allocations, by resource.",
+		}, []string{"resource"}),
+		registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ibkube_node_agent_kubelet_registrations_total",
+			Help: "Registrations with the kubelet, by resource and result (success, error); more than one success means re-registrations after kubelet restarts.",
+		}, []string{"resource", "result"}),
+		scans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ibkube_node_agent_scans_total",
+			Help: "Hardware scans, by trigger (start, event, periodic) and result (success, error).",
+		}, []string{"trigger", "result"}),
+		scanSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ibkube_node_agent_scan_duration_seconds",
+			Help:    "Duration of a hardware scan.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.devices, m.hcas, m.allocations, m.allocated, m.registrations, m.scans, m.scanSeconds} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) setModel(model *resource.Model) {
+	m.devices.Reset()
+	for _, p := range model.Pools {
+		m.devices.WithLabelValues(p.Resource, "Healthy").Set(0)
+		m.devices.WithLabelValues(p.Resource, "Unhealthy").Set(0)
+		for _, d := range p.Devices() {
+			m.devices.WithLabelValues(p.Resource, d.Health).Inc()
+		}
+	}
+	m.hcas.Reset()
+	for _, r := range Report(model) {
+		v := 0.0
+		if r.Healthy {
+			v = 1
+		}
+		m.hcas.WithLabelValues(r.Name, r.Resource).Set(v)
+	}
+}
+
+// Registered implements server.Observer.
+func (m *metrics) Registered(resource string, err error) {
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	m.registrations.WithLabelValues(resource, result).Inc()
+}
+
+// Allocated implements server.Observer.
+func (m *metrics) Allocated(resource string, devices int) {
+	m.allocations.WithLabelValues(resource).Inc()
+	m.allocated.WithLabelValues(resource).Add(float64(devices))
+}

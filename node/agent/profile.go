@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/ibkube/ibkube/nccl"
+	"github.com/ibkube/ibkube/node/config"
+	"github.com/ibkube/ibkube/node/resource"
+)
+
+// InstanceTypeLabel is the well-known label carrying the VM size.
+const InstanceTypeLabel = "node.kubernetes.io/instance-type"
+
+// SKU sources, as logged and reported.
+const (
+	SKUFromConfig = "config"
+	SKUFromLabel  = "node label " + InstanceTypeLabel
+	SKUFromDMI    = "DMI product name"
+)
+
+// ResolveSKU picks the node's instance type: the config's profile override
+// when set (an operator's explicit choice wins), else the Node's
+// instance-type label (an Azure VM's DMI product name is just "Virtual
+// Machine"), else the DMI product name. It returns "" when none is known or
+// the override is "none".
+func ResolveSKU(override, label, dmi string) (sku, source string) {
+	switch {
+	case override == config.ProfileNone:
+		return "", SKUFromConfig
+	case override != "":
+		return override, SKUFromConfig
+	case label != "":
+		return label, SKUFromLabel
+	case dmi != "":
+		return dmi, SKUFromDMI
+	}
+	return "", ""
+}
+
+// DMIProductName reads <sysfs>/class/dmi/id/product_name ("" if absent).
+func DMIProductName(sysfsRoot string) string {
+	b, err := os.ReadFile(filepath.Join(sysfsRoot, "class", "dmi", "id", "product_name"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// InstanceTypeFromAPI returns a lookup of the instance-type label of the Node
+// named nodeName, through the in-cluster API configuration.
+func InstanceTypeFromAPI(nodeName string) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		if nodeName == "" {
+			return "", fmt.Errorf("no node name (--node-name or $NODE_NAME)")
+		}
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return "", fmt.Errorf("in-cluster config: %w", err)
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return "", fmt.Errorf("client: %w", err)
+		}
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("get node %s: %w", nodeName, err)
+		}
+		return n.Labels[InstanceTypeLabel], nil
+	}
+}
+
+// NodeProfile turns the catalogue's profile for sku into the node facts the
+// resource model hands out: the profile's name and its topology file written
+// under stateDir (rewritten only when its content differs). The profile's
+// NCCL and other tunings are deliberately not read: they reach a pod only
+// through the conf file of the profile the pod resolved at admission, below
+// every value the user sets, so that a site's override of the profile or a
+// pod's choice of another profile is not beaten by the node's guess. ok is
+// false when the catalogue has no profile for sku.
+func NodeProfile(sku, stateDir string) (p resource.Profile, ok bool, err error) {
+	name, topology, found := nodeTopology(sku)
+	if !found {
+		return resource.Profile{}, false, nil
+	}
+	p.Name = name
+	if topology == "" {
+		return p, true, nil
+	}
+	data, err := nccl.Topology(topology)
+	if err != nil {
+		return p, true, err
+	}
+	path := filepath.Join(stateDir, "nccl", topology)
+	if err := writeIfChanged(path, data); err != nil {
+		return p, true, fmt.Errorf("write NCCL topology: %w", err)
+	}
+	p.TopologyFile = path
+	return p, true, nil
+}
+
+// nodeTopology is the agent's only view of the catalogue: which profile a
+// machine has and which topology file describes it.
+func nodeTopology(sku string) (profile, topologyFile string, ok bool) {
+	if sku == "" {
+		return "", "", false
+	}
+	np, found := nccl.ProfileForSKU(sku)
+	if !found {
+		return "", "", false
+	}
+	return np.Name, np.TopologyFile, true
+}
+
+func writeIfChanged(path string, data []byte) error {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".topo-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

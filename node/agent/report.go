@@ -1,0 +1,75 @@
+package agent
+
+import (
+	"strings"
+
+	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/node/resource"
+)
+
+// HCAReport is one HCA as the agent sees it: what `ibkube node -o json`
+// prints and /inventory serves.
+type HCAReport struct {
+	Name       string `json:"name"`
+	PCIAddress string `json:"pciAddress"`
+	VendorID   string `json:"vendorID,omitempty"`
+	DeviceID   string `json:"deviceID,omitempty"`
+	NUMANode   int    `json:"numaNode"`
+	LinkLayer  string `json:"linkLayer"`
+	Healthy    bool   `json:"healthy"`
+	// Reason is why no pool takes the HCA (naming the selector), else why
+	// it is unhealthy; empty for a healthy HCA in use.
+	Reason string `json:"reason"`
+	// Resource is the resources the HCA feeds, comma-separated; empty when
+	// the selectors exclude it.
+	Resource    string       `json:"resource"`
+	Resources   []string     `json:"resources"`
+	Ports       []PortReport `json:"ports"`
+	CharDevices []CharReport `json:"charDevices"`
+}
+
+// PortReport is one HCA port.
+type PortReport struct {
+	Port      int    `json:"port"`
+	State     string `json:"state"`
+	PhysState string `json:"physState"`
+	LinkLayer string `json:"linkLayer"`
+	Rate      string `json:"rate,omitempty"`
+	Netdev    string `json:"netdev"`
+}
+
+// CharReport is one char device of an HCA.
+type CharReport struct {
+	Name    string `json:"name"`
+	Port    int    `json:"port,omitempty"`
+	Present bool   `json:"present"`
+}
+
+// Report lists every HCA of the model with its resources and reason.
+func Report(m *resource.Model) []HCAReport {
+	out := make([]HCAReport, 0, len(m.HCAs))
+	for _, s := range m.HCAs {
+		h := s.HCA
+		r := HCAReport{
+			Name: h.Name, PCIAddress: h.PCIAddress, VendorID: h.VendorID, DeviceID: h.DeviceID,
+			NUMANode: h.NUMANode, LinkLayer: h.LinkLayer(), Healthy: s.Healthy(), Reason: s.Reason(),
+			Resource: strings.Join(s.Resources, ","), Resources: s.Resources,
+			Ports: []PortReport{}, CharDevices: []CharReport{},
+		}
+		if r.Resources == nil {
+			r.Resources = []string{}
+		}
+		for _, p := range h.Ports {
+			r.Ports = append(r.Ports, PortReport{Port: p.Number, State: p.State, PhysState: p.PhysState, LinkLayer: p.LinkLayer, Rate: p.Rate, Netdev: p.Netdev})
+		}
+		for _, c := range h.CharDevices {
+			r.CharDevices = append(r.CharDevices, charReport(c))
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func charReport(c inventory.CharDevice) CharReport {
+	return CharReport{Name: c.Name, Port: c.Port, Present: c.Present}
+}

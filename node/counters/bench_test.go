@@ -1,0 +1,120 @@
+package counters
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/ibkube/ibkube/hca/discovery"
+	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/hca/inventory"
+)
+
+func scanned(b *testing.B, dir string) inventory.Node {
+	b.Helper()
+	node, err := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Logger: logr.Discard()}).Scan(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return node
+}
+
+// ndv5Targets is every port of the ND H100 v5 fixture (9 HCAs), as discovery sees it.
+func ndv5Targets(b *testing.B, sys, dev string) []Target {
+	b.Helper()
+	node, err := discovery.NewScanner(discovery.Options{SysfsRoot: sys, DevRoot: dev, Logger: logr.Discard()}).Scan(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := Targets(node)
+	if len(ts) != 9 {
+		b.Fatalf("%d ports in the ND H100 v5 fixture, want 9", len(ts))
+	}
+	return ts
+}
+
+// BenchmarkReadNDv5 reads every counter of the 9-HCA ND H100 v5 fixture
+// once: the sysfs cost of one reading (issue goal: <= 1 ms per scrape).
+func BenchmarkReadNDv5(b *testing.B) {
+	dir := b.TempDir()
+	if err := fixture.Build(dir, fixture.NDv5); err != nil {
+		b.Fatal(err)
+	}
+	ts := ndv5Targets(b, fixture.SysfsRoot(dir), fixture.DevRoot(dir))
+	r := Reader{SysfsRoot: fixture.SysfsRoot(dir)}
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Read(ts)
+	}
+}
+
+// BenchmarkStepAndScrapeNDv5 is a reading folded into the totals plus one
+// Prometheus scrape rendered as text: reading and exporting every counter.
+func BenchmarkStepAndScrapeNDv5(b *testing.B) {
+	dir := b.TempDir()
+	if err := fixture.Build(dir, fixture.NDv5); err != nil {
+		b.Fatal(err)
+	}
+	sys, dev := fixture.SysfsRoot(dir), fixture.DevRoot(dir)
+	node, err := discovery.NewScanner(discovery.Options{SysfsRoot: sys, DevRoot: dev, Logger: logr.Discard()}).Scan(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := NewMonitor(MonitorConfig{Reader: Reader{SysfsRoot: sys}, Source: fakeSource{node},
+		Period: time.Second, Idle: IdleRule{Window: time.Minute}}, logr.Discard())
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Step(context.Background())
+		mfs, err := reg.Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
+		for _, mf := range mfs {
+			if err := enc.Encode(mf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// BenchmarkScrapeNDv5 is what a Prometheus scrape costs with the monitor's
+// cache: formatting the last reading of the 9 HCAs, no sysfs read.
+func BenchmarkScrapeNDv5(b *testing.B) {
+	dir := b.TempDir()
+	if err := fixture.Build(dir, fixture.NDv5); err != nil {
+		b.Fatal(err)
+	}
+	sys := fixture.SysfsRoot(dir)
+	m, err := NewMonitor(MonitorConfig{Reader: Reader{SysfsRoot: sys}, Source: fakeSource{scanned(b, dir)},
+		Period: time.Second, Idle: IdleRule{Window: time.Minute}}, logr.Discard())
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.Step(context.Background())
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	b.ReportAllocs()
+	for b.Loop() {
+		mfs, err := reg.Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
+		for _, mf := range mfs {
+			if err := enc.Encode(mf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

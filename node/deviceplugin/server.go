@@ -1,0 +1,425 @@
+// Package server serves resource pools to the kubelet over the device plugin
+// API v1beta1: one gRPC server per pool on a unix socket in the kubelet's
+// device-plugins directory, registered on kubelet.sock, re-registered within
+// moments when the kubelet re-creates its socket (fsnotify on the directory,
+// not a poll). It only serves: what to advertise and how to allocate come
+// from a Pool (node/resource).
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// KubeletSocket is the kubelet's registration socket's name in the socket dir.
+const KubeletSocket = "kubelet.sock"
+
+// Pool is what one plugin serves; *resource.Pool implements it.
+type Pool interface {
+	Devices() []*pluginapi.Device
+	Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error)
+	Preferred(available, mustInclude []string, size int) ([]string, error)
+}
+
+// Spec is one plugin to serve.
+type Spec struct {
+	Resource  string
+	Exclusive bool
+	Pool      Pool
+}
+
+// Observer hears about registrations and allocations (metrics); every method
+// must be safe for concurrent use.
+type Observer interface {
+	Registered(resource string, err error)
+	Allocated(resource string, devices int)
+}
+
+// Options configure a Manager.
+type Options struct {
+	// SocketDir is the kubelet's device-plugins directory.
+	SocketDir string
+	Logger    logr.Logger
+	// Observer may be nil.
+	Observer Observer
+	// RetryPeriod is how often a failed registration is retried while
+	// kubelet.sock exists (default 5s); a re-created kubelet.sock triggers
+	// registration at once regardless.
+	RetryPeriod time.Duration
+}
+
+// Manager runs one plugin per pool and keeps them registered.
+type Manager struct {
+	opts    Options
+	plugins []*plugin
+}
+
+// NewManager prepares the plugins; Run serves them.
+func NewManager(opts Options, specs []Spec) *Manager {
+	if opts.RetryPeriod == 0 {
+		opts.RetryPeriod = 5 * time.Second
+	}
+	m := &Manager{opts: opts}
+	for _, s := range specs {
+		p := &plugin{
+			resource:  s.Resource,
+			exclusive: s.Exclusive,
+			socket:    filepath.Join(opts.SocketDir, SocketName(s.Resource)),
+			log:       opts.Logger.WithValues("resource", s.Resource),
+			observer:  opts.Observer,
+			changed:   make(chan struct{}),
+			kick:      make(chan struct{}, 1),
+		}
+		p.setPool(s.Pool)
+		m.plugins = append(m.plugins, p)
+	}
+	return m
+}
+
+// SocketName is the plugin socket file name for a resource:
+// rdma/shared_ib -> ibkube-rdma_shared_ib.sock.
+func SocketName(resource string) string {
+	return "ibkube-" + strings.NewReplacer("/", "_", ".", "_").Replace(resource) + ".sock"
+}
+
+// Update hands a plugin its pool's new state; streams see the new device
+// list when it differs from the last one sent. Unknown resources are ignored.
+func (m *Manager) Update(resource string, pool Pool) {
+	for _, p := range m.plugins {
+		if p.resource == resource {
+			p.setPool(pool)
+		}
+	}
+}
+
+// Run serves and registers every plugin until ctx ends. It re-creates a
+// plugin's socket when it disappears and re-registers every plugin when
+// kubelet.sock is (re-)created.
+func (m *Manager) Run(ctx context.Context) error {
+	log := m.opts.Logger
+	if err := os.MkdirAll(m.opts.SocketDir, 0o750); err != nil {
+		return fmt.Errorf("kubelet socket dir: %w", err)
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch kubelet socket dir: %w", err)
+	}
+	defer w.Close()
+	if err := w.Add(m.opts.SocketDir); err != nil {
+		return fmt.Errorf("watch kubelet socket dir %s: %w", m.opts.SocketDir, err)
+	}
+	defer func() {
+		for _, p := range m.plugins {
+			p.stop()
+		}
+	}()
+	for _, p := range m.plugins {
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	kubelet := filepath.Join(m.opts.SocketDir, KubeletSocket)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }() // registrars end before the servers stop
+	for _, p := range m.plugins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.registrar(ctx, kubelet, m.opts.RetryPeriod)
+		}()
+		p.kickRegistration()
+	}
+	if _, err := os.Stat(kubelet); err != nil {
+		log.Info("kubelet.sock not there yet; registering when it appears", "dir", m.opts.SocketDir)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-w.Errors:
+			log.Error(err, "watching kubelet socket dir")
+		case ev := <-w.Events:
+			switch {
+			case ev.Name == kubelet && ev.Has(fsnotify.Create):
+				log.Info("kubelet.sock created: kubelet restarted, re-registering")
+				for _, p := range m.plugins {
+					if err := p.restartIfGone(); err != nil {
+						return err
+					}
+					p.kickRegistration()
+				}
+			case ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename):
+				for _, p := range m.plugins {
+					if ev.Name != p.socket {
+						continue
+					}
+					log.Info("plugin socket removed, serving it again", "resource", p.resource)
+					if err := p.restartIfGone(); err != nil {
+						return err
+					}
+					p.kickRegistration()
+				}
+			}
+		}
+	}
+}
+
+// plugin serves one pool.
+type plugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+
+	resource  string
+	exclusive bool
+	socket    string
+	log       logr.Logger
+	observer  Observer
+
+	mu      sync.Mutex
+	pool    Pool
+	devices []*pluginapi.Device
+	changed chan struct{} // closed and replaced when devices change
+
+	srv  *grpc.Server  // owned by Manager.Run's goroutine
+	kick chan struct{} // asks the registrar to (re-)register now
+}
+
+// kickRegistration asks the registrar to register now, dropping any backoff
+// it is waiting out; kicks coalesce.
+func (p *plugin) kickRegistration() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// registrar registers the plugin whenever kicked, in its own goroutine so the
+// directory watch never waits on a kubelet. A failed registration is retried
+// with a short backoff, then every retryPeriod while kubelet.sock exists; a
+// kick starts over at once.
+func (p *plugin) registrar(ctx context.Context, kubeletSocket string, retryPeriod time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+		}
+	attempts:
+		for {
+			err := p.register(ctx, kubeletSocket)
+			switch {
+			case err == nil || ctx.Err() != nil:
+				break attempts
+			case errors.Is(err, errNoKubelet):
+				p.log.V(1).Info("kubelet.sock absent; registering when it is created")
+				break attempts
+			}
+			p.log.Error(err, "registration failed; retrying", "in", retryPeriod)
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.kick:
+			case <-time.After(retryPeriod):
+			}
+		}
+	}
+}
+
+var errNoKubelet = errors.New("kubelet.sock absent")
+
+func (p *plugin) setPool(pool Pool) {
+	devs := pool.Devices()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pool = pool
+	if p.devices != nil && equalDevices(p.devices, devs) {
+		return
+	}
+	p.devices = devs
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func equalDevices(a, b []*pluginapi.Device) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !proto.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *plugin) current() (Pool, []*pluginapi.Device, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pool, p.devices, p.changed
+}
+
+func (p *plugin) start() error {
+	if err := os.Remove(p.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket %s: %w", p.socket, err)
+	}
+	lis, err := net.Listen("unix", p.socket)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", p.socket, err)
+	}
+	p.srv = grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(p.srv, p)
+	go func(srv *grpc.Server) {
+		if err := srv.Serve(lis); err != nil {
+			p.log.Error(err, "device plugin server stopped")
+		}
+	}(p.srv)
+	p.log.V(1).Info("serving", "socket", p.socket)
+	return nil
+}
+
+func (p *plugin) stop() {
+	if p.srv != nil {
+		p.srv.Stop()
+		p.srv = nil
+	}
+	_ = os.Remove(p.socket)
+}
+
+// restartIfGone serves again on a fresh socket when ours was removed (the
+// kubelet empties the directory when it starts).
+func (p *plugin) restartIfGone() error {
+	if _, err := os.Stat(p.socket); err == nil && p.srv != nil {
+		return nil
+	}
+	p.stop()
+	return p.start()
+}
+
+func (p *plugin) register(ctx context.Context, kubeletSocket string) (err error) {
+	defer func() {
+		if p.observer != nil && !errors.Is(err, errNoKubelet) && ctx.Err() == nil {
+			p.observer.Registered(p.resource, err)
+		}
+	}()
+	req := &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     filepath.Base(p.socket),
+		ResourceName: p.resource,
+		Options:      p.options(),
+	}
+	// Fail fast and retry briefly rather than wait for readiness: a stale
+	// kubelet.sock must not block the loop that watches for the new one, and
+	// a just-created socket may not be listening for a few microseconds.
+	// Each attempt dials anew: a gRPC connection that failed once waits out
+	// its reconnect backoff (1 s) before trying again.
+	for i, backoff := range registerBackoff {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.kick:
+			// kubelet.sock re-created meanwhile: start over without waiting
+		case <-time.After(backoff):
+		}
+		if _, serr := os.Stat(kubeletSocket); serr != nil {
+			// gone (again): its next creation kicks registration
+			return fmt.Errorf("register %s: %w", p.resource, errNoKubelet)
+		}
+		if err = p.registerOnce(ctx, kubeletSocket, req); err == nil {
+			p.log.Info("registered with kubelet", "attempt", i+1)
+			return nil
+		}
+		p.log.V(1).Info("registration attempt failed", "attempt", i+1, "error", err.Error())
+	}
+	return fmt.Errorf("register %s with %s: %w", p.resource, kubeletSocket, err)
+}
+
+func (p *plugin) registerOnce(ctx context.Context, kubeletSocket string, req *pluginapi.RegisterRequest) error {
+	conn, err := grpc.NewClient("unix://"+kubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, req)
+	return err
+}
+
+// registerBackoff are the waits before each registration attempt.
+var registerBackoff = [...]time.Duration{0, 2 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond}
+
+func (p *plugin) options() *pluginapi.DevicePluginOptions {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: p.exclusive}
+}
+
+// GetDevicePluginOptions implements the device plugin API.
+func (p *plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return p.options(), nil
+}
+
+// ListAndWatch sends the whole device list at once and again on every change.
+func (p *plugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	for {
+		_, devs, changed := p.current()
+		if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+			return fmt.Errorf("send device list: %w", err)
+		}
+		p.log.V(1).Info("sent device list", "devices", len(devs))
+		select {
+		case <-changed:
+		case <-s.Context().Done():
+			return nil
+		}
+	}
+}
+
+// GetPreferredAllocation asks the pool for each container.
+func (p *plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	pool, _, _ := p.current()
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, c := range req.ContainerRequests {
+		ids, err := pool.Preferred(c.AvailableDeviceIDs, c.MustIncludeDeviceIDs, int(c.AllocationSize))
+		if err != nil {
+			return nil, err
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// Allocate asks the pool for each container.
+func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	pool, _, _ := p.current()
+	resp := &pluginapi.AllocateResponse{}
+	for _, c := range req.ContainerRequests {
+		r, err := pool.Allocate(c.DevicesIds)
+		if err != nil {
+			p.log.Error(err, "allocate", "devices", c.DevicesIds)
+			return nil, err
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, r)
+		if p.observer != nil {
+			p.observer.Allocated(p.resource, len(c.DevicesIds))
+		}
+	}
+	return resp, nil
+}
+
+// PreStartContainer is not needed (PreStartRequired is false).
+func (p *plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}

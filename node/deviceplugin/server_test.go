@@ -1,0 +1,372 @@
+package deviceplugin
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/google/go-cmp/cmp"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/node/config"
+	"github.com/ibkube/ibkube/node/deviceplugin/kubeletstub"
+	"github.com/ibkube/ibkube/node/resource"
+)
+
+const wait = 5 * time.Second
+
+func testNode() inventory.Node {
+	var n inventory.Node
+	for i := range 8 {
+		n.HCAs = append(n.HCAs, inventory.HCA{
+			Name: fmt.Sprintf("mlx5_%d", i), VendorID: "15b3", NUMANode: i / 4, Healthy: true,
+			Ports:       []inventory.Port{{Number: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: "InfiniBand"}},
+			CharDevices: []inventory.CharDevice{{Name: fmt.Sprintf("uverbs%d", i), Present: true}},
+		})
+	}
+	n.RDMACM = &inventory.CharDevice{Name: "rdma_cm", Present: true}
+	return n
+}
+
+func specs(m *resource.Model) []Spec {
+	var out []Spec
+	for _, p := range m.Pools {
+		out = append(out, Spec{Resource: p.Resource, Exclusive: p.Exclusive(), Pool: p})
+	}
+	return out
+}
+
+type counter struct {
+	mu         sync.Mutex
+	registered map[string]int
+	allocated  map[string]int
+}
+
+func (c *counter) Registered(r string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		c.registered[r]++
+	}
+}
+
+func (c *counter) Allocated(r string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.allocated[r] += n
+}
+
+// start runs a Manager over the default pools of node against a stub kubelet.
+func start(t *testing.T, node inventory.Node) (*kubeletstub.Stub, *Manager, *counter) {
+	t.Helper()
+	dir := t.TempDir()
+	stub, err := kubeletstub.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stub.Stop)
+	obs := &counter{registered: map[string]int{}, allocated: map[string]int{}}
+	m := NewManager(Options{SocketDir: dir, Logger: testr.New(t), Observer: obs},
+		specs(resource.Build(config.Default(), node, resource.Options{HostDevRoot: "/dev"})))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return stub, m, obs
+}
+
+func healthOf(devs []*pluginapi.Device, id string) string {
+	for _, d := range devs {
+		if d.ID == id {
+			return d.Health
+		}
+	}
+	return "absent"
+}
+
+func TestRegistrationAndListAndWatch(t *testing.T) {
+	t.Parallel()
+	stub, _, _ := start(t, testNode())
+	for _, tc := range []struct {
+		resource  string
+		preferred bool
+		endpoint  string
+		devices   int
+	}{
+		{"rdma/shared_ib", false, "ibkube-rdma_shared_ib.sock", 63},
+		{"rdma/ib", true, "ibkube-rdma_ib.sock", 8},
+	} {
+		r, err := stub.WaitRegistration(tc.resource, wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Request.Endpoint != tc.endpoint || r.Request.Version != "v1beta1" || r.Options.GetPreferredAllocationAvailable != tc.preferred {
+			t.Errorf("%s registration = %v, options %v", tc.resource, r.Request, r.Options)
+		}
+		l, err := stub.WaitList(tc.resource, wait, func([]*pluginapi.Device) bool { return true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Devices) != tc.devices {
+			t.Errorf("%s: first list has %d devices, want %d", tc.resource, len(l.Devices), tc.devices)
+		}
+	}
+}
+
+func TestAllocate(t *testing.T) {
+	t.Parallel()
+	stub, _, obs := start(t, testNode())
+	ctx := context.Background()
+	for _, tc := range []struct {
+		resource, id, wantHCA string
+		wantDevices           int
+	}{
+		{"rdma/ib", "mlx5_5", "=mlx5_5:1", 2},
+		{"rdma/shared_ib", "slot-7", "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1", 9},
+	} {
+		if _, err := stub.WaitRegistration(tc.resource, wait); err != nil {
+			t.Fatal(err)
+		}
+		c, err := stub.Client(tc.resource)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{tc.id}}}})
+		if err != nil {
+			t.Fatalf("%s Allocate: %v", tc.resource, err)
+		}
+		got := resp.ContainerResponses[0]
+		if got.Envs["NCCL_IB_HCA"] != tc.wantHCA || len(got.Devices) != tc.wantDevices {
+			t.Errorf("%s Allocate = env %v, %d devices; want NCCL_IB_HCA %q, %d devices", tc.resource, got.Envs, len(got.Devices), tc.wantHCA, tc.wantDevices)
+		}
+	}
+	c, _ := stub.Client("rdma/ib")
+	if _, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"mlx5_9"}}}}); err == nil {
+		t.Error("Allocate of an unknown device succeeded")
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if d := cmp.Diff(map[string]int{"rdma/ib": 1, "rdma/shared_ib": 1}, obs.allocated); d != "" {
+		t.Errorf("allocations observed (-want +got):\n%s", d)
+	}
+}
+
+func TestGetPreferredAllocation(t *testing.T) {
+	t.Parallel()
+	stub, _, _ := start(t, testNode())
+	if _, err := stub.WaitRegistration("rdma/ib", wait); err != nil {
+		t.Fatal(err)
+	}
+	c, err := stub.Client("rdma/ib")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
+		AvailableDeviceIDs:   []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"},
+		MustIncludeDeviceIDs: []string{"mlx5_0"},
+		AllocationSize:       4,
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// mlx5_0 pulls NUMA 0 (three left there), then the smallest group that
+	// fits one more... NUMA 0 is exhausted, so NUMA 1 fills.
+	if d := cmp.Diff([]string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_4"}, resp.ContainerResponses[0].DeviceIDs); d != "" {
+		t.Errorf("preferred (-want +got):\n%s", d)
+	}
+}
+
+func TestHealthFlipAndRecovery(t *testing.T) {
+	t.Parallel()
+	node := testNode()
+	stub, m, _ := start(t, node)
+	if _, err := stub.WaitList("rdma/ib", wait, func(d []*pluginapi.Device) bool { return healthOf(d, "mlx5_3") == "Healthy" }); err != nil {
+		t.Fatal(err)
+	}
+	update := func(n inventory.Node) {
+		for _, s := range specs(resource.Build(config.Default(), n, resource.Options{})) {
+			m.Update(s.Resource, s.Pool)
+		}
+	}
+	node.HCAs[3].Healthy, node.HCAs[3].HealthReason = false, "port 1 DOWN"
+	update(node)
+	l, err := stub.WaitList("rdma/ib", wait, func(d []*pluginapi.Device) bool { return healthOf(d, "mlx5_3") == "Unhealthy" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Devices) != 8 || healthOf(l.Devices, "mlx5_2") != "Healthy" {
+		t.Errorf("list after flip is not the whole list: %v", l.Devices)
+	}
+	node.HCAs[3].Healthy = true
+	update(node)
+	if _, err := stub.WaitList("rdma/ib", wait, func(d []*pluginapi.Device) bool { return healthOf(d, "mlx5_3") == "Healthy" }); err != nil {
+		t.Fatal(err)
+	}
+	// The shared pool stays healthy while any HCA is, and flips when none is.
+	for i := range node.HCAs {
+		node.HCAs[i].Healthy = false
+	}
+	update(node)
+	if _, err := stub.WaitList("rdma/shared_ib", wait, func(d []*pluginapi.Device) bool { return healthOf(d, "slot-0") == "Unhealthy" }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReregistrationAfterKubeletRestart(t *testing.T) {
+	t.Parallel()
+	node := testNode()
+	stub, m, obs := start(t, node)
+	for _, r := range []string{"rdma/ib", "rdma/shared_ib"} {
+		if _, err := stub.WaitRegistration(r, wait); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitObserved(t, obs, "rdma/ib", 1)
+	waitObserved(t, obs, "rdma/shared_ib", 1)
+	// A change while the kubelet is away must be in the first list after.
+	stub.Stop()
+	node.HCAs[6].Healthy = false
+	for _, s := range specs(resource.Build(config.Default(), node, resource.Options{})) {
+		m.Update(s.Resource, s.Pool)
+	}
+	restarted := time.Now()
+	if err := stub.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{"rdma/ib", "rdma/shared_ib"} {
+		reg, err := stub.WaitRegistration(r, wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := reg.At.Sub(restarted); d > time.Second {
+			t.Errorf("%s re-registered after %v, want within 1s", r, d)
+		}
+	}
+	l, err := stub.WaitList("rdma/ib", wait, func(d []*pluginapi.Device) bool { return healthOf(d, "mlx5_6") == "Unhealthy" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Devices) != 8 {
+		t.Errorf("new stream's list has %d devices, want 8", len(l.Devices))
+	}
+	waitObserved(t, obs, "rdma/ib", 2)
+}
+
+// waitObserved waits for the plugin to see n successful registrations: the
+// stub records one before the plugin has its reply.
+func waitObserved(t *testing.T, obs *counter, resource string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(wait); ; time.Sleep(5 * time.Millisecond) {
+		obs.mu.Lock()
+		got := obs.registered[resource]
+		obs.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("registrations of %s observed = %d, want %d", resource, got, n)
+		}
+	}
+}
+
+func TestRegistersWhenKubeletAppearsLater(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m := NewManager(Options{SocketDir: dir, Logger: testr.New(t)},
+		specs(resource.Build(config.Default(), testNode(), resource.Options{})))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(100 * time.Millisecond)
+	stub, err := kubeletstub.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stub.Stop()
+	if _, err := stub.WaitRegistration("rdma/ib", wait); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNewStreamGetsCurrentList: a second ListAndWatch stream (a kubelet
+// reconnecting) starts with the whole current list, changes included.
+func TestNewStreamGetsCurrentList(t *testing.T) {
+	t.Parallel()
+	node := testNode()
+	stub, m, _ := start(t, node)
+	if _, err := stub.WaitRegistration("rdma/ib", wait); err != nil {
+		t.Fatal(err)
+	}
+	node.HCAs[2].Healthy = false
+	for _, s := range specs(resource.Build(config.Default(), node, resource.Options{})) {
+		m.Update(s.Resource, s.Pool)
+	}
+	c, err := stub.Client("rdma/ib")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Devices) != 8 || healthOf(first.Devices, "mlx5_2") != "Unhealthy" || healthOf(first.Devices, "mlx5_1") != "Healthy" {
+		t.Errorf("first message of a new stream = %v", first.Devices)
+	}
+}
+
+// TestStaleKubeletSocket: a kubelet.sock nobody listens on (the kubelet is
+// down) must not hold up registration once the kubelet comes back.
+func TestStaleKubeletSocket(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	lis, err := net.Listen("unix", filepath.Join(dir, KubeletSocket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
+	lis.Close()
+	m := NewManager(Options{SocketDir: dir, Logger: testr.New(t), RetryPeriod: time.Minute},
+		specs(resource.Build(config.Default(), testNode(), resource.Options{})))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(200 * time.Millisecond) // let the registrations fail against the stale socket
+	if err := os.Remove(filepath.Join(dir, KubeletSocket)); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	stub, err := kubeletstub.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stub.Stop()
+	for _, r := range []string{"rdma/ib", "rdma/shared_ib"} {
+		reg, err := stub.WaitRegistration(r, wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := reg.At.Sub(started); d > time.Second {
+			t.Errorf("%s registered %v after the kubelet came back, want within 1s", r, d)
+		}
+	}
+}

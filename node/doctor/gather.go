@@ -1,0 +1,156 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/ibkube/ibkube/hca/discovery"
+	"github.com/ibkube/ibkube/node/config"
+	"github.com/ibkube/ibkube/node/counters"
+	"github.com/ibkube/ibkube/node/memlock"
+	"github.com/ibkube/ibkube/node/resource"
+)
+
+// Options say where Gather reads.
+type Options struct {
+	SysfsRoot, DevRoot, ProcRoot string
+	// Netlink lists RDMA devices; nil reads sysfs only (fixtures).
+	Netlink discovery.Netlink
+	// NRI and NRISocket mirror the agent's --nri and --nri-socket.
+	NRI       bool
+	NRISocket string
+	// MemlockMax mirrors the agent's --memlock-max.
+	MemlockMax *uint64
+	// KubeletSocketDir is the kubelet's device plugin directory ("" means
+	// DefaultKubeletSocketDir).
+	KubeletSocketDir string
+	// Config is the agent's config (pools); nil means the defaults.
+	Config *config.AgentConfig
+	Logger logr.Logger
+}
+
+// Gather reads the facts Check needs. It never fails: what it cannot read
+// becomes a fact the checks report.
+func Gather(ctx context.Context, o Options) Facts {
+	if o.SysfsRoot == "" {
+		o.SysfsRoot = "/sys"
+	}
+	if o.DevRoot == "" {
+		o.DevRoot = "/dev"
+	}
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
+	}
+	if o.NRISocket == "" {
+		o.NRISocket = memlock.DefaultSocketPath
+	}
+	cfg := o.Config
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	f := Facts{MemlockMax: o.MemlockMax, NRI: NRIFacts{Enabled: o.NRI, Socket: o.NRISocket}}
+
+	if err := discovery.CheckSysfsRoot(o.SysfsRoot); err != nil {
+		f.ScanError = err.Error()
+	} else {
+		scanner := discovery.NewScanner(discovery.Options{SysfsRoot: o.SysfsRoot, DevRoot: o.DevRoot, Netlink: o.Netlink, Logger: o.Logger})
+		node, err := scanner.Scan(ctx)
+		if err != nil {
+			f.ScanError = err.Error()
+		}
+		f.Node = node
+	}
+	node := f.Node
+
+	f.Netdevs = map[string]string{}
+	for _, h := range node.HCAs {
+		for _, p := range h.Ports {
+			if p.Netdev == "" {
+				continue
+			}
+			state, err := discovery.ReadFile(filepath.Join(o.SysfsRoot, "class", "net", p.Netdev, "operstate"), discovery.MaxAttrSize)
+			if err == nil {
+				f.Netdevs[p.Netdev] = strings.TrimSpace(string(state))
+			}
+		}
+	}
+
+	f.NVIDIADriver = moduleLoaded(o.ProcRoot, o.SysfsRoot, "nvidia")
+	f.Peermem = moduleLoaded(o.ProcRoot, o.SysfsRoot, "nvidia_peermem")
+
+	peer := 0
+	if o.NRI {
+		conn, err := net.DialTimeout("unix", o.NRISocket, 2*time.Second)
+		if err != nil {
+			f.NRI.Error = dialError(err)
+		} else {
+			f.NRI.Reachable = true
+			peer = memlock.PeerPID(conn)
+			conn.Close()
+		}
+	}
+	rl, err := memlock.LearnRuntimeLimit(o.ProcRoot, peer)
+	if err != nil {
+		f.RuntimeError = err.Error()
+	} else {
+		f.Runtime = &rl
+	}
+
+	f.Counters = counters.Reader{SysfsRoot: o.SysfsRoot}.Read(counters.Targets(node))
+
+	model := resource.Build(cfg, node, resource.Options{HostDevRoot: o.DevRoot})
+	for _, p := range model.Pools {
+		a := Advertised{Resource: p.Resource, Mode: p.Mode, HCAs: hcaNames(p.HCAs)}
+		for _, d := range p.Devices() {
+			a.Devices++
+			if d.Health == "Healthy" {
+				a.Healthy++
+			}
+		}
+		f.Advertised = append(f.Advertised, a)
+	}
+	if o.KubeletSocketDir == "" {
+		o.KubeletSocketDir = DefaultKubeletSocketDir
+	}
+	f.KubeletPlugins = gatherKubeletPlugins(o.KubeletSocketDir)
+	return f
+}
+
+// maxModulesSize bounds the read of /proc/modules: a line per module of
+// about 60 bytes, and hosts load a few hundred.
+const maxModulesSize = 1 << 20
+
+// moduleLoaded reports whether a kernel module is loaded, from
+// <proc>/modules or <sys>/module/<name>.
+func moduleLoaded(procRoot, sysfsRoot, name string) bool {
+	if data, err := discovery.ReadFile(filepath.Join(procRoot, "modules"), maxModulesSize); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) > 0 && f[0] == name {
+				return true
+			}
+		}
+	}
+	_, err := os.Stat(filepath.Join(sysfsRoot, "module", name))
+	return err == nil
+}
+
+func dialError(err error) string {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "no such socket"
+	case errors.Is(err, os.ErrPermission):
+		return "permission denied"
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err.Error()
+	}
+	return err.Error()
+}

@@ -1,0 +1,188 @@
+package memlock
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ibkube/ibkube/hca/inventory"
+)
+
+func TestDecide(t *testing.T) {
+	t.Parallel()
+	const (
+		kib = 1024
+		mib = 1024 * kib
+		gib = 1024 * mib
+	)
+	ib := DevicesOf(inventory.Node{
+		HCAs: []inventory.HCA{{Name: "mlx5_0", CharDevices: []inventory.CharDevice{
+			{Name: "uverbs0", Major: 231, Minor: 192, Present: true},
+			{Name: "umad0", Port: 1, Major: 231, Minor: 0, Present: true},
+		}}},
+		RDMACM: &inventory.CharDevice{Name: "rdma_cm", Major: 10, Minor: 58, Present: true},
+	})
+	uverbs := []Device{{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192}}
+	anno := func(v string) map[string]string { return map[string]string{AnnotationKey: v} }
+	rt := &Limit{Soft: 64 * kib, Hard: 8 * mib}
+	rtUnlimited := &Limit{Soft: Unlimited, Hard: Unlimited}
+	u := func(v uint64) *uint64 { return &v }
+
+	tests := []struct {
+		name string
+		in   Input
+		want Decision
+	}{{
+		name: "no annotation",
+		in:   Input{Devices: uverbs, IBDevices: ib, Runtime: rt},
+		want: Decision{Outcome: OutcomeNoAnnotation, Reason: "pod has no infiniband.azure.com/memlock annotation"},
+	}, {
+		name: "annotation without devices gains nothing",
+		in:   Input{PodAnnotations: anno("unlimited"), Devices: []Device{{Path: "/dev/null", Type: "c", Major: 1, Minor: 3}}, IBDevices: ib, Runtime: rt},
+		want: Decision{Outcome: OutcomeNoDevices, Requested: "unlimited",
+			Reason: `container holds no ibkube RDMA device under /dev/infiniband/; infiniband.azure.com/memlock="unlimited" is ignored`},
+	}, {
+		name: "device under /dev/infiniband that is not ibkube's",
+		in:   Input{PodAnnotations: anno("8Mi"), Devices: []Device{{Path: "/dev/infiniband/uverbs9", Type: "c", Major: 231, Minor: 201}}, IBDevices: ib, Runtime: rt},
+		want: Decision{Outcome: OutcomeNoDevices, Requested: "8Mi",
+			Reason: `container holds no ibkube RDMA device under /dev/infiniband/; infiniband.azure.com/memlock="8Mi" is ignored`},
+	}, {
+		name: "ibkube major:minor at another path does not count",
+		in:   Input{PodAnnotations: anno("8Mi"), Devices: []Device{{Path: "/dev/uverbs0", Type: "c", Major: 231, Minor: 192}}, IBDevices: ib, Runtime: rt},
+		want: Decision{Outcome: OutcomeNoDevices, Requested: "8Mi",
+			Reason: `container holds no ibkube RDMA device under /dev/infiniband/; infiniband.azure.com/memlock="8Mi" is ignored`},
+	}, {
+		name: "block device with the same numbers does not count",
+		in:   Input{PodAnnotations: anno("8Mi"), Devices: []Device{{Path: "/dev/infiniband/uverbs0", Type: "b", Major: 231, Minor: 192}}, IBDevices: ib, Runtime: rt},
+		want: Decision{Outcome: OutcomeNoDevices, Requested: "8Mi",
+			Reason: `container holds no ibkube RDMA device under /dev/infiniband/; infiniband.azure.com/memlock="8Mi" is ignored`},
+	}, {
+		name: "raised to the request",
+		in:   Input{PodAnnotations: anno("8Mi"), Devices: uverbs, IBDevices: ib, Runtime: rt},
+		want: Decision{Outcome: OutcomeSet, Set: true, Limit: Limit{8 * mib, 8 * mib}, Requested: "8Mi", Device: "/dev/infiniband/uverbs0",
+			Reason: "memlock set to 8Mi as requested"},
+	}, {
+		name: "rdma_cm alone counts",
+		in:   Input{PodAnnotations: anno("1Mi"), Devices: []Device{{Path: "/dev/infiniband/rdma_cm", Type: "c", Major: 10, Minor: 58}}, IBDevices: ib, Runtime: rt},
+		want: Decision{Outcome: OutcomeSet, Set: true, Limit: Limit{1 * mib, 1 * mib}, Requested: "1Mi", Device: "/dev/infiniband/rdma_cm",
+			Reason: "memlock set to 1Mi as requested"},
+	}, {
+		name: "unlimited clamped to the runtime's hard limit",
+		in:   Input{PodAnnotations: anno("unlimited"), Devices: uverbs, IBDevices: ib, Runtime: rt},
+		want: Decision{Outcome: OutcomeClamped, Set: true, Limit: Limit{8 * mib, 8 * mib}, Requested: "unlimited", Device: "/dev/infiniband/uverbs0",
+			Reason: "memlock set to 8Mi, clamped from the requested unlimited to the runtime's hard limit 8Mi"},
+	}, {
+		name: "unlimited granted when the runtime holds unlimited",
+		in:   Input{PodAnnotations: anno("unlimited"), Devices: uverbs, IBDevices: ib, Runtime: &Limit{Soft: 8 * mib, Hard: Unlimited}},
+		want: Decision{Outcome: OutcomeSet, Set: true, Limit: Limit{Unlimited, Unlimited}, Requested: "unlimited", Device: "/dev/infiniband/uverbs0",
+			Reason: "memlock set to unlimited as requested"},
+	}, {
+		name: "configured maximum clamps below the runtime",
+		in:   Input{PodAnnotations: anno("unlimited"), Devices: uverbs, IBDevices: ib, Runtime: &Limit{Soft: 64 * kib, Hard: Unlimited}, Max: u(64 * gib)},
+		want: Decision{Outcome: OutcomeClamped, Set: true, Limit: Limit{64 * gib, 64 * gib}, Requested: "unlimited", Device: "/dev/infiniband/uverbs0",
+			Reason: "memlock set to 64Gi, clamped from the requested unlimited to the configured maximum 64Gi"},
+	}, {
+		name: "runtime below the configured maximum wins",
+		in:   Input{PodAnnotations: anno("64Gi"), Devices: uverbs, IBDevices: ib, Runtime: rt, Max: u(32 * gib)},
+		want: Decision{Outcome: OutcomeClamped, Set: true, Limit: Limit{8 * mib, 8 * mib}, Requested: "64Gi", Device: "/dev/infiniband/uverbs0",
+			Reason: "memlock set to 8Mi, clamped from the requested 64Gi to the runtime's hard limit 8Mi"},
+	}, {
+		name: "runtime unknown, configured maximum used",
+		in:   Input{PodAnnotations: anno("64Gi"), Devices: uverbs, IBDevices: ib, Max: u(Unlimited)},
+		want: Decision{Outcome: OutcomeSet, Set: true, Limit: Limit{64 * gib, 64 * gib}, Requested: "64Gi", Device: "/dev/infiniband/uverbs0",
+			Reason: "memlock set to 64Gi as requested"},
+	}, {
+		name: "runtime unknown and no maximum: nothing",
+		in:   Input{PodAnnotations: anno("64Gi"), Devices: uverbs, IBDevices: ib},
+		want: Decision{Outcome: OutcomeNoCap, Requested: "64Gi", Device: "/dev/infiniband/uverbs0",
+			Reason: "memlock not raised: the runtime's memlock limit is unknown and no maximum is configured (--memlock-max)"},
+	}, {
+		name: "runtime default already enough",
+		in:   Input{PodAnnotations: anno("64Gi"), Devices: uverbs, IBDevices: ib, Runtime: rtUnlimited},
+		want: Decision{Outcome: OutcomeNotNeeded, Requested: "64Gi", Device: "/dev/infiniband/uverbs0",
+			Reason: "memlock left at the runtime's default unlimited:unlimited, which already covers 64Gi"},
+	}, {
+		name: "already set by spec or another plugin",
+		in:   Input{PodAnnotations: anno("8Mi"), Devices: uverbs, IBDevices: ib, Runtime: rt, Existing: &Limit{Soft: 1 * gib, Hard: 1 * gib}},
+		want: Decision{Outcome: OutcomeAlreadySet, Requested: "8Mi", Device: "/dev/infiniband/uverbs0",
+			Reason: "memlock left at 1Gi:1Gi: the container spec or an earlier NRI plugin already sets RLIMIT_MEMLOCK, and a second NRI adjustment of it would fail the container"},
+	}, {
+		name: "minus one",
+		in:   Input{PodAnnotations: anno("-1"), Devices: uverbs, IBDevices: ib, Runtime: rt},
+		want: Decision{Outcome: OutcomeInvalid, Requested: "-1", Device: "/dev/infiniband/uverbs0",
+			Reason: `memlock not raised: infiniband.azure.com/memlock="-1" is not positive (accepted: "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi")`},
+	}, {
+		name: "lots",
+		in:   Input{PodAnnotations: anno("lots"), Devices: uverbs, IBDevices: ib, Runtime: rt},
+		want: Decision{Outcome: OutcomeInvalid, Requested: "lots", Device: "/dev/infiniband/uverbs0",
+			Reason: `memlock not raised: infiniband.azure.com/memlock="lots" is not a quantity (accepted: "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi")`},
+	}, {
+		name: "1e99",
+		in:   Input{PodAnnotations: anno("1e99"), Devices: uverbs, IBDevices: ib, Runtime: rt},
+		want: Decision{Outcome: OutcomeInvalid, Requested: "1e99", Device: "/dev/infiniband/uverbs0",
+			Reason: `memlock not raised: infiniband.azure.com/memlock="1e99" is too large (below 8Ei; accepted: "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi")`},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if diff := cmp.Diff(tt.want, Decide(tt.in)); diff != "" {
+				t.Errorf("Decide() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseValue(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in      string
+		want    uint64
+		wantErr string
+	}{
+		{in: "unlimited", want: Unlimited},
+		{in: " Unlimited ", want: Unlimited},
+		{in: "64Gi", want: 64 << 30},
+		{in: "8388608", want: 8388608},
+		{in: "512M", want: 512_000_000},
+		{in: "1.5Gi", want: 1610612736},
+		{in: "9223372036854775806", want: 9223372036854775806},
+		{in: "9223372036854775807", wantErr: `infiniband.azure.com/memlock="9223372036854775807" is too large`},
+		{in: "", wantErr: `infiniband.azure.com/memlock="" is not a quantity`},
+		{in: "0", wantErr: `infiniband.azure.com/memlock="0" is not positive`},
+		{in: "-1", wantErr: `infiniband.azure.com/memlock="-1" is not positive`},
+		{in: "-64Gi", wantErr: `infiniband.azure.com/memlock="-64Gi" is not positive`},
+		{in: "lots", wantErr: `infiniband.azure.com/memlock="lots" is not a quantity`},
+		{in: "64GB", wantErr: `infiniband.azure.com/memlock="64GB" is not a quantity`},
+		{in: "1e99", wantErr: `infiniband.azure.com/memlock="1e99" is too large`},
+		{in: "9223372036854775808", wantErr: `infiniband.azure.com/memlock="9223372036854775808" is too large`},
+		{in: "99999999999999999999999Ei", wantErr: `infiniband.azure.com/memlock="99999999999999999999999Ei" is too large`},
+		{in: "100m", wantErr: `infiniband.azure.com/memlock="100m" is not a whole number of bytes`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParseValue(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || len(err.Error()) < len(tt.wantErr) || err.Error()[:len(tt.wantErr)] != tt.wantErr {
+					t.Fatalf("ParseValue(%q) error = %v, want prefix %q", tt.in, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseValue(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzParseValue(f *testing.F) {
+	for _, s := range []string{"unlimited", "64Gi", "-1", "lots", "1e99", "1.5Gi", "100m"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := ParseValue(s)
+		if err == nil && v == 0 {
+			t.Fatalf("ParseValue(%q) accepted zero", s)
+		}
+	})
+}

@@ -1,0 +1,426 @@
+// Package resource is the node agent's pure resource model: it turns an
+// inventory and the agent config into kubelet device lists per pool (shared
+// slots or one device per HCA), with health and NUMA topology, and answers
+// Allocate and GetPreferredAllocation. It does no I/O.
+package resource
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/node/config"
+)
+
+// TopologyContainerPath is where a container finds the node profile's NCCL
+// topology file; NCCL_TOPO_FILE points at it.
+const TopologyContainerPath = "/etc/ibkube/nccl-topo.xml"
+
+// Env variable names the model sets.
+const (
+	EnvNCCLIBHCA     = "NCCL_IB_HCA"
+	EnvUCXNetDevices = "UCX_NET_DEVICES"
+	EnvNCCLTopoFile  = "NCCL_TOPO_FILE"
+)
+
+// Profile is the node's part in Allocate: node facts only. It has no room
+// for tunings on purpose: Allocate's environment outranks the NCCL conf file
+// of the profile the pod resolved, so a tuning here would silently beat a
+// site's override of a profile or a pod's choice of another one. Tunings
+// reach a container only through that conf file (see README, precedence).
+type Profile struct {
+	// Name is the node's profile, for logs.
+	Name string
+	// TopologyFile is the host path of the NCCL topology XML (under the
+	// agent's state dir), mounted read-only at TopologyContainerPath.
+	TopologyFile string
+}
+
+// Options are the node facts the model needs besides the inventory.
+type Options struct {
+	// HostDevRoot is the dev tree as the kubelet sees it, the prefix of
+	// every DeviceSpec.HostPath ("/dev").
+	HostDevRoot string
+	Profile     Profile
+}
+
+// Model is the resource view of one inventory.
+type Model struct {
+	Pools []*Pool
+	// HCAs has one entry per inventory HCA, in inventory order.
+	HCAs []HCAStatus
+}
+
+// HCAStatus says which pools an HCA feeds, or why none.
+type HCAStatus struct {
+	HCA inventory.HCA
+	// Resources are the resource names of the pools that took the HCA.
+	Resources []string
+	// Excluded says, per pool that did not take it, which selector refused it.
+	Excluded []string
+	// PoolProblems say, per pool that took it, why that pool counts the HCA
+	// unhealthy beyond the HCA's own health (a management device the pool
+	// hands out is missing).
+	PoolProblems []string
+}
+
+// Healthy is the HCA's health as its pools see it.
+func (s HCAStatus) Healthy() bool { return s.HCA.Healthy && len(s.PoolProblems) == 0 }
+
+// Reason is what a user reads about an HCA: why it is unhealthy first (an
+// HCA whose attributes cannot be read is excluded by selectors too, and the
+// cause is what helps), then per-pool problems, then why no pool takes it.
+func (s HCAStatus) Reason() string {
+	var parts []string
+	if !s.HCA.Healthy && s.HCA.HealthReason != "" {
+		parts = append(parts, s.HCA.HealthReason)
+	}
+	parts = append(parts, s.PoolProblems...)
+	if len(s.Resources) == 0 && len(s.Excluded) > 0 {
+		parts = append(parts, "excluded: "+strings.Join(s.Excluded, "; "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Pool is one advertised resource with its HCAs.
+type Pool struct {
+	Resource string
+	Mode     string
+	Slots    int
+	// HCAs are the selected HCAs in inventory order.
+	HCAs []inventory.HCA
+	// linkLayers are the selector's link layers: only such ports are named
+	// in NCCL_IB_HCA (a VPI card may run one port InfiniBand, one Ethernet).
+	linkLayers []string
+	// charKinds are the kinds of per-HCA char devices a container gets:
+	// uverbs, plus the pool's opt-in management devices.
+	charKinds []string
+	rdmaCM    *inventory.CharDevice
+	opts      Options
+}
+
+// Build applies the config's pools to node. Pools are taken in config order;
+// an HCA goes to at most one pool per mode (the first that selects it), and
+// may feed one shared and one exclusive pool at once.
+func Build(cfg *config.AgentConfig, node inventory.Node, opts Options) *Model {
+	m := &Model{}
+	claimed := map[string]map[string]string{} // mode -> hca -> resource
+	status := make([]HCAStatus, len(node.HCAs))
+	for i, h := range node.HCAs {
+		status[i].HCA = h
+	}
+	for pi, pc := range cfg.Pools {
+		p := &Pool{Resource: pc.ResourceName, Mode: pc.Mode, Slots: pc.Slots, linkLayers: pc.Selector.LinkLayers, rdmaCM: node.RDMACM, opts: opts,
+			charKinds: append([]string{inventory.CharUverbs}, pc.ManagementDevices...)}
+		if claimed[pc.Mode] == nil {
+			claimed[pc.Mode] = map[string]string{}
+		}
+		field := fmt.Sprintf("pools[%d].selector", pi)
+		for i, h := range node.HCAs {
+			ok, why := pc.Selector.Select(field, h)
+			if !ok {
+				status[i].Excluded = append(status[i].Excluded, fmt.Sprintf("%s: %s", pc.ResourceName, why))
+				continue
+			}
+			if other, taken := claimed[pc.Mode][h.Name]; taken {
+				status[i].Excluded = append(status[i].Excluded, fmt.Sprintf("%s: already in %s pool %s", pc.ResourceName, pc.Mode, other))
+				continue
+			}
+			claimed[pc.Mode][h.Name] = pc.ResourceName
+			p.HCAs = append(p.HCAs, h)
+			status[i].Resources = append(status[i].Resources, pc.ResourceName)
+			if why := p.missing(h); why != "" {
+				status[i].PoolProblems = append(status[i].PoolProblems, pc.ResourceName+": "+why)
+			}
+		}
+		m.Pools = append(m.Pools, p)
+	}
+	m.HCAs = status
+	return m
+}
+
+// Pool returns the pool advertising resource, or nil.
+func (m *Model) Pool(resource string) *Pool {
+	for _, p := range m.Pools {
+		if p.Resource == resource {
+			return p
+		}
+	}
+	return nil
+}
+
+// missing says which of the char devices this pool hands out the HCA lacks
+// beyond what discovery already counts in its health (uverbs): an opted-in
+// management device not announced in sysfs, or announced but absent from
+// the dev root. Empty when none.
+func (p *Pool) missing(h inventory.HCA) string {
+	var problems []string
+	for _, kind := range p.charKinds[1:] {
+		announced := false
+		var absent []string
+		for _, c := range h.CharDevices {
+			if c.Kind() != kind {
+				continue
+			}
+			announced = true
+			if !c.Present {
+				absent = append(absent, c.Name)
+			}
+		}
+		switch {
+		case !announced:
+			problems = append(problems, fmt.Sprintf("no %s char device in sysfs (is ib_umad loaded?)", kind))
+		case len(absent) > 0:
+			problems = append(problems, "missing from /dev/infiniband: "+strings.Join(absent, ", "))
+		}
+	}
+	return strings.Join(problems, "; ")
+}
+
+// healthy is h's health as this pool sees it: the HCA's own, and every char
+// device the pool hands out present.
+func (p *Pool) healthy(h inventory.HCA) bool { return h.Healthy && p.missing(h) == "" }
+
+// Exclusive reports whether the pool hands out one device per HCA.
+func (p *Pool) Exclusive() bool { return p.Mode == config.ModeExclusive }
+
+// ResourceName is the extended resource the pool advertises.
+func (p *Pool) ResourceName() string { return p.Resource }
+
+// SlotID names shared slot i.
+func SlotID(i int) string { return "slot-" + strconv.Itoa(i) }
+
+// Devices is the kubelet device list: in shared mode Slots devices, all
+// healthy iff any selected HCA is; in exclusive mode one device per HCA,
+// named after it, with its health. Every device carries the NUMA nodes of
+// its HCAs (unknown NUMA nodes are left out).
+func (p *Pool) Devices() []*pluginapi.Device {
+	if p.Exclusive() {
+		out := make([]*pluginapi.Device, 0, len(p.HCAs))
+		for _, h := range p.HCAs {
+			out = append(out, &pluginapi.Device{ID: h.Name, Health: health(p.healthy(h)), Topology: topology(h.NUMANode)})
+		}
+		return out
+	}
+	healthy := slices.ContainsFunc(p.HCAs, p.healthy)
+	var numa []int
+	for _, h := range p.HCAs {
+		numa = append(numa, h.NUMANode)
+	}
+	out := make([]*pluginapi.Device, 0, p.Slots)
+	if len(p.HCAs) == 0 {
+		return out // no HCA: advertise nothing rather than slots that cannot work
+	}
+	for i := range p.Slots {
+		out = append(out, &pluginapi.Device{ID: SlotID(i), Health: health(healthy), Topology: topology(numa...)})
+	}
+	return out
+}
+
+func health(ok bool) string {
+	if ok {
+		return pluginapi.Healthy
+	}
+	return pluginapi.Unhealthy
+}
+
+func topology(nodes ...int) *pluginapi.TopologyInfo {
+	var ids []int
+	for _, n := range nodes {
+		if n >= 0 && !slices.Contains(ids, n) {
+			ids = append(ids, n)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	sort.Ints(ids)
+	t := &pluginapi.TopologyInfo{}
+	for _, id := range ids {
+		t.Nodes = append(t.Nodes, &pluginapi.NUMANode{ID: int64(id)})
+	}
+	return t
+}
+
+// Allocate answers one container's allocation: the uverbs devices (and the
+// pool's opted-in umad/issm) of the allocated HCAs (exclusive) or of every
+// healthy selected HCA (shared), plus rdma_cm; NCCL_IB_HCA and
+// UCX_NET_DEVICES naming exactly those HCAs and ports; and the node
+// profile's topology file (NCCL_TOPO_FILE). Node facts only: tunings come
+// from the pod's profile.
+func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	var hcas []inventory.HCA
+	if p.Exclusive() {
+		for _, id := range ids {
+			i := slices.IndexFunc(p.HCAs, func(h inventory.HCA) bool { return h.Name == id })
+			if i < 0 {
+				return nil, fmt.Errorf("%s: unknown device %q; this node offers %s", p.Resource, id, strings.Join(p.deviceIDs(), ", "))
+			}
+			hcas = append(hcas, p.HCAs[i])
+		}
+	} else {
+		for _, id := range ids {
+			if n, ok := slotIndex(id); !ok || n >= p.Slots {
+				return nil, fmt.Errorf("%s: unknown device %q; this node offers %s to %s", p.Resource, id, SlotID(0), SlotID(p.Slots-1))
+			}
+		}
+		for _, h := range p.HCAs {
+			if p.healthy(h) {
+				hcas = append(hcas, h)
+			}
+		}
+		if len(hcas) == 0 {
+			return nil, fmt.Errorf("%s: no healthy HCA on this node", p.Resource)
+		}
+	}
+	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
+	var ports []string
+	for _, h := range hcas {
+		for _, port := range h.Ports {
+			if len(p.linkLayers) == 0 || slices.Contains(p.linkLayers, port.LinkLayer) {
+				ports = append(ports, fmt.Sprintf("%s:%d", h.Name, port.Number))
+			}
+		}
+		for _, c := range h.CharDevices {
+			if c.Present && slices.Contains(p.charKinds, c.Kind()) {
+				resp.Devices = append(resp.Devices, p.deviceSpec(c.Name))
+			}
+		}
+	}
+	if p.rdmaCM != nil && p.rdmaCM.Present {
+		resp.Devices = append(resp.Devices, p.deviceSpec(p.rdmaCM.Name))
+	}
+	resp.Envs[EnvNCCLIBHCA] = "=" + strings.Join(ports, ",")
+	resp.Envs[EnvUCXNetDevices] = strings.Join(ports, ",")
+	if f := p.opts.Profile.TopologyFile; f != "" {
+		resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: TopologyContainerPath, HostPath: f, ReadOnly: true})
+		resp.Envs[EnvNCCLTopoFile] = TopologyContainerPath
+	}
+	return resp, nil
+}
+
+func (p *Pool) deviceSpec(name string) *pluginapi.DeviceSpec {
+	return &pluginapi.DeviceSpec{
+		ContainerPath: "/dev/" + inventory.DevInfinibandPath + "/" + name,
+		HostPath:      filepath.Join(p.opts.HostDevRoot, inventory.DevInfinibandPath, name),
+		Permissions:   "rw",
+	}
+}
+
+func slotIndex(id string) (int, bool) {
+	s, ok := strings.CutPrefix(id, "slot-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= 0 && strconv.Itoa(n) == s
+}
+
+func (p *Pool) deviceIDs() []string {
+	out := make([]string, 0, len(p.HCAs))
+	for _, h := range p.HCAs {
+		out = append(out, h.Name)
+	}
+	return out
+}
+
+// Preferred picks size devices out of available for an exclusive pool,
+// keeping mustInclude and packing the rest onto as few NUMA nodes as
+// possible: first the NUMA nodes mustInclude already uses, then the
+// smallest NUMA node that fits what is left (leaving larger ones whole for
+// later pods), else the largest and repeat. HCAs with unknown NUMA node come
+// last. Shared pools have no preference: the first size available.
+func (p *Pool) Preferred(available, mustInclude []string, size int) ([]string, error) {
+	if size < len(mustInclude) || size > len(available) {
+		return nil, fmt.Errorf("%s: cannot pick %d devices from %d available with %d required", p.Resource, size, len(available), len(mustInclude))
+	}
+	out := slices.Clone(mustInclude)
+	rest := slices.DeleteFunc(slices.Clone(available), func(id string) bool { return slices.Contains(mustInclude, id) })
+	if !p.Exclusive() {
+		return append(out, rest[:size-len(out)]...), nil
+	}
+	order := map[string]int{}
+	numa := map[string]int{}
+	for i, h := range p.HCAs {
+		order[h.Name] = i
+		numa[h.Name] = h.NUMANode
+	}
+	groups := map[int][]string{}
+	for _, id := range rest {
+		n, ok := numa[id]
+		if !ok {
+			n = inventory.UnknownNUMANode
+		}
+		groups[n] = append(groups[n], id)
+	}
+	for _, g := range groups {
+		sort.Slice(g, func(i, j int) bool { return order[g[i]] < order[g[j]] })
+	}
+	take := func(n int) {
+		need := size - len(out)
+		g := groups[n]
+		k := min(need, len(g))
+		out = append(out, g[:k]...)
+		delete(groups, n)
+	}
+	used := map[int]bool{}
+	for _, id := range mustInclude {
+		if n, ok := numa[id]; ok && n >= 0 {
+			used[n] = true
+		}
+	}
+	for _, n := range sortedKeys(used) {
+		if len(out) < size {
+			take(n)
+		}
+	}
+	for len(out) < size {
+		need := size - len(out)
+		best, bestLen := inventory.UnknownNUMANode, -1
+		// smallest known NUMA group that fits
+		for _, n := range sortedGroupKeys(groups) {
+			if l := len(groups[n]); n >= 0 && l >= need && (bestLen < 0 || l < bestLen) {
+				best, bestLen = n, l
+			}
+		}
+		if bestLen < 0 { // none fits: largest known group
+			for _, n := range sortedGroupKeys(groups) {
+				if l := len(groups[n]); n >= 0 && l > bestLen {
+					best, bestLen = n, l
+				}
+			}
+		}
+		if bestLen < 0 {
+			best = inventory.UnknownNUMANode
+		}
+		if len(groups[best]) == 0 {
+			break
+		}
+		take(best)
+	}
+	return out, nil
+}
+
+func sortedKeys(m map[int]bool) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
+
+func sortedGroupKeys(m map[int][]string) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
