@@ -36,6 +36,8 @@ type Config struct {
 	PCIeRoot func(pciAddress string) (string, error)
 	// Now is the clock of the health reports; nil is time.Now.
 	Now func() time.Time
+	// Plugin is what Run needs to serve the kubelet.
+	Plugin PluginOptions
 }
 
 // Driver is the DRA plugin: Update feeds it the agent's resource model after

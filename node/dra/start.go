@@ -32,7 +32,8 @@ type PluginOptions struct {
 // DRA gRPC services (health included), publishes the current model and
 // every later Update, and stops them cleanly, so that a rolling update's
 // next pod does not find stale sockets.
-func (d *Driver) Run(ctx context.Context, o PluginOptions) error {
+func (d *Driver) Run(ctx context.Context) error {
+	o := d.cfg.Plugin
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(contract.DRADriverName),
 		kubeletplugin.KubeClient(o.Client),
