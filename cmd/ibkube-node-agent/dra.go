@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/ibkube/ibkube/contract"
@@ -69,13 +68,7 @@ func addDRAServer(ctx context.Context, a *agent.Agent, opts options, log logr.Lo
 	d, err := dra.New(dra.Config{
 		NodeName: opts.nodeName,
 		CDIDir:   opts.dra.cdiDir,
-		PCIeRoot: func(addr string) (string, error) {
-			attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(addr, deviceattribute.WithFSFromRoot(sysfs))
-			if err != nil {
-				return "", err
-			}
-			return *attr.Value.StringValue, nil
-		},
+		PCIeRoot: func(addr string) (string, error) { return dra.PCIeRoot(sysfs, addr) },
 		Plugin: dra.PluginOptions{Client: cs, PodUID: opts.dra.podUID, PluginDir: opts.dra.pluginDir, RegistryDir: opts.dra.registryDir},
 	}, log)
 	if err != nil {
