@@ -69,7 +69,7 @@ func addDRAServer(ctx context.Context, a *agent.Agent, opts options, log logr.Lo
 		NodeName: opts.nodeName,
 		CDIDir:   opts.dra.cdiDir,
 		PCIeRoot: func(addr string) (string, error) { return dra.PCIeRoot(sysfs, addr) },
-		Plugin: dra.PluginOptions{Client: cs, PodUID: opts.dra.podUID, PluginDir: opts.dra.pluginDir, RegistryDir: opts.dra.registryDir},
+		Plugin:   dra.PluginOptions{Client: cs, PodUID: opts.dra.podUID, PluginDir: opts.dra.pluginDir, RegistryDir: opts.dra.registryDir},
 	}, log)
 	if err != nil {
 		return err
