@@ -26,6 +26,8 @@ type host struct {
 	cfg *config.AgentConfig
 	// topology is the NCCL topology file the node profile hands out, "" for none.
 	topology string
+	// hostDevRoot is the dev tree as the runtime sees it ("/dev").
+	hostDevRoot string
 }
 
 // newHost builds fixture name in a temp dir.
@@ -38,7 +40,7 @@ func newHost(t testing.TB, name string, cfg *config.AgentConfig, opts ...fixture
 	if cfg == nil {
 		cfg = config.Default()
 	}
-	return &host{dir: dir, cfg: cfg}
+	return &host{dir: dir, cfg: cfg, hostDevRoot: "/dev"}
 }
 
 // scan reads the fixture as the agent does, without netlink.
@@ -55,7 +57,7 @@ func (h *host) scan(t testing.TB) inventory.Node {
 func (h *host) model(t testing.TB) *resource.Model {
 	t.Helper()
 	return resource.Build(h.cfg, h.scan(t), resource.Options{
-		HostDevRoot: "/dev", Profile: resource.Profile{Name: "test", TopologyFile: h.topology},
+		HostDevRoot: h.hostDevRoot, Profile: resource.Profile{Name: "test", TopologyFile: h.topology},
 	})
 }
 
