@@ -70,7 +70,9 @@ func TestCDISpecAcceptedByRuntime(t *testing.T) {
 	if !slices.Contains(spec.Process.Env, "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1") {
 		t.Errorf("injected env %v lacks NCCL_IB_HCA", spec.Process.Env)
 	}
-	if !slices.ContainsFunc(spec.Mounts, func(m oci.Mount) bool { return m.Destination == "/etc/ibkube/nccl-topo.xml" && slices.Contains(m.Options, "ro") }) {
+	if !slices.ContainsFunc(spec.Mounts, func(m oci.Mount) bool {
+		return m.Destination == "/etc/ibkube/nccl-topo.xml" && slices.Contains(m.Options, "ro")
+	}) {
 		t.Errorf("injected mounts %v lack the read-only topology file", spec.Mounts)
 	}
 }

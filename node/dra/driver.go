@@ -72,7 +72,7 @@ func New(cfg Config, log logr.Logger) (*Driver, error) {
 		cfg.Now = time.Now
 	}
 	return &Driver{
-		cfg: cfg, log: log, store: specStore{dir: cfg.CDIDir},
+		cfg: cfg, log: log, store: specStore{dir: cfg.CDIDir, seen: &holderCache{}},
 		model: &resource.Model{}, pcieRoots: map[string]string{},
 		healthChanged: make(chan struct{}), fatal: make(chan error, 1),
 	}, nil
