@@ -3,6 +3,7 @@ package dra
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -48,6 +49,16 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	if o.RegistryDir != "" {
 		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(o.RegistryDir))
+	}
+	// The kubelet makes its plugins and registry directories, but not the
+	// driver's own directory under plugins, and the helper does not either.
+	for _, dir := range []string{o.PluginDir, o.RegistryDir} {
+		if dir == "" {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("DRA plugin directory: %w", err)
+		}
 	}
 	helper, err := kubeletplugin.Start(klog.NewContext(ctx, d.log), d, opts...)
 	if err != nil {

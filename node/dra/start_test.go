@@ -49,11 +49,6 @@ func TestRunServesKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range []string{"plugin", "registry"} {
-		if err := os.MkdirAll(filepath.Join(sockets, dir), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	d.Update(h.model(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

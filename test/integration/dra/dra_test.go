@@ -79,11 +79,6 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, sub := range []string{"p", "r"} {
-		if err := os.MkdirAll(filepath.Join(sockets, sub), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	d.Update(resource.Build(config.Default(), inv, resource.Options{HostDevRoot: "/dev"}))
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
