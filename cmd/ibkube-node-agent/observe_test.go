@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/node/counters"
 )
 
@@ -34,13 +35,13 @@ func TestRecorderSink(t *testing.T) {
 func TestAPIPods(t *testing.T) {
 	t.Parallel()
 	cs := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{
-		Namespace: "ml", Name: "eval", UID: "u-7", Annotations: map[string]string{counters.AnnotationIdleWarning: "false"},
+		Namespace: "ml", Name: "eval", UID: "u-7", Annotations: map[string]string{contract.AnnotationIdleWarning: "false"},
 	}})
 	got, err := apiPods{cs: cs}.Pod(context.Background(), "ml", "eval")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := counters.PodInfo{Namespace: "ml", Name: "eval", UID: "u-7", Annotations: map[string]string{counters.AnnotationIdleWarning: "false"}}
+	want := counters.PodInfo{Namespace: "ml", Name: "eval", UID: "u-7", Annotations: map[string]string{contract.AnnotationIdleWarning: "false"}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Pod (-want +got):\n%s", diff)
 	}

@@ -15,6 +15,7 @@ import (
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/memlockvalue"
 	"github.com/ibkube/ibkube/nccl"
 )
@@ -126,11 +127,11 @@ func Default() *Config {
 	c := &Config{
 		APIVersion:       APIVersion,
 		Kind:             Kind,
-		Resources:        Resources{Shared: "rdma/shared_ib", Exclusive: "rdma/ib"},
-		GPUResource:      "nvidia.com/gpu",
+		Resources:        Resources{Shared: contract.ResourceSharedIB, Exclusive: contract.ResourceExclusiveIB},
+		GPUResource:      contract.ResourceGPU,
 		DefaultHCAs:      1,
-		IPoIB:            IPoIBNetwork{Name: "ibkube-ipoib"},
-		Memlock:          "unlimited",
+		IPoIB:            IPoIBNetwork{Name: contract.IPoIBNetwork},
+		Memlock:          contract.DefaultMemlock,
 		CapabilityPolicy: CapabilityAuto,
 		DefaultProfile:   nccl.GenericIB,
 	}
@@ -185,12 +186,14 @@ func (c *Config) ProfileNames() []string {
 	return names
 }
 
-// IPoIBNamespace is the namespace of the IPoIB network ("" = the pod's).
-func (c *Config) IPoIBNamespace() string {
-	if c.IPoIB.Namespace != "" {
-		return c.IPoIB.Namespace
-	}
-	return c.ReleaseNamespace
+// IPoIBNamespace is the namespace of the IPoIB network as a pod's network
+// selection names it: "" leaves it to the pod's own namespace.
+func (c *Config) IPoIBNamespace() string { return c.IPoIBNamespaceFor("") }
+
+// IPoIBNamespaceFor is the namespace of the IPoIB network a pod in
+// podNamespace joins.
+func (c *Config) IPoIBNamespaceFor(podNamespace string) string {
+	return contract.IPoIBNamespace(c.IPoIB.Namespace, c.ReleaseNamespace, podNamespace)
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

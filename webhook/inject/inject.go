@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
@@ -146,7 +147,7 @@ func Document(doc []byte, n int, opts Options) ([]byte, []Warning, error) {
 	}
 	ns := mutate.Namespace{Name: objNS, Labels: opts.Labels, Annotations: opts.Annotations}
 	if ns.Labels == nil {
-		ns.Labels = map[string]string{mutate.LabelInject: mutate.InjectEnabled}
+		ns.Labels = map[string]string{contract.LabelInject: contract.InjectEnabled}
 	}
 
 	var warnings []Warning

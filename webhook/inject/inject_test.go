@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/golden"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/mutate"
@@ -49,7 +50,7 @@ func TestExamples(t *testing.T) {
 			}
 			got.Write(out.Bytes())
 			golden.Check(t, filepath.Join("testdata", "golden", name), got.Bytes())
-			if !strings.Contains(out.String(), mutate.AnnotationInjected) {
+			if !strings.Contains(out.String(), contract.AnnotationInjected) {
 				t.Errorf("example was not injected")
 			}
 			var again bytes.Buffer
@@ -138,7 +139,7 @@ spec:
 	if got := run(o); got != pod {
 		t.Errorf("pod without mode and no namespace default was changed:\n%s", got)
 	}
-	o.Annotations = map[string]string{mutate.AnnotationMode: "rdma-exclusive"}
+	o.Annotations = map[string]string{contract.AnnotationMode: "rdma-exclusive"}
 	if got := run(o); !strings.Contains(got, "rdma/ib: \"2\"") {
 		t.Errorf("namespace default mode not applied:\n%s", got)
 	}
@@ -258,8 +259,8 @@ spec:
 		if q := nested(containers[0].(map[string]any), "resources", "limits", "rdma/shared_ib"); q != "1" {
 			t.Errorf("%s: container limits rdma/shared_ib = %v, want \"1\":\n%s", kind, q, got[i])
 		}
-		if _, ok := nested(pod, "metadata", "annotations").(map[string]any)[mutate.AnnotationInjected]; !ok {
-			t.Errorf("%s: no %s annotation on the template", kind, mutate.AnnotationInjected)
+		if _, ok := nested(pod, "metadata", "annotations").(map[string]any)[contract.AnnotationInjected]; !ok {
+			t.Errorf("%s: no %s annotation on the template", kind, contract.AnnotationInjected)
 		}
 	}
 }
@@ -346,7 +347,7 @@ func TestStreamCRLF(t *testing.T) {
 	if !strings.HasPrefix(got, plain+crlf("---\n")) {
 		t.Errorf("the unchanged document before the mutated one changed:\n%q", got)
 	}
-	if !strings.Contains(got, mutate.AnnotationInjected) {
+	if !strings.Contains(got, contract.AnnotationInjected) {
 		t.Errorf("pod not injected:\n%s", got)
 	}
 	if n := strings.Count(got, "\n") - strings.Count(got, "\r\n"); n != 0 {
