@@ -237,5 +237,3 @@ func (c *AgentConfig) Validate() error {
 	}
 	return nil
 }
-
-func duration(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }

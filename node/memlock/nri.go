@@ -112,7 +112,6 @@ type State string
 
 // Connection states.
 const (
-	StateDisabled     State = "disabled"
 	StateNoSocket     State = "no_socket"
 	StateConnected    State = "connected"
 	StateDisconnected State = "disconnected"

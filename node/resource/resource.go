@@ -190,9 +190,6 @@ func (p *Pool) healthy(h inventory.HCA) bool { return h.Healthy && p.missing(h) 
 // Exclusive reports whether the pool hands out one device per HCA.
 func (p *Pool) Exclusive() bool { return p.Mode == config.ModeExclusive }
 
-// ResourceName is the extended resource the pool advertises.
-func (p *Pool) ResourceName() string { return p.Resource }
-
 // SlotID names shared slot i.
 func SlotID(i int) string { return "slot-" + strconv.Itoa(i) }
 

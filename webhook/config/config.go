@@ -108,7 +108,9 @@ type ProfileSpec struct {
 	// NCCL_NET_GDR_LEVEL=SYS, right only where every GPU has its HCA beside
 	// it). A value under nccl applies to every pod.
 	WholeNodeNCCL map[string]string `json:"wholeNodeNCCL,omitempty"`
-	TopologyFile  string            `json:"topologyFile,omitempty"`
+	// RemovedTopologyFile is read only to refuse it with a message that
+	// says where the topology comes from: the webhook never used it.
+	RemovedTopologyFile string `json:"topologyFile,omitempty"`
 	// GPUsPerNode is the machine's GPU count (0: unknown; whole-node values
 	// are then never written).
 	GPUsPerNode *int `json:"gpusPerNode,omitempty"`
@@ -254,6 +256,10 @@ func (c *Config) validate() error {
 			bad(f+".name", p.Name, "profile defined twice")
 		}
 		seen[p.Name] = true
+		if p.RemovedTopologyFile != "" {
+			bad(f+".topologyFile", p.RemovedTopologyFile, "no longer accepted: the node agent mounts the NCCL topology file of the node's instance type "+
+				"(or the AgentConfig profile); remove the field")
+		}
 		for _, k := range sortedKeys(p.NCCL) {
 			if !strings.HasPrefix(k, "NCCL_") || !envName.MatchString(k) {
 				bad(f+".nccl", k, "keys must be NCCL_* variable names (other variables go under env)")
@@ -328,9 +334,6 @@ func (c *Config) resolve() error {
 		p.Name = s.Name
 		if s.Description != "" {
 			p.Description = s.Description
-		}
-		if s.TopologyFile != "" {
-			p.TopologyFile = s.TopologyFile
 		}
 		if s.GPUsPerNode != nil {
 			p.GPUsPerNode = *s.GPUsPerNode
