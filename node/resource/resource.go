@@ -6,6 +6,7 @@ package resource
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -372,7 +373,7 @@ func (p *Pool) Preferred(available, mustInclude []string, size int) ([]string, e
 			used[n] = true
 		}
 	}
-	for _, n := range sortedKeys(used) {
+	for _, n := range slices.Sorted(maps.Keys(used)) {
 		if len(out) < size {
 			take(n)
 		}
@@ -381,13 +382,13 @@ func (p *Pool) Preferred(available, mustInclude []string, size int) ([]string, e
 		need := size - len(out)
 		best, bestLen := inventory.UnknownNUMANode, -1
 		// smallest known NUMA group that fits
-		for _, n := range sortedGroupKeys(groups) {
+		for _, n := range slices.Sorted(maps.Keys(groups)) {
 			if l := len(groups[n]); n >= 0 && l >= need && (bestLen < 0 || l < bestLen) {
 				best, bestLen = n, l
 			}
 		}
 		if bestLen < 0 { // none fits: largest known group
-			for _, n := range sortedGroupKeys(groups) {
+			for _, n := range slices.Sorted(maps.Keys(groups)) {
 				if l := len(groups[n]); n >= 0 && l > bestLen {
 					best, bestLen = n, l
 				}
@@ -402,22 +403,4 @@ func (p *Pool) Preferred(available, mustInclude []string, size int) ([]string, e
 		take(best)
 	}
 	return out, nil
-}
-
-func sortedKeys(m map[int]bool) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
-}
-
-func sortedGroupKeys(m map[int][]string) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
 }

@@ -7,8 +7,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -180,12 +181,7 @@ func (c *Config) Profile(name string) (nccl.Profile, bool) {
 
 // ProfileNames returns every profile name, sorted.
 func (c *Config) ProfileNames() []string {
-	names := make([]string, 0, len(c.resolved))
-	for n := range c.resolved {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(c.resolved))
 }
 
 // IPoIBNamespace is the namespace of the IPoIB network as a pod's network
@@ -260,7 +256,7 @@ func (c *Config) validate() error {
 			bad(f+".topologyFile", p.RemovedTopologyFile, "no longer accepted: the node agent mounts the NCCL topology file of the node's instance type "+
 				"(or the AgentConfig profile); remove the field")
 		}
-		for _, k := range sortedKeys(p.NCCL) {
+		for _, k := range slices.Sorted(maps.Keys(p.NCCL)) {
 			if !strings.HasPrefix(k, "NCCL_") || !envName.MatchString(k) {
 				bad(f+".nccl", k, "keys must be NCCL_* variable names (other variables go under env)")
 			}
@@ -271,7 +267,7 @@ func (c *Config) validate() error {
 				bad(f+".nccl."+k, v, "want a single line of at most 1023 bytes (NCCL's conf file limit)")
 			}
 		}
-		for _, k := range sortedKeys(p.WholeNodeNCCL) {
+		for _, k := range slices.Sorted(maps.Keys(p.WholeNodeNCCL)) {
 			if !strings.HasPrefix(k, "NCCL_") || !envName.MatchString(k) {
 				bad(f+".wholeNodeNCCL", k, "keys must be NCCL_* variable names")
 			}
@@ -299,7 +295,7 @@ func (c *Config) validate() error {
 		if p.ExclusiveResource != "" && p.ExclusiveResource == c.Resources.Shared {
 			bad(f+".exclusiveResource", p.ExclusiveResource, "must differ from resources.shared")
 		}
-		for _, k := range sortedKeys(p.Env) {
+		for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 			if !envName.MatchString(k) {
 				bad(f+".env", k, "want an environment variable name")
 			} else if strings.HasPrefix(k, "NCCL_") {
@@ -324,7 +320,7 @@ func (c *Config) resolve() error {
 		case s.Base != "":
 			b, ok := res[s.Base]
 			if !ok {
-				errs = append(errs, fmt.Errorf("profiles[%d].base: invalid value %q: want one of %s (built-in or defined earlier)", i, s.Base, strings.Join(sortedKeys(res), ", ")))
+				errs = append(errs, fmt.Errorf("profiles[%d].base: invalid value %q: want one of %s (built-in or defined earlier)", i, s.Base, strings.Join(slices.Sorted(maps.Keys(res)), ", ")))
 				continue
 			}
 			p = b
@@ -352,7 +348,7 @@ func (c *Config) resolve() error {
 		res[s.Name] = p
 	}
 	if _, ok := res[c.DefaultProfile]; !ok {
-		errs = append(errs, fmt.Errorf("defaultProfile: invalid value %q: want one of %s", c.DefaultProfile, strings.Join(sortedKeys(res), ", ")))
+		errs = append(errs, fmt.Errorf("defaultProfile: invalid value %q: want one of %s", c.DefaultProfile, strings.Join(slices.Sorted(maps.Keys(res)), ", ")))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -373,7 +369,7 @@ func overlay(base []nccl.Var, over map[string]string, wholeNode bool) []nccl.Var
 		}
 		out = append(out, v)
 	}
-	for _, k := range sortedKeys(over) {
+	for _, k := range slices.Sorted(maps.Keys(over)) {
 		if _, ok := nccl.Lookup(base, k); !ok {
 			out = append(out, nccl.Var{Name: k, Value: over[k], WholeNode: wholeNode})
 		}
@@ -400,13 +396,4 @@ func ValidateMemlock(v string) error {
 		return err
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -10,7 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -286,7 +287,7 @@ func Templates(obj map[string]any) []string {
 					return
 				}
 			}
-			for _, k := range sortedKeys(t) {
+			for _, k := range slices.Sorted(maps.Keys(t)) {
 				walk(t[k], path+"/"+escape(k))
 			}
 		case []any:
@@ -330,15 +331,6 @@ func nested(m map[string]any, keys ...string) any {
 
 func escape(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func stripComments(doc []byte) []byte {
