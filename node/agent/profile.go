@@ -3,14 +3,11 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/ibkube/ibkube/nccl"
 	"github.com/ibkube/ibkube/node/config"
@@ -55,27 +52,22 @@ func DMIProductName(sysfsRoot string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// InstanceTypeFromAPI returns a lookup of the instance-type label of the Node
-// named nodeName, through the in-cluster API configuration.
-func InstanceTypeFromAPI(nodeName string) func(context.Context) (string, error) {
-	return func(ctx context.Context) (string, error) {
-		if nodeName == "" {
-			return "", fmt.Errorf("no node name (--node-name or $NODE_NAME)")
-		}
-		cfg, err := rest.InClusterConfig()
-		if err != nil {
-			return "", fmt.Errorf("in-cluster config: %w", err)
-		}
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return "", fmt.Errorf("client: %w", err)
-		}
-		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if err != nil {
-			return "", fmt.Errorf("get node %s: %w", nodeName, err)
-		}
-		return n.Labels[InstanceTypeLabel], nil
+// NodeLabels reads the labels of a Node; the binary implements it with its
+// API client.
+type NodeLabels interface {
+	NodeLabels(ctx context.Context, name string) (map[string]string, error)
+}
+
+// instanceType is the instance-type label of the Node named nodeName.
+func instanceType(ctx context.Context, nodes NodeLabels, nodeName string) (string, error) {
+	if nodeName == "" {
+		return "", errors.New("no node name (--node-name or $NODE_NAME)")
 	}
+	labels, err := nodes.NodeLabels(ctx, nodeName)
+	if err != nil {
+		return "", err
+	}
+	return labels[InstanceTypeLabel], nil
 }
 
 // NodeProfile turns the catalogue's profile for sku into the node facts the
