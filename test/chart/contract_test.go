@@ -86,6 +86,20 @@ func TestChartDefaultsMatchTheContract(t *testing.T) {
 		}
 	}
 
+	// The IPoIB network on the exclusive HCA names the exclusive pool.
+	mtu, err := rendered.Load("ipoib-mtu-exclude")
+	if err != nil {
+		t.Fatal(err)
+	}
+	excl, err := rendered.Find(mtu, "NetworkAttachmentDefinition", contract.IPoIBNetwork+"-exclusive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	annos, _ := rendered.Field(map[string]any(excl), "metadata", "annotations").(map[string]any)
+	if got := annos["k8s.v1.cni.cncf.io/resourceName"]; got != contract.ResourceExclusiveIB {
+		t.Errorf("NAD %s resourceName %v, want %s", excl.Name(), got, contract.ResourceExclusiveIB)
+	}
+
 	withMultus, err := rendered.Load("defaults-with-multus-prometheus")
 	if err != nil {
 		t.Fatal(err)

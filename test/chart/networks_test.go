@@ -16,7 +16,7 @@ import (
 // testdata/networks and reviewed by hand: a values change that alters what a
 // user's pods attach to shows up here. Compare spec.config as JSON and the
 // resourceName annotation.
-func TestNetworksMatchCNIGoldens(t *testing.T) {
+func TestNetworksMatchTheDocumentedNADs(t *testing.T) {
 	for _, tc := range []struct {
 		values string   // under testdata, "" = defaults
 		extra  []string // more helm args
