@@ -232,14 +232,6 @@ func mutateTemplate(tmpl map[string]any, namespace string, ns mutate.Namespace, 
 	if err != nil || len(res.Patch) == 0 {
 		return false, res.Warnings, err
 	}
-	// The core's patch assumes the API server's JSON, where metadata always
-	// exists; a template may omit it.
-	if _, ok := tmpl["metadata"].(map[string]any); !ok {
-		tmpl["metadata"] = map[string]any{}
-		if raw, err = json.Marshal(tmpl); err != nil {
-			return false, nil, err
-		}
-	}
 	pb, err := json.Marshal(res.Patch)
 	if err != nil {
 		return false, nil, err
@@ -248,7 +240,11 @@ func mutateTemplate(tmpl map[string]any, namespace string, ns mutate.Namespace, 
 	if err != nil {
 		return false, nil, fmt.Errorf("decode patch: %w", err)
 	}
-	patched, err := p.Apply(raw)
+	// The patch is written against a pod, which always has metadata; a
+	// template may leave it out, so an add creates the missing parents.
+	opts := jsonpatch.NewApplyOptions()
+	opts.EnsurePathExistsOnAdd = true
+	patched, err := p.ApplyWithOptions(raw, opts)
 	if err != nil {
 		return false, nil, fmt.Errorf("apply patch: %w", err)
 	}

@@ -149,6 +149,39 @@ spec:
 	}
 }
 
+// TestTemplateWithoutMetadata injects a pod template that has no metadata at
+// all (a namespace default mode picks it through its GPU request): the
+// annotations ibkube writes must still land on the template.
+func TestTemplateWithoutMetadata(t *testing.T) {
+	t.Parallel()
+	in := `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: d, namespace: team}
+spec:
+  template:
+    spec:
+      containers:
+      - name: a
+        resources: {limits: {nvidia.com/gpu: 1}}
+`
+	o := testOptions()
+	o.Annotations = map[string]string{contract.AnnotationMode: contract.ModeShared}
+	var out bytes.Buffer
+	if _, err := Stream(strings.NewReader(in), &out, o); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := decode(out.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	annos, _ := nested(obj, "spec", "template", "metadata", "annotations").(map[string]any)
+	for _, k := range []string{contract.AnnotationNCCLConf, contract.AnnotationMemlock, contract.AnnotationInjected} {
+		if _, ok := annos[k]; !ok {
+			t.Errorf("template annotations lack %s:\n%s", k, out.String())
+		}
+	}
+}
+
 func TestRefusal(t *testing.T) {
 	t.Parallel()
 	in := `apiVersion: batch/v1

@@ -19,12 +19,6 @@ import (
 	"github.com/ibkube/ibkube/webhook/config"
 )
 
-// target is one selected container and where it sits in the pod JSON.
-type target struct {
-	c    *corev1.Container
-	path string // e.g. /spec/containers/0
-}
-
 // Mutate mutates pod in place and returns the RFC 6902 patch that turns the
 // original pod into it. A pod outside an opted-in namespace, or without a
 // mode, is left alone (Result zero). Denials are *Refusal.
@@ -414,7 +408,7 @@ func selectContainers(pod *corev1.Pod, gpuRes string) ([]target, error) {
 	var out []target
 	for i := range spec.Containers {
 		if gpuCount(&spec.Containers[i], gpuRes) > 0 {
-			out = append(out, target{&spec.Containers[i], containerPath("/spec/containers/", i)})
+			out = append(out, regularTarget(spec, i))
 		}
 	}
 	if len(out) > 0 {
@@ -422,12 +416,10 @@ func selectContainers(pod *corev1.Pod, gpuRes string) ([]target, error) {
 	}
 	out = make([]target, len(spec.Containers))
 	for i := range spec.Containers {
-		out[i] = target{&spec.Containers[i], containerPath("/spec/containers/", i)}
+		out[i] = regularTarget(spec, i)
 	}
 	return out, nil
 }
-
-func containerPath(prefix string, i int) string { return prefix + strconv.Itoa(i) }
 
 func findContainer(spec *corev1.PodSpec, name string) (target, bool) {
 	if name == "" {
@@ -435,12 +427,12 @@ func findContainer(spec *corev1.PodSpec, name string) (target, bool) {
 	}
 	for i := range spec.Containers {
 		if spec.Containers[i].Name == name {
-			return target{&spec.Containers[i], containerPath("/spec/containers/", i)}, true
+			return regularTarget(spec, i), true
 		}
 	}
 	for i := range spec.InitContainers {
 		if spec.InitContainers[i].Name == name {
-			return target{&spec.InitContainers[i], containerPath("/spec/initContainers/", i)}, true
+			return initTarget(spec, i), true
 		}
 	}
 	return target{}, false

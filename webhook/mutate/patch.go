@@ -1,6 +1,7 @@
 package mutate
 
 import (
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -8,6 +9,23 @@ import (
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/nccl"
 )
+
+// target is one selected container and where it sits in the pod JSON.
+type target struct {
+	c    *corev1.Container
+	path string // e.g. /spec/containers/0
+}
+
+// regularTarget and initTarget are container i of the pod's containers and
+// initContainers. With the ops below, they are the only places that know
+// the pod's JSON layout.
+func regularTarget(spec *corev1.PodSpec, i int) target {
+	return target{&spec.Containers[i], "/spec/containers/" + strconv.Itoa(i)}
+}
+
+func initTarget(spec *corev1.PodSpec, i int) target {
+	return target{&spec.InitContainers[i], "/spec/initContainers/" + strconv.Itoa(i)}
+}
 
 // patcher changes the pod in place and records, for each change, the JSON
 // Patch operation that makes the same change to the original pod's JSON: a
