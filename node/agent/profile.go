@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ibkube/ibkube/nccl"
+	"github.com/ibkube/ibkube/nccl/machine"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/resource"
 )
@@ -70,24 +70,22 @@ func instanceType(ctx context.Context, nodes NodeLabels, nodeName string) (strin
 	return labels[InstanceTypeLabel], nil
 }
 
-// NodeProfile turns the catalogue's profile for sku into the node facts the
-// resource model hands out: the profile's name and its topology file written
-// under stateDir (rewritten only when its content differs). The profile's
-// NCCL and other tunings are deliberately not read: they reach a pod only
-// through the conf file of the profile the pod resolved at admission, below
-// every value the user sets, so that a site's override of the profile or a
-// pod's choice of another profile is not beaten by the node's guess. ok is
-// false when the catalogue has no profile for sku.
+// NodeProfile turns the catalogue's facts for sku into what the resource
+// model hands out: the profile's name and its topology file written under
+// stateDir (rewritten only when its content differs). The agent reads the
+// catalogue through nccl/machine only, which has no tunings (see there). ok
+// is false when the catalogue has no profile for sku.
 func NodeProfile(sku, stateDir string) (p resource.Profile, ok bool, err error) {
-	name, topology, found := nodeTopology(sku)
+	facts, found := machine.ForSKU(sku)
 	if !found {
 		return resource.Profile{}, false, nil
 	}
-	p.Name = name
+	p.Name = facts.Profile
+	topology := facts.TopologyFile
 	if topology == "" {
 		return p, true, nil
 	}
-	data, err := nccl.Topology(topology)
+	data, err := machine.Topology(topology)
 	if err != nil {
 		return p, true, err
 	}
@@ -97,19 +95,6 @@ func NodeProfile(sku, stateDir string) (p resource.Profile, ok bool, err error) 
 	}
 	p.TopologyFile = path
 	return p, true, nil
-}
-
-// nodeTopology is the agent's only view of the catalogue: which profile a
-// machine has and which topology file describes it.
-func nodeTopology(sku string) (profile, topologyFile string, ok bool) {
-	if sku == "" {
-		return "", "", false
-	}
-	np, found := nccl.ProfileForSKU(sku)
-	if !found {
-		return "", "", false
-	}
-	return np.Name, np.TopologyFile, true
 }
 
 func writeIfChanged(path string, data []byte) error {
