@@ -553,3 +553,29 @@ func TestHandlerRefusesForgedNames(t *testing.T) {
 		})
 	}
 }
+
+// TestModeLabel checks the metric label stays one of the canonical modes or
+// "invalid" whatever a refused pod's annotation says.
+func TestModeLabel(t *testing.T) {
+	t.Parallel()
+	pod := func(v string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{contract.AnnotationMode: v}}}
+	}
+	for _, tc := range []struct {
+		name string
+		res  mutate.Result
+		pod  *corev1.Pod
+		want string
+	}{
+		{"injected", mutate.Result{Injected: true, Mode: contract.Mode{Exclusive: true, IPoIB: true}}, pod("rdma-exclusive,ipoib"), "rdma-exclusive,ipoib"},
+		{"refused, written in another order", mutate.Result{}, pod(" ipoib , rdma-shared"), "rdma-shared,ipoib"},
+		{"refused, unknown mode", mutate.Result{}, pod("rdma-shared,fast"), "invalid"},
+		{"refused, conflicting modes", mutate.Result{}, pod("rdma-shared,rdma-exclusive"), "invalid"},
+		{"mode none", mutate.Result{}, pod("none"), "none"},
+		{"no annotation", mutate.Result{}, &corev1.Pod{}, "none"},
+	} {
+		if got := modeLabel(tc.res, tc.pod); got != tc.want {
+			t.Errorf("%s: modeLabel = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
