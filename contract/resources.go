@@ -1,9 +1,9 @@
 package contract
 
 // Extended resource names the node agent advertises and the webhook
-// requests by default. They are the names the NVIDIA Network Operator's RDMA
-// shared device plugin and SR-IOV device plugin examples use, so pods
-// written for those keep working.
+// requests by default. They are ibkube's own; the chart's rdmaResources
+// renames both sides at once (for example to the NVIDIA Network Operator's
+// rdma/rdma_shared_device_a, for pods written against it).
 const (
 	// ResourceSharedIB is the shared pool: one slot per container, standing
 	// for every InfiniBand HCA of the node.
@@ -11,8 +11,9 @@ const (
 	// ResourceExclusiveIB is the exclusive pool: one device per InfiniBand
 	// HCA.
 	ResourceExclusiveIB = "rdma/ib"
-	// ResourceRoCE is the exclusive pool of RoCE ports, which a RoCE
-	// profile requests instead of ResourceExclusiveIB.
+	// ResourceRoCE is the exclusive pool of RoCE ports the docs describe
+	// for OCI (cmd/ibkube/testdata/node/oci-h100-roce.yaml); the OCI
+	// profiles request it instead of ResourceExclusiveIB.
 	ResourceRoCE = "rdma/roce"
 	// ResourceGPU is the resource that marks a GPU container by default.
 	ResourceGPU = "nvidia.com/gpu"
