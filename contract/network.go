@@ -5,7 +5,8 @@ package contract
 const (
 	// IPoIBNetwork is the NetworkAttachmentDefinition's name.
 	IPoIBNetwork = "ibkube-ipoib"
-	// IPoIBRange is the whereabouts range of its addresses.
+	// IPoIBRange is the whereabouts range of its addresses, the AKS
+	// InfiniBand guide's (docs/networks.md, "Address ranges").
 	IPoIBRange = "192.168.0.0/16"
 )
 

@@ -15,7 +15,8 @@ const (
 	// for OCI (cmd/ibkube/testdata/node/oci-h100-roce.yaml); the OCI
 	// profiles request it instead of ResourceExclusiveIB.
 	ResourceRoCE = "rdma/roce"
-	// ResourceGPU is the resource that marks a GPU container by default.
+	// ResourceGPU is the resource that marks a GPU container by default: the
+	// one NVIDIA's k8s-device-plugin advertises.
 	ResourceGPU = "nvidia.com/gpu"
 )
 
