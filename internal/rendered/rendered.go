@@ -22,7 +22,10 @@ type Object map[string]any
 
 // Kind and Name identify the object.
 func (o Object) Kind() string { s, _ := o["kind"].(string); return s }
-func (o Object) Name() string { s, _ := Field(map[string]any(o), "metadata", "name").(string); return s }
+func (o Object) Name() string {
+	s, _ := Field(map[string]any(o), "metadata", "name").(string)
+	return s
+}
 
 // Defaults reads the golden render of the chart's default values.
 func Defaults() ([]Object, error) { return Load("defaults") }
