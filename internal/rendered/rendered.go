@@ -20,8 +20,13 @@ import (
 // Object is one rendered manifest, decoded generically.
 type Object map[string]any
 
-// Kind and Name identify the object.
-func (o Object) Kind() string { s, _ := o["kind"].(string); return s }
+// Kind is the object's kind.
+func (o Object) Kind() string {
+	s, _ := o["kind"].(string)
+	return s
+}
+
+// Name is the object's metadata.name.
 func (o Object) Name() string {
 	s, _ := Field(map[string]any(o), "metadata", "name").(string)
 	return s
