@@ -1,6 +1,3 @@
-// Package contract holds the names that the node agent, the chart, the
-// webhook and the tests must agree on. It imports nothing, so every side can
-// use it.
 package contract
 
 // DRADriverName is the DRA driver's name: the ResourceSlices' spec.driver,
@@ -17,9 +14,9 @@ const (
 	DeviceClassSharedIB = "ibkube-rdma-shared-ib"
 	DeviceClassRoCE     = "ibkube-rdma-roce"
 
-	ExtendedResourceIB       = "rdma/ib"
-	ExtendedResourceSharedIB = "rdma/shared_ib"
-	ExtendedResourceRoCE     = "rdma/roce"
+	ExtendedResourceIB       = ResourceExclusiveIB
+	ExtendedResourceSharedIB = ResourceSharedIB
+	ExtendedResourceRoCE     = ResourceRoCE
 )
 
 // Device attributes in the driver's domain (written without the domain in

@@ -1,5 +1,7 @@
 package nccl
 
+import "github.com/ibkube/ibkube/contract"
+
 // Built-in profile names.
 const (
 	GenericIB   = "generic-ib"
@@ -23,10 +25,6 @@ const (
 	srcAKSRCCLJob = "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/rccl-mpi-job.yaml"
 	srcOCI        = "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md"
 )
-
-// RoCEResource is the exclusive resource of the RoCE agent pool the docs
-// describe for OCI (cmd/ibkube/testdata/node/oci-h100-roce.yaml).
-const RoCEResource = "rdma/roce"
 
 // Builtin returns the built-in profiles, a fresh copy each call so callers
 // may modify it.
@@ -127,7 +125,7 @@ func Builtin() []Profile {
 			},
 			GPUsPerNode:       8,
 			HCAsPerGPU:        2, // the 16 NCCL_IB_HCA entries of the source, line 38
-			ExclusiveResource: RoCEResource,
+			ExclusiveResource: contract.ResourceRoCE,
 		},
 		{
 			Name:        OCIH200RoCE,
@@ -143,7 +141,7 @@ func Builtin() []Profile {
 			},
 			GPUsPerNode:       8,
 			HCAsPerGPU:        1, // the 8 NCCL_IB_HCA entries of the source, line 53
-			ExclusiveResource: RoCEResource,
+			ExclusiveResource: contract.ResourceRoCE,
 		},
 		{
 			Name:        OCIB4RoCE,
@@ -157,7 +155,7 @@ func Builtin() []Profile {
 			},
 			GPUsPerNode:       8,
 			HCAsPerGPU:        2, // the 16 NCCL_IB_HCA entries of the source, line 94
-			ExclusiveResource: RoCEResource,
+			ExclusiveResource: contract.ResourceRoCE,
 		},
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/internal/golden"
 )
@@ -232,8 +233,8 @@ func TestRoCEProfiles(t *testing.T) {
 				}
 			}
 		}
-		if p.GPUsPerNode != 8 || p.HCAsPerGPU*p.GPUsPerNode != hcas || p.ExclusiveResource != RoCEResource {
-			t.Errorf("%s: %d GPUs x %d HCAs per GPU on %q, want 8 GPUs, %d HCAs on %s", name, p.GPUsPerNode, p.HCAsPerGPU, p.ExclusiveResource, hcas, RoCEResource)
+		if p.GPUsPerNode != 8 || p.HCAsPerGPU*p.GPUsPerNode != hcas || p.ExclusiveResource != contract.ResourceRoCE {
+			t.Errorf("%s: %d GPUs x %d HCAs per GPU on %q, want 8 GPUs, %d HCAs on %s", name, p.GPUsPerNode, p.HCAsPerGPU, p.ExclusiveResource, hcas, contract.ResourceRoCE)
 		}
 		if _, ok := Lookup(p.NCCL, "NCCL_IB_GID_INDEX"); ok {
 			t.Errorf("%s sets NCCL_IB_GID_INDEX; NCCL must pick the RoCEv2 GID itself", name)

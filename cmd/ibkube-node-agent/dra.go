@@ -7,7 +7,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
@@ -48,18 +47,16 @@ func (o draOptions) validate() error {
 // addDRAServer makes the DRA driver the agent's kubelet server when
 // --allocation=dra, after checking that the API server keeps the fields DRA
 // mode relies on; the device plugin servers then do not start.
-func addDRAServer(ctx context.Context, a *agent.Agent, opts options, log logr.Logger) error {
+// cluster is the in-cluster API connection (nil outside a cluster);
+// --kubeconfig names another.
+func addDRAServer(ctx context.Context, a *agent.Agent, opts options, cluster *api, log logr.Logger) error {
 	if opts.dra.allocation != contract.AllocationDRA {
 		return nil
 	}
 	log = log.WithName("dra")
-	cfg, err := restConfig(opts.dra.kubeconfig)
+	cs, err := draClient(opts.dra.kubeconfig, cluster)
 	if err != nil {
 		return err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("API client: %w", err)
 	}
 	if err := dra.CheckGates(ctx, cs.ResourceV1().DeviceClasses(), cs.ResourceV1().ResourceSlices(), opts.nodeName, hasShared(a.Model())); err != nil {
 		return err
@@ -87,17 +84,20 @@ func hasShared(m *resource.Model) bool {
 	return false
 }
 
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+func draClient(kubeconfig string, cluster *api) (kubernetes.Interface, error) {
+	if kubeconfig == "" {
+		if cluster == nil {
+			return nil, fmt.Errorf("--allocation=%s needs the API server: not in a cluster (outside a pod, pass --kubeconfig)", contract.AllocationDRA)
 		}
-		return c, nil
+		return cluster.cs, nil
 	}
-	c, err := rest.InClusterConfig()
+	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("--allocation=%s needs the API server: %w (outside a pod, pass --kubeconfig)", contract.AllocationDRA, err)
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 	}
-	return c, nil
+	cs, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("API client from --kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cs, nil
 }

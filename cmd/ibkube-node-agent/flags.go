@@ -47,6 +47,19 @@ type observeOptions struct {
 // $NODE_NAME. Usage and errors go to out.
 func parseFlags(args []string, getenv func(string) string, out io.Writer) (options, error) {
 	var o options
+	fs := flagSet(&o, getenv, out)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			o.help = true
+			return o, nil
+		}
+		return o, err
+	}
+	return o, o.check(fs)
+}
+
+// flagSet defines the command line into o; a test reads its defaults.
+func flagSet(o *options, getenv func(string) string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("ibkube-node-agent", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&o.config, "config", "/etc/ibkube/agent.yaml", "AgentConfig file (missing: built-in defaults, rdma/shared_ib shared and rdma/ib exclusive over InfiniBand mlx5 HCAs)")
@@ -71,27 +84,22 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&o.observe.podResourcesSocket, "pod-resources-socket", counters.PodResourcesSocket, "the kubelet's PodResources API socket (which container holds which device); empty: no attribution, no idle warning")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: error, info or debug")
 	addDRAFlags(fs, &o.dra, getenv)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			o.help = true
-			return o, nil
-		}
-		return o, err
-	}
+	return fs
+}
+
+// check validates the parsed command line.
+func (o *options) check(fs *flag.FlagSet) error {
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments %q: ibkube-node-agent takes flags only", fs.Args())
+		return fmt.Errorf("unexpected arguments %q: ibkube-node-agent takes flags only", fs.Args())
 	}
 	if o.observe.period <= 0 {
-		return o, fmt.Errorf("--counters-period %s: want a positive duration such as 15s", o.observe.period)
+		return fmt.Errorf("--counters-period %s: want a positive duration such as 15s", o.observe.period)
 	}
 	if o.observe.idleWindow < 2*o.observe.period {
-		return o, fmt.Errorf("--rdma-idle-window %s: want at least two --counters-period (%s), else no window holds two readings", o.observe.idleWindow, 2*o.observe.period)
+		return fmt.Errorf("--rdma-idle-window %s: want at least two --counters-period (%s), else no window holds two readings", o.observe.idleWindow, 2*o.observe.period)
 	}
 	if _, err := logging.ParseLevel(o.logLevel); err != nil {
-		return o, err
+		return err
 	}
-	if err := o.dra.validate(); err != nil {
-		return o, err
-	}
-	return o, nil
+	return o.dra.validate()
 }

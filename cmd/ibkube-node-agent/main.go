@@ -38,19 +38,21 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	a, err := newAgent(opts, log)
+	cluster := inClusterAPI(opts.nodeName, log)
+	if cluster != nil {
+		defer cluster.stop()
+	}
+	a, err := newAgent(opts, cluster, log)
 	if err != nil {
 		return err
 	}
-	if err := addDRAServer(ctx, a, opts, log); err != nil {
+	if err := addDRAServer(ctx, a, opts, cluster, log); err != nil {
 		return err
 	}
-	stopEvents, err := addMemlockPlugin(a, opts, log)
-	if err != nil {
+	if err := addMemlockPlugin(a, opts, cluster, log); err != nil {
 		return err
 	}
-	defer stopEvents()
-	stopCounters, err := addCounterMonitor(a, opts, log)
+	stopCounters, err := addCounterMonitor(a, opts, cluster, log)
 	if err != nil {
 		return err
 	}
@@ -62,33 +64,37 @@ func run(ctx context.Context, args []string) error {
 // docs/memlock.md) and, with --nccl-rank-conf, the NCCL conf file for
 // processes started without the container's environment (docs/node-agent.md,
 // MPI ranks); with --nri=false it only says so.
-func addMemlockPlugin(a *agent.Agent, opts options, log logr.Logger) (stop func(), err error) {
+// cluster is nil outside a cluster: decisions are then only logged.
+func addMemlockPlugin(a *agent.Agent, opts options, cluster *api, log logr.Logger) error {
 	log = log.WithName("memlock")
 	if !opts.nri {
 		log.Info("NRI memlock plugin disabled (--nri=false): RDMA containers keep the runtime's default memlock")
-		return func() {}, nil
+		return nil
 	}
 	maxV, err := memlock.ParseMax(opts.memlockMax)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cfg := memlock.Config{SocketPath: opts.nriSocket, ProcRoot: opts.procRoot, Max: maxV}
 	if opts.ncclRankConf {
 		cfg.RankConfDir = filepath.Join(opts.stateDir, "nccl-ranks")
 	}
-	events, stop := memlock.InClusterEventSink(opts.nodeName, log)
+	var events memlock.EventSink
+	if cluster != nil {
+		events = memlock.RecorderSink{Recorder: cluster.recorder}
+	}
 	p, err := memlock.NewPlugin(cfg, a, log, a.Registry(), events)
 	if err != nil {
-		stop()
-		return nil, err
+		return err
 	}
 	a.Add(p.Run)
-	return stop, nil
+	return nil
 }
 
 // newAgent turns the options into an agent; it reads the config file and
-// builds the scanner but starts nothing.
-func newAgent(opts options, log logr.Logger) (*agent.Agent, error) {
+// builds the scanner but starts nothing. cluster (nil outside a cluster)
+// supplies the Node's instance-type label.
+func newAgent(opts options, cluster *api, log logr.Logger) (*agent.Agent, error) {
 	cfg, err := config.Load(opts.config)
 	if err != nil {
 		return nil, err
@@ -98,15 +104,19 @@ func newAgent(opts options, log logr.Logger) (*agent.Agent, error) {
 		dopts.Netlink = discovery.SystemNetlink{}
 	}
 	scanner := discovery.NewScanner(dopts)
-	return agent.New(agent.Config{
+	acfg := agent.Config{
 		Agent:            cfg,
 		Scanner:          scanner,
 		SysfsRoot:        opts.sysfsRoot,
 		HostDevRoot:      opts.hostDevRoot,
 		KubeletSocketDir: opts.kubeletSocketDir,
 		StateDir:         opts.stateDir,
-		InstanceType:     agent.InstanceTypeFromAPI(opts.nodeName),
+		NodeName:         opts.nodeName,
 		MetricsAddr:      opts.metricsAddr,
 		HealthAddr:       opts.healthAddr,
-	}, log)
+	}
+	if cluster != nil {
+		acfg.Nodes = cluster
+	}
+	return agent.New(acfg, log)
 }

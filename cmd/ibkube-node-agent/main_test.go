@@ -67,13 +67,13 @@ func TestNewAgentOnFixture(t *testing.T) {
 	_, err := newAgent(options{
 		config: filepath.Join(dir, "missing.yaml"), sysfsRoot: fixture.SysfsRoot(dir), devRoot: fixture.DevRoot(dir),
 		kubeletSocketDir: t.TempDir(), stateDir: t.TempDir(),
-	}, logr.Discard())
+	}, nil, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad := filepath.Join(dir, "bad.yaml")
 	writeFile(t, bad, "apiVersion: ibkube.io/v1alpha1\nkind: AgentConfig\npools: []\n")
-	if _, err := newAgent(options{config: bad}, logr.Discard()); err == nil {
+	if _, err := newAgent(options{config: bad}, nil, logr.Discard()); err == nil {
 		t.Error("a config without pools was accepted")
 	}
 }

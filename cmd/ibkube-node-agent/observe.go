@@ -1,17 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/ibkube/ibkube/hca/inventory"
@@ -21,7 +15,8 @@ import (
 
 // addCounterMonitor runs the counters monitor beside the agent and exports
 // it on the agent's /metrics (see docs/observability.md).
-func addCounterMonitor(a *agent.Agent, opts options, log logr.Logger) (stop func(), err error) {
+// cluster is nil outside a cluster: findings are then only logged.
+func addCounterMonitor(a *agent.Agent, opts options, cluster *api, log logr.Logger) (stop func(), err error) {
 	log = log.WithName("counters")
 	if !opts.observe.counters {
 		log.Info("port counters off (--counters=false): no RDMA traffic series, idle warning or link-error Events")
@@ -47,17 +42,9 @@ func addCounterMonitor(a *agent.Agent, opts options, log logr.Logger) (stop func
 		stops = append(stops, func() { _ = l.Close() })
 		cfg.Lister = l
 	}
-	if kc, err := rest.InClusterConfig(); err != nil {
-		log.V(1).Info("no in-cluster API client: idle and link findings are logged, not sent as Events", "reason", err.Error())
-	} else if cs, err := kubernetes.NewForConfig(kc); err != nil {
-		log.Error(err, "API client for Events; idle and link findings are only logged")
-	} else {
-		b := record.NewBroadcaster()
-		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
-		stops = append(stops, b.Shutdown)
-		rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ibkube-node-agent", Host: opts.nodeName})
-		cfg.Events = recorderSink{rec: rec, node: opts.nodeName}
-		cfg.Pods = apiPods{cs: cs}
+	if cluster != nil {
+		cfg.Events = recorderSink{rec: cluster.recorder, node: opts.nodeName}
+		cfg.Pods = cluster
 	}
 	m, err := counters.NewMonitor(cfg, log)
 	if err != nil {
@@ -106,15 +93,4 @@ func (s recorderSink) NodeEvent(reason, message string) {
 	// (kubernetes pkg/kubelet/kubelet.go nodeRef).
 	ref := &corev1.ObjectReference{Kind: "Node", Name: s.node, UID: types.UID(s.node)}
 	s.rec.Event(ref, corev1.EventTypeWarning, reason, message)
-}
-
-// apiPods reads a pod from the API server (the agent needs get on pods).
-type apiPods struct{ cs kubernetes.Interface }
-
-func (p apiPods) Pod(ctx context.Context, namespace, name string) (counters.PodInfo, error) {
-	got, err := p.cs.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return counters.PodInfo{}, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
-	}
-	return counters.PodInfo{Namespace: namespace, Name: name, UID: string(got.UID), Annotations: got.Annotations}, nil
 }

@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/node/agent"
 	"github.com/ibkube/ibkube/node/counters"
 )
 
@@ -31,20 +33,38 @@ func TestRecorderSink(t *testing.T) {
 	}
 }
 
-func TestAPIPods(t *testing.T) {
+// TestAPI checks the reads the agent's libraries get through the binary's
+// client: a pod for the counters monitor, a Node's labels for the profile.
+func TestAPI(t *testing.T) {
 	t.Parallel()
-	cs := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{
-		Namespace: "ml", Name: "eval", UID: "u-7", Annotations: map[string]string{counters.AnnotationIdleWarning: "false"},
-	}})
-	got, err := apiPods{cs: cs}.Pod(context.Background(), "ml", "eval")
+	cs := fake.NewClientset(
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ml", Name: "eval", UID: "u-7", Annotations: map[string]string{contract.AnnotationIdleWarning: "false"},
+		}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nd-0", Labels: map[string]string{agent.InstanceTypeLabel: "Standard_ND96isr_H100_v5"}}},
+	)
+	c := newAPI(cs, "nd-0")
+	t.Cleanup(c.stop)
+	ctx := context.Background()
+	got, err := c.Pod(ctx, "ml", "eval")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := counters.PodInfo{Namespace: "ml", Name: "eval", UID: "u-7", Annotations: map[string]string{counters.AnnotationIdleWarning: "false"}}
+	want := counters.PodInfo{Namespace: "ml", Name: "eval", UID: "u-7", Annotations: map[string]string{contract.AnnotationIdleWarning: "false"}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Pod (-want +got):\n%s", diff)
 	}
-	if _, err := (apiPods{cs: cs}).Pod(context.Background(), "ml", "gone"); err == nil || !strings.Contains(err.Error(), "get pod ml/gone") {
+	if _, err := c.Pod(ctx, "ml", "gone"); err == nil || !strings.Contains(err.Error(), "get pod ml/gone") {
 		t.Errorf("a missing pod: %v", err)
+	}
+	labels, err := c.NodeLabels(ctx, "nd-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := labels[agent.InstanceTypeLabel]; got != "Standard_ND96isr_H100_v5" {
+		t.Errorf("instance-type label %q, want Standard_ND96isr_H100_v5", got)
+	}
+	if _, err := c.NodeLabels(ctx, "gone"); err == nil || !strings.Contains(err.Error(), "get node gone") {
+		t.Errorf("a missing node: %v", err)
 	}
 }

@@ -30,6 +30,19 @@ type options struct {
 // such as $POD_NAMESPACE. Usage and errors go to out.
 func parseFlags(args []string, getenv func(string) string, out io.Writer) (options, error) {
 	var o options
+	fs := flagSet(&o, getenv, out)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			o.help = true
+			return o, nil
+		}
+		return o, err
+	}
+	return o, o.check(fs)
+}
+
+// flagSet defines the command line into o; a test reads its defaults.
+func flagSet(o *options, getenv func(string) string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("ibkube-webhook", flag.ContinueOnError)
 	fs.SetOutput(out)
 	s := &o.server
@@ -50,37 +63,35 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: error, info or debug")
 	fs.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	o.certs.AddFlags(fs)
+	return fs
+}
 
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			o.help = true
-			return o, nil
-		}
-		return o, err
-	}
+// check validates the parsed command line and completes the cert options.
+func (o *options) check(fs *flag.FlagSet) error {
+	s := &o.server
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments %q: ibkube-webhook takes flags only", fs.Args())
+		return fmt.Errorf("unexpected arguments %q: ibkube-webhook takes flags only", fs.Args())
 	}
 	if s.Port < 1 || s.Port > 65535 {
-		return o, fmt.Errorf("--port %d: want 1-65535", s.Port)
+		return fmt.Errorf("--port %d: want 1-65535", s.Port)
 	}
 	if err := s.Limits.Validate(); err != nil {
-		return o, fmt.Errorf("--max-requests-in-flight, --max-connections, --shutdown-drain: %w", err)
+		return fmt.Errorf("--max-requests-in-flight, --max-connections, --shutdown-drain: %w", err)
 	}
 	if s.ReleaseNamespace == "" {
-		return o, errors.New("--namespace is empty and $POD_NAMESPACE is unset: give the namespace ibkube runs in")
+		return errors.New("--namespace is empty and $POD_NAMESPACE is unset: give the namespace ibkube runs in")
 	}
 	o.certs.Namespace, o.certs.CertDir = s.ReleaseNamespace, s.CertDir
 	if err := o.certs.Validate(); err != nil {
-		return o, err
+		return err
 	}
 	if _, err := logging.ParseLevel(o.logLevel); err != nil {
-		return o, err
+		return err
 	}
 	if err := logging.CheckFormat(o.logFormat); err != nil {
-		return o, err
+		return err
 	}
-	return o, nil
+	return nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/inject"
 )
@@ -35,8 +36,8 @@ func runInject(_ context.Context, args []string, s stdio) error {
 	fs.SetOutput(s.err)
 	file := fs.String("f", "", "YAML file to read, - for stdin (required)")
 	cfgPath := fs.String("config", "", "WebhookConfig YAML (default: built-in defaults)")
-	labels := fs.String("namespace-labels", "", "the namespace's labels, k=v,... (default: infiniband.azure.com/inject=enabled); include pod-security.kubernetes.io/enforce=... to model Pod Security")
-	annos := fs.String("namespace-annotations", "", "the namespace's annotations, k=v,... (e.g. infiniband.azure.com/mode=rdma-shared)")
+	labels := fs.String("namespace-labels", "", "the namespace's labels, k=v,... (default: "+contract.LabelInject+"="+contract.InjectEnabled+"); include pod-security.kubernetes.io/enforce=... to model Pod Security")
+	annos := fs.String("namespace-annotations", "", "the namespace's annotations, k=v,... (e.g. "+contract.AnnotationMode+"="+contract.ModeShared+")")
 	release := fs.String("release-namespace", "ibkube-system", "namespace ibkube is installed in (default namespace of the IPoIB network)")
 	fs.Usage = func() {
 		fmt.Fprint(s.err, injectUsage)

@@ -297,22 +297,6 @@ func Parse(value, podNamespace string) ([]Network, error) {
 	return out, nil
 }
 
-// Contains reports whether value already selects n's NAD (same namespace
-// and name, any interface).
-func Contains(value, podNamespace string, n Network) (bool, error) {
-	nets, err := Parse(value, podNamespace)
-	if err != nil {
-		return false, err
-	}
-	k := n.key(podNamespace)
-	for _, e := range nets {
-		if e.key(podNamespace) == k {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
 // Merge adds networks to an annotation value (existing may be empty).
 //
 // An added network that the value already selects (same namespace and name,

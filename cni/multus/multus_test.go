@@ -283,23 +283,6 @@ func TestParse(t *testing.T) {
 	}
 }
 
-func TestContains(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		value string
-		want  bool
-	}{
-		{"ibkube-ipoib", false},
-		{"ibkube-system/ibkube-ipoib@ib7", true},
-		{`[{"name":"ibkube-ipoib","namespace":"ibkube-system"}]`, true},
-	} {
-		got, err := Contains(tt.value, "team-a", ipoib)
-		if err != nil || got != tt.want {
-			t.Errorf("Contains(%q) = %v, %v; want %v", tt.value, got, err, tt.want)
-		}
-	}
-}
-
 func TestNetworkString(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -314,4 +297,20 @@ func TestNetworkString(t *testing.T) {
 			t.Errorf("%#v.String() = %q, want %q", tt.n, got, tt.want)
 		}
 	}
+}
+
+// selects reports whether value already selects n's NAD (same namespace and
+// name, any interface): the fuzz oracle for Merge.
+func selects(value, podNamespace string, n Network) (bool, error) {
+	nets, err := Parse(value, podNamespace)
+	if err != nil {
+		return false, err
+	}
+	k := n.key(podNamespace)
+	for _, e := range nets {
+		if e.key(podNamespace) == k {
+			return true, nil
+		}
+	}
+	return false, nil
 }

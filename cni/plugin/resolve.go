@@ -95,7 +95,7 @@ func Candidates(node inventory.Node, p ParentConf) []Parent {
 			}
 			return a.PCIAddress < b.PCIAddress
 		}
-		return naturalLess(a.Name, b.Name)
+		return inventory.NaturalLess(a.Name, b.Name)
 	})
 	var out []Parent
 	for _, h := range hcas {
@@ -241,36 +241,4 @@ func orUnknown(s string) string {
 		return "state unknown"
 	}
 	return s
-}
-
-// naturalLess orders names with their digit runs compared as numbers
-// (mlx5_2 before mlx5_10), as discovery orders HCAs.
-func naturalLess(a, b string) bool {
-	for a != "" && b != "" {
-		da, db := digits(a), digits(b)
-		if da > 0 && db > 0 {
-			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
-			if len(na) != len(nb) {
-				return len(na) < len(nb)
-			}
-			if na != nb {
-				return na < nb
-			}
-			a, b = a[da:], b[db:]
-			continue
-		}
-		if a[0] != b[0] {
-			return a[0] < b[0]
-		}
-		a, b = a[1:], b[1:]
-	}
-	return len(a) < len(b)
-}
-
-func digits(s string) int {
-	n := 0
-	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
-		n++
-	}
-	return n
 }

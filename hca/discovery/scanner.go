@@ -120,7 +120,7 @@ func (s *Scanner) Scan(ctx context.Context) (inventory.Node, error) {
 			node.HCAs = append(node.HCAs, h)
 		}
 	}
-	sort.Slice(node.HCAs, func(i, j int) bool { return NaturalLess(node.HCAs[i].Name, node.HCAs[j].Name) })
+	sort.Slice(node.HCAs, func(i, j int) bool { return inventory.NaturalLess(node.HCAs[i].Name, node.HCAs[j].Name) })
 	node.RDMACM = s.rdmaCM()
 	return node, nil
 }
@@ -243,7 +243,7 @@ func charLess(a, b inventory.CharDevice) bool {
 	if rank(a) != rank(b) {
 		return rank(a) < rank(b)
 	}
-	return NaturalLess(a.Name, b.Name)
+	return inventory.NaturalLess(a.Name, b.Name)
 }
 
 // devPresent says whether the node for cd exists under the dev root. A real
@@ -471,7 +471,7 @@ func (s *Scanner) netdevsByPort(netDir string) map[int]string {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	sort.Slice(names, func(i, j int) bool { return NaturalLess(names[i], names[j]) })
+	sort.Slice(names, func(i, j int) bool { return inventory.NaturalLess(names[i], names[j]) })
 	out := map[int]string{}
 	child := map[int]bool{}
 	for _, name := range names {
@@ -536,42 +536,4 @@ func health(h inventory.HCA, problems []string) (bool, string) {
 		return true, ""
 	}
 	return false, strings.Join(problems, "; ")
-}
-
-// NaturalLess orders names with embedded numbers by value: mlx5_2 < mlx5_10.
-func NaturalLess(a, b string) bool {
-	for a != "" && b != "" {
-		ad, bd := isDigit(a[0]), isDigit(b[0])
-		switch {
-		case ad && bd:
-			an, arest := digitRun(a)
-			bn, brest := digitRun(b)
-			at, bt := strings.TrimLeft(an, "0"), strings.TrimLeft(bn, "0")
-			if len(at) != len(bt) {
-				return len(at) < len(bt)
-			}
-			if at != bt {
-				return at < bt
-			}
-			if len(an) != len(bn) {
-				return len(an) < len(bn)
-			}
-			a, b = arest, brest
-		case a[0] != b[0]:
-			return a[0] < b[0]
-		default:
-			a, b = a[1:], b[1:]
-		}
-	}
-	return len(a) < len(b)
-}
-
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
-func digitRun(s string) (string, string) {
-	i := 0
-	for i < len(s) && isDigit(s[i]) {
-		i++
-	}
-	return s[:i], s[i:]
 }

@@ -48,9 +48,11 @@ type Config struct {
 	// StateDir is the host directory for files handed to containers (the
 	// NCCL topology file); the agent must see it at the same path as the host.
 	StateDir string
-	// InstanceType looks up the Node's instance-type label once at start;
-	// nil or an error means "unknown" (the agent goes on).
-	InstanceType func(context.Context) (string, error)
+	// Nodes reads the labels of the Node named NodeName once at start, for
+	// its instance type; nil (no API server) or an error means "unknown"
+	// and the agent goes on.
+	Nodes    NodeLabels
+	NodeName string
 	// MetricsAddr and HealthAddr are listen addresses; "" or "0" disables.
 	MetricsAddr, HealthAddr string
 	// Runnables run beside the agent (e.g. the NRI memlock plugin).
@@ -220,9 +222,9 @@ loop:
 
 func (a *Agent) resolveProfile(ctx context.Context) {
 	var label string
-	if a.cfg.InstanceType != nil && a.cfg.Agent.Profile == "" {
+	if a.cfg.Nodes != nil && a.cfg.Agent.Profile == "" {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		l, err := a.cfg.InstanceType(lctx)
+		l, err := instanceType(lctx, a.cfg.Nodes, a.cfg.NodeName)
 		cancel()
 		if err != nil {
 			a.log.Info("cannot read the Node's instance type; trying the DMI product name", "error", err.Error())

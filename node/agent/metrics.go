@@ -3,6 +3,7 @@ package agent
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ibkube/ibkube/internal/promreg"
 	"github.com/ibkube/ibkube/node/resource"
 )
 
@@ -49,10 +50,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.devices, m.hcas, m.allocations, m.allocated, m.registrations, m.scans, m.scanSeconds} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := promreg.Register(reg, m.devices, m.hcas, m.allocations, m.allocated, m.registrations, m.scans, m.scanSeconds); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -3,16 +3,13 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-
-	"github.com/ibkube/ibkube/nccl"
+	"github.com/ibkube/ibkube/nccl/machine"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/resource"
 )
@@ -55,47 +52,40 @@ func DMIProductName(sysfsRoot string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// InstanceTypeFromAPI returns a lookup of the instance-type label of the Node
-// named nodeName, through the in-cluster API configuration.
-func InstanceTypeFromAPI(nodeName string) func(context.Context) (string, error) {
-	return func(ctx context.Context) (string, error) {
-		if nodeName == "" {
-			return "", fmt.Errorf("no node name (--node-name or $NODE_NAME)")
-		}
-		cfg, err := rest.InClusterConfig()
-		if err != nil {
-			return "", fmt.Errorf("in-cluster config: %w", err)
-		}
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return "", fmt.Errorf("client: %w", err)
-		}
-		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if err != nil {
-			return "", fmt.Errorf("get node %s: %w", nodeName, err)
-		}
-		return n.Labels[InstanceTypeLabel], nil
-	}
+// NodeLabels reads the labels of a Node; the binary implements it with its
+// API client.
+type NodeLabels interface {
+	NodeLabels(ctx context.Context, name string) (map[string]string, error)
 }
 
-// NodeProfile turns the catalogue's profile for sku into the node facts the
-// resource model hands out: the profile's name and its topology file written
-// under stateDir (rewritten only when its content differs). The profile's
-// NCCL and other tunings are deliberately not read: they reach a pod only
-// through the conf file of the profile the pod resolved at admission, below
-// every value the user sets, so that a site's override of the profile or a
-// pod's choice of another profile is not beaten by the node's guess. ok is
-// false when the catalogue has no profile for sku.
+// instanceType is the instance-type label of the Node named nodeName.
+func instanceType(ctx context.Context, nodes NodeLabels, nodeName string) (string, error) {
+	if nodeName == "" {
+		return "", errors.New("no node name (--node-name or $NODE_NAME)")
+	}
+	labels, err := nodes.NodeLabels(ctx, nodeName)
+	if err != nil {
+		return "", err
+	}
+	return labels[InstanceTypeLabel], nil
+}
+
+// NodeProfile turns the catalogue's facts for sku into what the resource
+// model hands out: the profile's name and its topology file written under
+// stateDir (rewritten only when its content differs). The agent reads the
+// catalogue through nccl/machine only, which has no tunings (see there). ok
+// is false when the catalogue has no profile for sku.
 func NodeProfile(sku, stateDir string) (p resource.Profile, ok bool, err error) {
-	name, topology, found := nodeTopology(sku)
+	facts, found := machine.ForSKU(sku)
 	if !found {
 		return resource.Profile{}, false, nil
 	}
-	p.Name = name
+	p.Name = facts.Profile
+	topology := facts.TopologyFile
 	if topology == "" {
 		return p, true, nil
 	}
-	data, err := nccl.Topology(topology)
+	data, err := machine.Topology(topology)
 	if err != nil {
 		return p, true, err
 	}
@@ -105,19 +95,6 @@ func NodeProfile(sku, stateDir string) (p resource.Profile, ok bool, err error) 
 	}
 	p.TopologyFile = path
 	return p, true, nil
-}
-
-// nodeTopology is the agent's only view of the catalogue: which profile a
-// machine has and which topology file describes it.
-func nodeTopology(sku string) (profile, topologyFile string, ok bool) {
-	if sku == "" {
-		return "", "", false
-	}
-	np, found := nccl.ProfileForSKU(sku)
-	if !found {
-		return "", "", false
-	}
-	return np.Name, np.TopologyFile, true
 }
 
 func writeIfChanged(path string, data []byte) error {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/hca/selector"
 )
@@ -38,10 +39,6 @@ const (
 
 // Defaults.
 const (
-	// DefaultSharedResource and DefaultExclusiveResource are the names the
-	// webhook requests (contracts: rdma/shared_ib, rdma/ib).
-	DefaultSharedResource    = "rdma/shared_ib"
-	DefaultExclusiveResource = "rdma/ib"
 	// DefaultSharedSlots is the AKS guide's rdmaHcaMax (aks-rdma-infiniband
 	// configs/nicclusterpolicy/rdma-shared-device-plugin/rdma.yaml), so a node
 	// moving from the RDMA shared device plugin keeps its capacity; 63 also
@@ -125,8 +122,8 @@ func DefaultSelector() selector.Selector {
 // ND node without a config file.
 func DefaultPools() []Pool {
 	return []Pool{
-		{ResourceName: DefaultSharedResource, Mode: ModeShared, Slots: DefaultSharedSlots, Selector: DefaultSelector()},
-		{ResourceName: DefaultExclusiveResource, Mode: ModeExclusive, Selector: DefaultSelector()},
+		{ResourceName: contract.ResourceSharedIB, Mode: ModeShared, Slots: DefaultSharedSlots, Selector: DefaultSelector()},
+		{ResourceName: contract.ResourceExclusiveIB, Mode: ModeExclusive, Selector: DefaultSelector()},
 	}
 }
 
@@ -240,5 +237,3 @@ func (c *AgentConfig) Validate() error {
 	}
 	return nil
 }
-
-func duration(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ibkube/ibkube/hca/selector"
 )
@@ -125,3 +126,5 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load error = %v, want %q", err, want)
 	}
 }
+
+func duration(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }

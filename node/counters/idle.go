@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/ibkube/ibkube/contract"
 )
 
 // IdleRule says when a container that holds RDMA devices looks like it is
@@ -143,12 +145,5 @@ func idleMessage(h Holder, moved uint64, window time.Duration) string {
 		"its collective traffic is probably going over TCP. Check the job's log with NCCL_DEBUG=INFO: "+
 		"\"NET/Socket\" instead of \"NET/IB\" means NCCL fell back to sockets (missing /dev/infiniband devices, "+
 		"NCCL_IB_HCA naming no HCA, NCCL_NET or NCCL_IB_DISABLE set). Opt out with the pod annotation %s=\"false\".",
-		h.Container, strings.Join(h.HCAs(), ","), kind, moved, window, AnnotationIdleWarning)
+		h.Container, strings.Join(h.HCAs(), ","), kind, moved, window, contract.AnnotationIdleWarning)
 }
-
-// AnnotationIdleWarning on a pod set to "false" turns the idle warning off
-// for its containers (pods that hold RDMA devices but legitimately never
-// communicate, e.g. a single-node job).
-// It lives under the prefix of every ibkube pod annotation, so the webhook
-// accepts and checks it like the others.
-const AnnotationIdleWarning = "infiniband.azure.com/rdma-idle-warning"

@@ -8,6 +8,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/ibkube/ibkube/contract"
 )
 
 func TestHolders(t *testing.T) {
@@ -104,7 +106,7 @@ func TestIdleJudge(t *testing.T) {
 		t.Errorf("Judge (-want +got):\n%s", diff)
 	}
 	msg := got[1].Why
-	for _, s := range []string{"container trainer", "mlx5_2", "NCCL_DEBUG=INFO", "NET/Socket", AnnotationIdleWarning, "10m0s"} {
+	for _, s := range []string{"container trainer", "mlx5_2", "NCCL_DEBUG=INFO", "NET/Socket", contract.AnnotationIdleWarning, "10m0s"} {
 		if !strings.Contains(msg, s) {
 			t.Errorf("idle message lacks %q: %s", s, msg)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/inventory"
 )
 
@@ -209,7 +210,7 @@ func (m *Monitor) judge(ctx context.Context, now time.Time, holders []Holder) []
 			continue
 		}
 		m.pods[id] = p
-		m.optedOut[id] = p.Annotations[AnnotationIdleWarning] == "false"
+		m.optedOut[id] = p.Annotations[contract.AnnotationIdleWarning] == "false"
 		asked = true
 	}
 	if asked {

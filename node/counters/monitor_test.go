@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
 )
@@ -73,7 +74,7 @@ func TestMonitor(t *testing.T) {
 	sys := buildFixture(t, fixture.NDv5)
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	events := &fakeEvents{}
-	pods := &fakePods{byPod: map[string]map[string]string{"ml/quiet": {AnnotationIdleWarning: "false"}}}
+	pods := &fakePods{byPod: map[string]map[string]string{"ml/quiet": {contract.AnnotationIdleWarning: "false"}}}
 	m, err := NewMonitor(MonitorConfig{
 		Reader: Reader{SysfsRoot: sys},
 		Source: fakeSource{twoHCAs()},

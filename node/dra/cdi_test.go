@@ -8,6 +8,7 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/node/memlock"
 )
@@ -78,7 +79,7 @@ func TestCDISpecAcceptedByRuntime(t *testing.T) {
 		ctrDevs = append(ctrDevs, memlock.Device{Path: x.Path, Type: x.Type, Major: x.Major, Minor: x.Minor})
 	}
 	decision := memlock.Decide(memlock.Input{
-		PodAnnotations: map[string]string{memlock.AnnotationKey: "unlimited"},
+		PodAnnotations: map[string]string{contract.AnnotationMemlock: "unlimited"},
 		Devices:        ctrDevs,
 		IBDevices:      memlock.DevicesOf(h.scan(t)),
 		Runtime:        &memlock.Limit{Soft: 8 << 20, Hard: memlock.Unlimited},

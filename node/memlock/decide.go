@@ -19,13 +19,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/internal/memlockvalue"
 )
-
-// AnnotationKey is the pod annotation the webhook writes: "unlimited" or a
-// Kubernetes quantity such as "64Gi".
-const AnnotationKey = "infiniband.azure.com/memlock"
 
 // Unlimited is RLIM_INFINITY as the kernel and the OCI spec spell it.
 const Unlimited = memlockvalue.Unlimited
@@ -127,15 +124,15 @@ type Decision struct {
 // maximum, since runc fails the container start ("error setting rlimit type
 // 8: operation not permitted") when it cannot grant the limit.
 func Decide(in Input) Decision {
-	raw, ok := in.PodAnnotations[AnnotationKey]
+	raw, ok := in.PodAnnotations[contract.AnnotationMemlock]
 	if !ok {
-		return Decision{Outcome: OutcomeNoAnnotation, Reason: "pod has no " + AnnotationKey + " annotation"}
+		return Decision{Outcome: OutcomeNoAnnotation, Reason: "pod has no " + contract.AnnotationMemlock + " annotation"}
 	}
 	d := Decision{Requested: raw}
 	d.Device = ibkubeDevice(in.Devices, in.IBDevices)
 	if d.Device == "" {
 		d.Outcome = OutcomeNoDevices
-		d.Reason = fmt.Sprintf("container holds no ibkube RDMA device under %s; %s=%q is ignored", DevicePathPrefix, AnnotationKey, raw)
+		d.Reason = fmt.Sprintf("container holds no ibkube RDMA device under %s; %s=%q is ignored", DevicePathPrefix, contract.AnnotationMemlock, raw)
 		return d
 	}
 	want, err := ParseValue(raw)
@@ -202,7 +199,7 @@ func ibkubeDevice(devs []Device, ib DeviceSet) string {
 func ParseValue(s string) (uint64, error) {
 	v, err := memlockvalue.Parse(s)
 	if err != nil {
-		return 0, fmt.Errorf("%s=%w", AnnotationKey, err)
+		return 0, fmt.Errorf("%s=%w", contract.AnnotationMemlock, err)
 	}
 	return v, nil
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/inventory"
 )
 
@@ -23,7 +24,7 @@ func TestDecide(t *testing.T) {
 		RDMACM: &inventory.CharDevice{Name: "rdma_cm", Major: 10, Minor: 58, Present: true},
 	})
 	uverbs := []Device{{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192}}
-	anno := func(v string) map[string]string { return map[string]string{AnnotationKey: v} }
+	anno := func(v string) map[string]string { return map[string]string{contract.AnnotationMemlock: v} }
 	rt := &Limit{Soft: 64 * kib, Hard: 8 * mib}
 	rtUnlimited := &Limit{Soft: Unlimited, Hard: Unlimited}
 	u := func(v uint64) *uint64 { return &v }

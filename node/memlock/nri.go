@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/internal/promreg"
 )
 
 // Defaults for Config.
@@ -112,7 +113,6 @@ type State string
 
 // Connection states.
 const (
-	StateDisabled     State = "disabled"
 	StateNoSocket     State = "no_socket"
 	StateConnected    State = "connected"
 	StateDisconnected State = "disconnected"
@@ -458,12 +458,7 @@ func (m *metrics) setState(s State) {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.connected, m.state, m.decisions, m.rankConfs, m.runtimeLimit} {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
+	return promreg.Register(reg, m.connected, m.state, m.decisions, m.rankConfs, m.runtimeLimit)
 }
 
 // nriLogger routes the NRI library's printf-style logs into logr.

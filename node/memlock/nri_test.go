@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/inventory"
 )
 
@@ -207,10 +208,10 @@ func TestPluginAgainstNRIRuntime(t *testing.T) {
 		req  *api.CreateContainerRequest
 		want []*api.POSIXRlimit
 	}{
-		{"devices and 8Mi", createRequest(map[string]string{AnnotationKey: "8Mi"}, uverbs0), []*api.POSIXRlimit{{Type: RlimitType, Soft: 8 << 20, Hard: 8 << 20}}},
-		{"unlimited clamped", createRequest(map[string]string{AnnotationKey: "unlimited"}, uverbs0), []*api.POSIXRlimit{{Type: RlimitType, Soft: 8 << 20, Hard: 8 << 20}}},
-		{"no devices", createRequest(map[string]string{AnnotationKey: "8Mi"}), nil},
-		{"bad value", createRequest(map[string]string{AnnotationKey: "lots"}, uverbs0), nil},
+		{"devices and 8Mi", createRequest(map[string]string{contract.AnnotationMemlock: "8Mi"}, uverbs0), []*api.POSIXRlimit{{Type: RlimitType, Soft: 8 << 20, Hard: 8 << 20}}},
+		{"unlimited clamped", createRequest(map[string]string{contract.AnnotationMemlock: "unlimited"}, uverbs0), []*api.POSIXRlimit{{Type: RlimitType, Soft: 8 << 20, Hard: 8 << 20}}},
+		{"no devices", createRequest(map[string]string{contract.AnnotationMemlock: "8Mi"}), nil},
+		{"bad value", createRequest(map[string]string{contract.AnnotationMemlock: "lots"}, uverbs0), nil},
 	}
 	for _, tt := range tests {
 		rpl, err := r.CreateContainer(ctx2, tt.req)
@@ -255,7 +256,7 @@ func waitServed(t *testing.T, r fakeRuntime) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		rpl, err := r.CreateContainer(context.Background(), createRequest(map[string]string{AnnotationKey: "1Mi"}, uverbs0))
+		rpl, err := r.CreateContainer(context.Background(), createRequest(map[string]string{contract.AnnotationMemlock: "1Mi"}, uverbs0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,7 +317,7 @@ func TestBesideUlimitAdjuster(t *testing.T) {
 			waitState(t, p, StateConnected)
 			time.Sleep(100 * time.Millisecond) // the runtime lists the plugin once synchronized
 
-			rpl, err := r.CreateContainer(ctx, createRequest(map[string]string{AnnotationKey: "8Mi"}, uverbs0))
+			rpl, err := r.CreateContainer(ctx, createRequest(map[string]string{contract.AnnotationMemlock: "8Mi"}, uverbs0))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("CreateContainer error = %v, want it to contain %q", err, tt.wantErr)

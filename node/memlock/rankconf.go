@@ -5,6 +5,8 @@ import (
 	"path"
 	"sort"
 	"strings"
+
+	"github.com/ibkube/ibkube/contract"
 )
 
 // A process started inside a container with an empty environment (sshd
@@ -25,16 +27,7 @@ import (
 // reads that file and after it the image's own /etc/nccl.conf, which stays
 // below exactly as for the main process.
 
-// Names in the contract with the webhook (webhook/mutate keys.go; a test
-// ties them together).
 const (
-	// NCCLConfAnnotation carries the profile's conf file text, projected by
-	// a downwardAPI volume to NCCLConfPath.
-	NCCLConfAnnotation = "infiniband.azure.com/nccl-conf"
-	// NCCLConfPath is where the webhook's NCCL_CONF_FILE points.
-	NCCLConfPath = "/etc/ibkube/nccl/nccl.conf"
-	// EnvNCCLConfFile names the file NCCL reads before /etc/nccl.conf.
-	EnvNCCLConfFile = "NCCL_CONF_FILE"
 	// RankConfName is the file NCCL reads in the home directory when
 	// NCCL_CONF_FILE is unset.
 	RankConfName = ".nccl.conf"
@@ -121,19 +114,19 @@ func DecideRankConf(in RankInput) RankConf {
 		settings[name] = value
 	}
 	for name, value := range env {
-		if strings.HasPrefix(name, "NCCL_") && name != EnvNCCLConfFile {
+		if strings.HasPrefix(name, "NCCL_") && name != contract.EnvNCCLConfFile {
 			keep(name, value, "environment")
 		}
 	}
 	var notes []string
-	switch conf := env[EnvNCCLConfFile]; conf {
+	switch conf := env[contract.EnvNCCLConfFile]; conf {
 	case "":
 		// NCCL then reads <home>/.nccl.conf, which is the very file
 		// written here; an image's own file at that path is shadowed.
 		notes = append(notes, "NCCL_CONF_FILE is unset, so the main process reads this file too")
-	case NCCLConfPath:
-		for _, kv := range ParseNCCLConf(in.PodAnnotations[NCCLConfAnnotation]) {
-			if _, set := env[kv[0]]; set || kv[0] == EnvNCCLConfFile {
+	case contract.NCCLConfFile:
+		for _, kv := range ParseNCCLConf(in.PodAnnotations[contract.AnnotationNCCLConf]) {
+			if _, set := env[kv[0]]; set || kv[0] == contract.EnvNCCLConfFile {
 				continue
 			}
 			keep(kv[0], kv[1], "profile conf file")

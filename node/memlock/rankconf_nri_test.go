@@ -11,6 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ibkube/ibkube/contract"
 )
 
 // TestRankConfAgainstNRIRuntime drives the plugin through the runtime side
@@ -52,9 +54,9 @@ func TestRankConfAgainstNRIRuntime(t *testing.T) {
 	}
 
 	pod := &api.PodSandbox{Id: "pod1", Name: "worker-0", Namespace: "hpc", Uid: "u1",
-		Annotations: map[string]string{NCCLConfAnnotation: "NCCL_IB_PCI_RELAXED_ORDERING=1\nNCCL_IB_HCA=profile-loses\n"}}
+		Annotations: map[string]string{contract.AnnotationNCCLConf: "NCCL_IB_PCI_RELAXED_ORDERING=1\nNCCL_IB_HCA=profile-loses\n"}}
 	worker := &api.Container{Id: "worker0", PodSandboxId: "pod1", Name: "worker",
-		Env:   []string{"NCCL_IB_HCA==mlx5_0:1", "NCCL_CONF_FILE=" + NCCLConfPath},
+		Env:   []string{"NCCL_IB_HCA==mlx5_0:1", "NCCL_CONF_FILE=" + contract.NCCLConfFile},
 		User:  &api.User{Uid: 0},
 		Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{uverbs0}}}
 	rpl, err := r.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: pod, Container: worker})

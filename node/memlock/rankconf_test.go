@@ -6,19 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/ibkube/ibkube/webhook/mutate"
+	"github.com/ibkube/ibkube/contract"
 )
-
-// TestContractWithWebhook ties the names the agent reads to the ones the
-// webhook writes.
-func TestContractWithWebhook(t *testing.T) {
-	t.Parallel()
-	got := []string{NCCLConfAnnotation, NCCLConfPath, EnvNCCLConfFile, AnnotationKey}
-	want := []string{mutate.AnnotationNCCLConf, mutate.NCCLConfFile, mutate.EnvNCCLConfFile, mutate.AnnotationMemlock}
-	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("names shared with the webhook (-webhook +agent):\n%s", d)
-	}
-}
 
 // TestParseNCCLConf checks the reader against NCCL's setEnvFile
 // (NVIDIA/nccl src/misc/param.cc, commit 081eafaf): '#' skips a line only in
@@ -51,13 +40,13 @@ func TestDecideRankConf(t *testing.T) {
 	ib := DeviceSet{{231, 192}: "uverbs0"}
 	dev := []Device{{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192}}
 	profileConf := "NCCL_IB_PCI_RELAXED_ORDERING=1\nNCCL_NET_GDR_LEVEL=SYS\nNCCL_IB_HCA=profile-loses\n"
-	ann := map[string]string{NCCLConfAnnotation: profileConf}
+	ann := map[string]string{contract.AnnotationNCCLConf: profileConf}
 	// What the kubelet and containerd give a worker on an ND H100 v5 node:
 	// the device plugin's node facts, the webhook's NCCL_CONF_FILE, the
 	// user's own NCCL_DEBUG and an image variable.
 	env := []string{
 		"PATH=/usr/bin", "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1", "UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1",
-		"NCCL_TOPO_FILE=/etc/ibkube/nccl-topo.xml", "NCCL_DEBUG=INFO", "NCCL_CONF_FILE=" + NCCLConfPath,
+		"NCCL_TOPO_FILE=/etc/ibkube/nccl-topo.xml", "NCCL_DEBUG=INFO", "NCCL_CONF_FILE=" + contract.NCCLConfFile,
 	}
 	header := "# Written by the ibkube node agent: the NCCL settings this container's main\n" +
 		"# process resolves from its environment and NCCL_CONF_FILE, for processes\n" +
@@ -152,7 +141,7 @@ func TestDecideRankConf(t *testing.T) {
 		},
 		{
 			name:        "nothing to carry",
-			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(0), Env: []string{"PATH=/bin", "NCCL_CONF_FILE=" + NCCLConfPath}},
+			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(0), Env: []string{"PATH=/bin", "NCCL_CONF_FILE=" + contract.NCCLConfFile}},
 			wantOutcome: RankNothing,
 		},
 	}

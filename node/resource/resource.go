@@ -6,6 +6,7 @@ package resource
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -189,9 +190,6 @@ func (p *Pool) healthy(h inventory.HCA) bool { return h.Healthy && p.missing(h) 
 
 // Exclusive reports whether the pool hands out one device per HCA.
 func (p *Pool) Exclusive() bool { return p.Mode == config.ModeExclusive }
-
-// ResourceName is the extended resource the pool advertises.
-func (p *Pool) ResourceName() string { return p.Resource }
 
 // SlotID names shared slot i.
 func SlotID(i int) string { return "slot-" + strconv.Itoa(i) }
@@ -409,7 +407,7 @@ func (p *Pool) Preferred(available, mustInclude []string, size int) ([]string, e
 			used[n] = true
 		}
 	}
-	for _, n := range sortedKeys(used) {
+	for _, n := range slices.Sorted(maps.Keys(used)) {
 		if len(out) < size {
 			take(n)
 		}
@@ -418,13 +416,13 @@ func (p *Pool) Preferred(available, mustInclude []string, size int) ([]string, e
 		need := size - len(out)
 		best, bestLen := inventory.UnknownNUMANode, -1
 		// smallest known NUMA group that fits
-		for _, n := range sortedGroupKeys(groups) {
+		for _, n := range slices.Sorted(maps.Keys(groups)) {
 			if l := len(groups[n]); n >= 0 && l >= need && (bestLen < 0 || l < bestLen) {
 				best, bestLen = n, l
 			}
 		}
 		if bestLen < 0 { // none fits: largest known group
-			for _, n := range sortedGroupKeys(groups) {
+			for _, n := range slices.Sorted(maps.Keys(groups)) {
 				if l := len(groups[n]); n >= 0 && l > bestLen {
 					best, bestLen = n, l
 				}
@@ -439,22 +437,4 @@ func (p *Pool) Preferred(available, mustInclude []string, size int) ([]string, e
 		take(best)
 	}
 	return out, nil
-}
-
-func sortedKeys(m map[int]bool) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
-}
-
-func sortedGroupKeys(m map[int][]string) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
 }

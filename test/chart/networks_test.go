@@ -12,15 +12,16 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// The chart renders the NADs that cni/nad renders in Go; cni/nad's goldens
-// are the contract (docs/networks.md). Compare spec.config as JSON and the
+// The chart's NADs are the objects docs/networks.md documents, kept under
+// testdata/networks and reviewed by hand: a values change that alters what a
+// user's pods attach to shows up here. Compare spec.config as JSON and the
 // resourceName annotation.
-func TestNetworksMatchCNIGoldens(t *testing.T) {
+func TestNetworksMatchTheDocumentedNADs(t *testing.T) {
 	for _, tc := range []struct {
 		values string   // under testdata, "" = defaults
 		extra  []string // more helm args
 		nad    string   // NAD name in the render
-		golden string   // cni/nad/testdata/<golden>.yaml
+		golden string   // testdata/networks/<golden>.yaml
 	}{
 		{extra: []string{"--api-versions", "k8s.cni.cncf.io/v1"}, nad: "ibkube-ipoib", golden: "ipoib-default"},
 		{values: "ipoib-mtu-exclude", nad: "ibkube-ipoib", golden: "ipoib-mtu-exclude"},
@@ -45,16 +46,16 @@ func TestNetworksMatchCNIGoldens(t *testing.T) {
 			if got == nil {
 				t.Fatalf("render has no NetworkAttachmentDefinition %s", tc.nad)
 			}
-			data, err := os.ReadFile(filepath.Join("..", "..", "cni", "nad", "testdata", tc.golden+".yaml"))
+			data, err := os.ReadFile(filepath.Join("testdata", "networks", tc.golden+".yaml"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			want := decodeAll(t, string(data))[0]
 			if diff := cmp.Diff(configJSON(t, want), configJSON(t, got)); diff != "" {
-				t.Errorf("spec.config differs from cni/nad/testdata/%s.yaml (-cni/nad +chart):\n%s", tc.golden, diff)
+				t.Errorf("spec.config differs from testdata/networks/%s.yaml (-documented +chart):\n%s", tc.golden, diff)
 			}
 			if diff := cmp.Diff(want.GetAnnotations(), got.GetAnnotations()); diff != "" {
-				t.Errorf("annotations differ (-cni/nad +chart):\n%s", diff)
+				t.Errorf("annotations differ (-documented +chart):\n%s", diff)
 			}
 			if got.GetNamespace() != want.GetNamespace() {
 				t.Errorf("namespace %q, want %q", got.GetNamespace(), want.GetNamespace())

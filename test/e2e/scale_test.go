@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
@@ -175,7 +176,7 @@ func (s scaleSetup) pod(name string) *corev1.Pod {
 	p := scalePod(name, s.annotated)
 	if s.premutated {
 		p.Namespace = s.ns
-		ns := mutate.Namespace{Name: s.ns, Labels: map[string]string{mutate.LabelInject: mutate.InjectEnabled}}
+		ns := mutate.Namespace{Name: s.ns, Labels: map[string]string{contract.LabelInject: contract.InjectEnabled}}
 		if _, err := mutate.Mutate(p, ns, config.Default()); err != nil {
 			panic(fmt.Sprintf("premutate scale pod: %v", err)) // the fixed scale pod always mutates
 		}

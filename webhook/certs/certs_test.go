@@ -31,15 +31,6 @@ func parse(t *testing.T, args ...string) Options {
 	return o
 }
 
-func TestFlagsDefaultToTheChart(t *testing.T) {
-	t.Parallel()
-	got := parse(t)
-	want := Options{Management: ManagementSelf, SecretName: "ibkube-webhook-tls", WebhookConfigName: "ibkube", ServiceName: "ibkube-webhook"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("defaults (-want +got):\n%s", diff)
-	}
-}
-
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

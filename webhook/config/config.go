@@ -7,14 +7,16 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/memlockvalue"
 	"github.com/ibkube/ibkube/nccl"
 )
@@ -107,7 +109,9 @@ type ProfileSpec struct {
 	// NCCL_NET_GDR_LEVEL=SYS, right only where every GPU has its HCA beside
 	// it). A value under nccl applies to every pod.
 	WholeNodeNCCL map[string]string `json:"wholeNodeNCCL,omitempty"`
-	TopologyFile  string            `json:"topologyFile,omitempty"`
+	// RemovedTopologyFile is read only to refuse it with a message that
+	// says where the topology comes from: the webhook never used it.
+	RemovedTopologyFile string `json:"topologyFile,omitempty"`
 	// GPUsPerNode is the machine's GPU count (0: unknown; whole-node values
 	// are then never written).
 	GPUsPerNode *int `json:"gpusPerNode,omitempty"`
@@ -126,11 +130,11 @@ func Default() *Config {
 	c := &Config{
 		APIVersion:       APIVersion,
 		Kind:             Kind,
-		Resources:        Resources{Shared: "rdma/shared_ib", Exclusive: "rdma/ib"},
-		GPUResource:      "nvidia.com/gpu",
+		Resources:        Resources{Shared: contract.ResourceSharedIB, Exclusive: contract.ResourceExclusiveIB},
+		GPUResource:      contract.ResourceGPU,
 		DefaultHCAs:      1,
-		IPoIB:            IPoIBNetwork{Name: "ibkube-ipoib"},
-		Memlock:          "unlimited",
+		IPoIB:            IPoIBNetwork{Name: contract.IPoIBNetwork},
+		Memlock:          contract.DefaultMemlock,
 		CapabilityPolicy: CapabilityAuto,
 		DefaultProfile:   nccl.GenericIB,
 	}
@@ -177,20 +181,17 @@ func (c *Config) Profile(name string) (nccl.Profile, bool) {
 
 // ProfileNames returns every profile name, sorted.
 func (c *Config) ProfileNames() []string {
-	names := make([]string, 0, len(c.resolved))
-	for n := range c.resolved {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(c.resolved))
 }
 
-// IPoIBNamespace is the namespace of the IPoIB network ("" = the pod's).
-func (c *Config) IPoIBNamespace() string {
-	if c.IPoIB.Namespace != "" {
-		return c.IPoIB.Namespace
-	}
-	return c.ReleaseNamespace
+// IPoIBNamespace is the namespace of the IPoIB network as a pod's network
+// selection names it: "" leaves it to the pod's own namespace.
+func (c *Config) IPoIBNamespace() string { return c.IPoIBNamespaceFor("") }
+
+// IPoIBNamespaceFor is the namespace of the IPoIB network a pod in
+// podNamespace joins.
+func (c *Config) IPoIBNamespaceFor(podNamespace string) string {
+	return contract.IPoIBNamespace(c.IPoIB.Namespace, c.ReleaseNamespace, podNamespace)
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -251,7 +252,11 @@ func (c *Config) validate() error {
 			bad(f+".name", p.Name, "profile defined twice")
 		}
 		seen[p.Name] = true
-		for _, k := range sortedKeys(p.NCCL) {
+		if p.RemovedTopologyFile != "" {
+			bad(f+".topologyFile", p.RemovedTopologyFile, "no longer accepted: the node agent mounts the NCCL topology file of the node's instance type "+
+				"(or the AgentConfig profile); remove the field")
+		}
+		for _, k := range slices.Sorted(maps.Keys(p.NCCL)) {
 			if !strings.HasPrefix(k, "NCCL_") || !envName.MatchString(k) {
 				bad(f+".nccl", k, "keys must be NCCL_* variable names (other variables go under env)")
 			}
@@ -262,7 +267,7 @@ func (c *Config) validate() error {
 				bad(f+".nccl."+k, v, "want a single line of at most 1023 bytes (NCCL's conf file limit)")
 			}
 		}
-		for _, k := range sortedKeys(p.WholeNodeNCCL) {
+		for _, k := range slices.Sorted(maps.Keys(p.WholeNodeNCCL)) {
 			if !strings.HasPrefix(k, "NCCL_") || !envName.MatchString(k) {
 				bad(f+".wholeNodeNCCL", k, "keys must be NCCL_* variable names")
 			}
@@ -290,7 +295,7 @@ func (c *Config) validate() error {
 		if p.ExclusiveResource != "" && p.ExclusiveResource == c.Resources.Shared {
 			bad(f+".exclusiveResource", p.ExclusiveResource, "must differ from resources.shared")
 		}
-		for _, k := range sortedKeys(p.Env) {
+		for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 			if !envName.MatchString(k) {
 				bad(f+".env", k, "want an environment variable name")
 			} else if strings.HasPrefix(k, "NCCL_") {
@@ -315,7 +320,7 @@ func (c *Config) resolve() error {
 		case s.Base != "":
 			b, ok := res[s.Base]
 			if !ok {
-				errs = append(errs, fmt.Errorf("profiles[%d].base: invalid value %q: want one of %s (built-in or defined earlier)", i, s.Base, strings.Join(sortedKeys(res), ", ")))
+				errs = append(errs, fmt.Errorf("profiles[%d].base: invalid value %q: want one of %s (built-in or defined earlier)", i, s.Base, strings.Join(slices.Sorted(maps.Keys(res)), ", ")))
 				continue
 			}
 			p = b
@@ -325,9 +330,6 @@ func (c *Config) resolve() error {
 		p.Name = s.Name
 		if s.Description != "" {
 			p.Description = s.Description
-		}
-		if s.TopologyFile != "" {
-			p.TopologyFile = s.TopologyFile
 		}
 		if s.GPUsPerNode != nil {
 			p.GPUsPerNode = *s.GPUsPerNode
@@ -346,7 +348,7 @@ func (c *Config) resolve() error {
 		res[s.Name] = p
 	}
 	if _, ok := res[c.DefaultProfile]; !ok {
-		errs = append(errs, fmt.Errorf("defaultProfile: invalid value %q: want one of %s", c.DefaultProfile, strings.Join(sortedKeys(res), ", ")))
+		errs = append(errs, fmt.Errorf("defaultProfile: invalid value %q: want one of %s", c.DefaultProfile, strings.Join(slices.Sorted(maps.Keys(res)), ", ")))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -367,7 +369,7 @@ func overlay(base []nccl.Var, over map[string]string, wholeNode bool) []nccl.Var
 		}
 		out = append(out, v)
 	}
-	for _, k := range sortedKeys(over) {
+	for _, k := range slices.Sorted(maps.Keys(over)) {
 		if _, ok := nccl.Lookup(base, k); !ok {
 			out = append(out, nccl.Var{Name: k, Value: over[k], WholeNode: wholeNode})
 		}
@@ -394,13 +396,4 @@ func ValidateMemlock(v string) error {
 		return err
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -18,20 +18,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	kjson "sigs.k8s.io/json"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
 
 // Path is where the API server sends pod admission requests.
 const Path = "/mutate-v1-pod"
-
-// The opt-in label the webhook configuration's namespaceSelector matches; the
-// handler checks it again so a misconfigured selector never mutates a namespace
-// that did not opt in.
-const (
-	LabelInject   = mutate.LabelInject
-	InjectEnabled = mutate.InjectEnabled
-)
 
 // MaxBodyBytes bounds a request body. The API server refuses write requests
 // over 3 MiB (MaxRequestBodyBytes = 3 * 1024 * 1024 in k8s.io/apiserver
@@ -171,7 +164,10 @@ func (h *Handler) admit(ctx context.Context, req *reviewRequest) (outcome, *admi
 	if err != nil {
 		return out, nil, &httpError{http.StatusInternalServerError, err}
 	}
-	if ns.Labels[LabelInject] != InjectEnabled {
+	// The webhook configuration's namespaceSelector matches the opt-in label
+	// already; checked again so a misconfigured selector never mutates a
+	// namespace that did not opt in.
+	if ns.Labels[contract.LabelInject] != contract.InjectEnabled {
 		return out, allowed(req.UID), nil
 	}
 

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
@@ -54,7 +55,7 @@ func (f fakeNetworks) NetworkExists(_ context.Context, ns, name string) (bool, e
 }
 
 func testNamespaces() fakeNamespaces {
-	on := map[string]string{LabelInject: InjectEnabled}
+	on := map[string]string{contract.LabelInject: contract.InjectEnabled}
 	return fakeNamespaces{
 		"training":    {Name: "training", Labels: on},
 		"plain":       {Name: "plain", Labels: map[string]string{"team": "a"}},
@@ -301,24 +302,24 @@ func TestHandler(t *testing.T) {
 		},
 		{
 			name: "unchanged pod with warnings", body: reviewBody(t, worker),
-			core: coreStub{res: mutate.Result{Injected: true, Mode: "rdma-shared", Warnings: []string{"IPC_LOCK skipped: namespace enforces baseline"}}},
+			core: coreStub{res: mutate.Result{Injected: true, Mode: contract.Mode{Shared: true}, Warnings: []string{"IPC_LOCK skipped: namespace enforces baseline"}}},
 			code: http.StatusOK, coreCalled: true, allowed: true, warnings: []string{"IPC_LOCK skipped: namespace enforces baseline"},
 			outcome: OutcomeUnchanged, mode: "rdma-shared",
 		},
 		{
 			name: "mutated pod gets the core's ops as patch", body: reviewBody(t, worker),
-			core: coreStub{res: mutate.Result{Injected: true, Mode: "rdma-shared", Patch: annotationPatch}, edit: addAnnotation},
+			core: coreStub{res: mutate.Result{Injected: true, Mode: contract.Mode{Shared: true}, Patch: annotationPatch}, edit: addAnnotation},
 			code: http.StatusOK, coreCalled: true, allowed: true, patched: true, outcome: OutcomeInjected, mode: "rdma-shared",
 		},
 		{
 			name: "ipoib network present", body: reviewBody(t, worker),
-			core:     coreStub{res: mutate.Result{Injected: true, Mode: "rdma-exclusive,ipoib", Patch: annotationPatch}, edit: addAnnotation},
+			core:     coreStub{res: mutate.Result{Injected: true, Mode: contract.Mode{Exclusive: true, IPoIB: true}, Patch: annotationPatch}, edit: addAnnotation},
 			networks: fakeNetworks{present: map[string]bool{releaseNS + "/ibkube-ipoib": true}},
 			code:     http.StatusOK, coreCalled: true, allowed: true, patched: true, outcome: OutcomeInjected, mode: "rdma-exclusive,ipoib",
 		},
 		{
 			name: "ipoib network missing: refused naming the NAD and how to create it", body: reviewBody(t, worker),
-			core:     coreStub{res: mutate.Result{Injected: true, Mode: "rdma-exclusive,ipoib", Patch: annotationPatch}, edit: addAnnotation},
+			core:     coreStub{res: mutate.Result{Injected: true, Mode: contract.Mode{Exclusive: true, IPoIB: true}, Patch: annotationPatch}, edit: addAnnotation},
 			networks: fakeNetworks{present: map[string]bool{"training/ibkube-ipoib": true}},
 			code:     http.StatusOK, coreCalled: true,
 			denial:  []string{releaseNS + "/ibkube-ipoib", "does not exist", "--set networks.ipoib.enabled=true", "kubectl apply"},
@@ -326,7 +327,7 @@ func TestHandler(t *testing.T) {
 		},
 		{
 			name: "NAD API not served: refused saying the CRD is missing", body: reviewBody(t, worker),
-			core:     coreStub{res: mutate.Result{Injected: true, Mode: "ipoib", Patch: annotationPatch}, edit: addAnnotation},
+			core:     coreStub{res: mutate.Result{Injected: true, Mode: contract.Mode{IPoIB: true}, Patch: annotationPatch}, edit: addAnnotation},
 			networks: fakeNetworks{apiMissing: true},
 			code:     http.StatusOK, coreCalled: true,
 			denial:  []string{"Multus/NAD CRD is missing", releaseNS + "/ibkube-ipoib"},
@@ -334,13 +335,13 @@ func TestHandler(t *testing.T) {
 		},
 		{
 			name: "rdma modes do not need the network", body: reviewBody(t, worker),
-			core:     coreStub{res: mutate.Result{Injected: true, Mode: "rdma-exclusive", Patch: annotationPatch}, edit: addAnnotation},
+			core:     coreStub{res: mutate.Result{Injected: true, Mode: contract.Mode{Exclusive: true}, Patch: annotationPatch}, edit: addAnnotation},
 			networks: fakeNetworks{apiMissing: true},
 			code:     http.StatusOK, coreCalled: true, allowed: true, patched: true, outcome: OutcomeInjected, mode: "rdma-exclusive",
 		},
 		{
 			name: "network check off: missing NAD admitted", body: reviewBody(t, worker),
-			core:     coreStub{res: mutate.Result{Injected: true, Mode: "ipoib", Patch: annotationPatch}, edit: addAnnotation},
+			core:     coreStub{res: mutate.Result{Injected: true, Mode: contract.Mode{IPoIB: true}, Patch: annotationPatch}, edit: addAnnotation},
 			networks: nil,
 			code:     http.StatusOK, coreCalled: true, allowed: true, patched: true, outcome: OutcomeInjected, mode: "ipoib",
 		},
@@ -550,5 +551,31 @@ func TestHandlerRefusesForgedNames(t *testing.T) {
 				t.Error("the core ran on a forged review")
 			}
 		})
+	}
+}
+
+// TestModeLabel checks the metric label stays one of the canonical modes or
+// "invalid" whatever a refused pod's annotation says.
+func TestModeLabel(t *testing.T) {
+	t.Parallel()
+	pod := func(v string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{contract.AnnotationMode: v}}}
+	}
+	for _, tc := range []struct {
+		name string
+		res  mutate.Result
+		pod  *corev1.Pod
+		want string
+	}{
+		{"injected", mutate.Result{Injected: true, Mode: contract.Mode{Exclusive: true, IPoIB: true}}, pod("rdma-exclusive,ipoib"), "rdma-exclusive,ipoib"},
+		{"refused, written in another order", mutate.Result{}, pod(" ipoib , rdma-shared"), "rdma-shared,ipoib"},
+		{"refused, unknown mode", mutate.Result{}, pod("rdma-shared,fast"), "invalid"},
+		{"refused, conflicting modes", mutate.Result{}, pod("rdma-shared,rdma-exclusive"), "invalid"},
+		{"mode none", mutate.Result{}, pod("none"), "none"},
+		{"no annotation", mutate.Result{}, &corev1.Pod{}, "none"},
+	} {
+		if got := modeLabel(tc.res, tc.pod); got != tc.want {
+			t.Errorf("%s: modeLabel = %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
 
@@ -84,7 +85,7 @@ func (l ClientLookup) Namespace(ctx context.Context, name string) (mutate.Namesp
 		return mutate.Namespace{}, err
 	}
 	obj, err := l.get(ctx, NamespaceGVK, client.ObjectKey{Name: name}, func(o *metav1.PartialObjectMetadata) bool {
-		return o.Labels[LabelInject] == InjectEnabled
+		return o.Labels[contract.LabelInject] == contract.InjectEnabled
 	})
 	if err != nil {
 		return mutate.Namespace{}, fmt.Errorf("read namespace %s: %w", name, err)

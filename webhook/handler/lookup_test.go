@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
 
@@ -43,7 +44,7 @@ func (r *metaReader) List(context.Context, client.ObjectList, ...client.ListOpti
 
 func TestClientLookupNamespace(t *testing.T) {
 	t.Parallel()
-	on := map[string]string{LabelInject: InjectEnabled}
+	on := map[string]string{contract.LabelInject: contract.InjectEnabled}
 	tests := []struct {
 		name        string
 		cached      map[string]metav1.ObjectMeta

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ibkube/ibkube/internal/promreg"
 )
 
 // Outcomes of one admission request, the "outcome" label of the metrics.
@@ -37,10 +39,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1},
 		}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.mutations, m.latency} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register webhook metrics: %w", err)
-		}
+	if err := promreg.Register(reg, m.mutations, m.latency); err != nil {
+		return nil, fmt.Errorf("register webhook metrics: %w", err)
 	}
 	return m, nil
 }

@@ -10,7 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
@@ -146,7 +148,7 @@ func Document(doc []byte, n int, opts Options) ([]byte, []Warning, error) {
 	}
 	ns := mutate.Namespace{Name: objNS, Labels: opts.Labels, Annotations: opts.Annotations}
 	if ns.Labels == nil {
-		ns.Labels = map[string]string{mutate.LabelInject: mutate.InjectEnabled}
+		ns.Labels = map[string]string{contract.LabelInject: contract.InjectEnabled}
 	}
 
 	var warnings []Warning
@@ -230,14 +232,6 @@ func mutateTemplate(tmpl map[string]any, namespace string, ns mutate.Namespace, 
 	if err != nil || len(res.Patch) == 0 {
 		return false, res.Warnings, err
 	}
-	// The core's patch assumes the API server's JSON, where metadata always
-	// exists; a template may omit it.
-	if _, ok := tmpl["metadata"].(map[string]any); !ok {
-		tmpl["metadata"] = map[string]any{}
-		if raw, err = json.Marshal(tmpl); err != nil {
-			return false, nil, err
-		}
-	}
 	pb, err := json.Marshal(res.Patch)
 	if err != nil {
 		return false, nil, err
@@ -246,7 +240,11 @@ func mutateTemplate(tmpl map[string]any, namespace string, ns mutate.Namespace, 
 	if err != nil {
 		return false, nil, fmt.Errorf("decode patch: %w", err)
 	}
-	patched, err := p.Apply(raw)
+	// The patch is written against a pod, which always has metadata; a
+	// template may leave it out, so an add creates the missing parents.
+	opts := jsonpatch.NewApplyOptions()
+	opts.EnsurePathExistsOnAdd = true
+	patched, err := p.ApplyWithOptions(raw, opts)
 	if err != nil {
 		return false, nil, fmt.Errorf("apply patch: %w", err)
 	}
@@ -285,7 +283,7 @@ func Templates(obj map[string]any) []string {
 					return
 				}
 			}
-			for _, k := range sortedKeys(t) {
+			for _, k := range slices.Sorted(maps.Keys(t)) {
 				walk(t[k], path+"/"+escape(k))
 			}
 		case []any:
@@ -329,15 +327,6 @@ func nested(m map[string]any, keys ...string) any {
 
 func escape(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func stripComments(doc []byte) []byte {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/golden"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/mutate"
@@ -49,7 +50,7 @@ func TestExamples(t *testing.T) {
 			}
 			got.Write(out.Bytes())
 			golden.Check(t, filepath.Join("testdata", "golden", name), got.Bytes())
-			if !strings.Contains(out.String(), mutate.AnnotationInjected) {
+			if !strings.Contains(out.String(), contract.AnnotationInjected) {
 				t.Errorf("example was not injected")
 			}
 			var again bytes.Buffer
@@ -138,13 +139,46 @@ spec:
 	if got := run(o); got != pod {
 		t.Errorf("pod without mode and no namespace default was changed:\n%s", got)
 	}
-	o.Annotations = map[string]string{mutate.AnnotationMode: "rdma-exclusive"}
+	o.Annotations = map[string]string{contract.AnnotationMode: "rdma-exclusive"}
 	if got := run(o); !strings.Contains(got, "rdma/ib: \"2\"") {
 		t.Errorf("namespace default mode not applied:\n%s", got)
 	}
 	o.Labels = map[string]string{"team": "a"}
 	if got := run(o); got != pod {
 		t.Errorf("namespace without the opt-in label was injected:\n%s", got)
+	}
+}
+
+// TestTemplateWithoutMetadata injects a pod template that has no metadata at
+// all (a namespace default mode picks it through its GPU request): the
+// annotations ibkube writes must still land on the template.
+func TestTemplateWithoutMetadata(t *testing.T) {
+	t.Parallel()
+	in := `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: d, namespace: team}
+spec:
+  template:
+    spec:
+      containers:
+      - name: a
+        resources: {limits: {nvidia.com/gpu: 1}}
+`
+	o := testOptions()
+	o.Annotations = map[string]string{contract.AnnotationMode: contract.ModeShared}
+	var out bytes.Buffer
+	if _, err := Stream(strings.NewReader(in), &out, o); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := decode(out.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	annos, _ := nested(obj, "spec", "template", "metadata", "annotations").(map[string]any)
+	for _, k := range []string{contract.AnnotationNCCLConf, contract.AnnotationMemlock, contract.AnnotationInjected} {
+		if _, ok := annos[k]; !ok {
+			t.Errorf("template annotations lack %s:\n%s", k, out.String())
+		}
 	}
 }
 
@@ -258,8 +292,8 @@ spec:
 		if q := nested(containers[0].(map[string]any), "resources", "limits", "rdma/shared_ib"); q != "1" {
 			t.Errorf("%s: container limits rdma/shared_ib = %v, want \"1\":\n%s", kind, q, got[i])
 		}
-		if _, ok := nested(pod, "metadata", "annotations").(map[string]any)[mutate.AnnotationInjected]; !ok {
-			t.Errorf("%s: no %s annotation on the template", kind, mutate.AnnotationInjected)
+		if _, ok := nested(pod, "metadata", "annotations").(map[string]any)[contract.AnnotationInjected]; !ok {
+			t.Errorf("%s: no %s annotation on the template", kind, contract.AnnotationInjected)
 		}
 	}
 }
@@ -346,7 +380,7 @@ func TestStreamCRLF(t *testing.T) {
 	if !strings.HasPrefix(got, plain+crlf("---\n")) {
 		t.Errorf("the unchanged document before the mutated one changed:\n%q", got)
 	}
-	if !strings.Contains(got, mutate.AnnotationInjected) {
+	if !strings.Contains(got, contract.AnnotationInjected) {
 		t.Errorf("pod not injected:\n%s", got)
 	}
 	if n := strings.Count(got, "\n") - strings.Count(got, "\r\n"); n != 0 {

@@ -1,6 +1,7 @@
 package mutate
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"sort"
@@ -12,40 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/ibkube/ibkube/cni/multus"
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/version"
 	"github.com/ibkube/ibkube/nccl"
 	"github.com/ibkube/ibkube/webhook/config"
 )
-
-// mode is a parsed mode annotation.
-type mode struct {
-	shared, exclusive, ipoib bool
-}
-
-func (m mode) rdma() bool { return m.shared || m.exclusive }
-
-func (m mode) String() string {
-	var parts []string
-	switch {
-	case m.shared:
-		parts = append(parts, ModeShared)
-	case m.exclusive:
-		parts = append(parts, ModeExclusive)
-	}
-	if m.ipoib {
-		parts = append(parts, ModeIPoIB)
-	}
-	if len(parts) == 0 {
-		return ModeNone
-	}
-	return strings.Join(parts, ",")
-}
-
-// target is one selected container and where it sits in the pod JSON.
-type target struct {
-	c    *corev1.Container
-	path string // e.g. /spec/containers/0
-}
 
 // Mutate mutates pod in place and returns the RFC 6902 patch that turns the
 // original pod into it. A pod outside an opted-in namespace, or without a
@@ -55,29 +27,29 @@ type target struct {
 // is already there (written by the user or by an earlier admission), so
 // Mutate of a mutated pod returns an empty patch.
 func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
-	if ns.Labels[LabelInject] != InjectEnabled {
+	if ns.Labels[contract.LabelInject] != contract.InjectEnabled {
 		return Result{}, nil
 	}
 	for k := range pod.Annotations {
-		if s, ok := strings.CutPrefix(k, Prefix); ok && !knownKey(s) {
-			return Result{}, refusef("annotation %s: unknown key under %s; accepted keys: %s", bound(k, maxEcho), Prefix, acceptedKeys())
+		if s, ok := strings.CutPrefix(k, contract.Prefix); ok && !contract.KnownKey(s) {
+			return Result{}, refusef("annotation %s: unknown key under %s; accepted keys: %s", bound(k, maxEcho), contract.Prefix, contract.AcceptedKeys())
 		}
 	}
 	// The annotations are checked whatever the mode, so a bad value is
 	// refused where it is written, not on the day a mode is added.
-	memlock, hasMemlock := pod.Annotations[AnnotationMemlock]
+	memlock, hasMemlock := pod.Annotations[contract.AnnotationMemlock]
 	if hasMemlock {
 		if err := config.ValidateMemlock(memlock); err != nil {
-			return Result{}, refusef("annotation %s: invalid value %s: %v", AnnotationMemlock, echo(memlock), err)
+			return Result{}, refusef("annotation %s: invalid value %s: %v", contract.AnnotationMemlock, echo(memlock), err)
 		}
 	}
-	if v, ok := pod.Annotations[AnnotationSocketFallback]; ok {
-		if _, err := parseSocketFallback(v, "annotation "+AnnotationSocketFallback); err != nil {
+	if v, ok := pod.Annotations[contract.AnnotationSocketFallback]; ok {
+		if _, err := parseSocketFallback(v, "annotation "+contract.AnnotationSocketFallback); err != nil {
 			return Result{}, err
 		}
 	}
-	if v, ok := pod.Annotations[AnnotationIdleWarning]; ok && v != "true" && v != "false" {
-		return Result{}, refusef("annotation %s: invalid value %s; accepted: true, false", AnnotationIdleWarning, echo(v))
+	if v, ok := pod.Annotations[contract.AnnotationIdleWarning]; ok && v != "true" && v != "false" {
+		return Result{}, refusef("annotation %s: invalid value %s; accepted: true, false", contract.AnnotationIdleWarning, echo(v))
 	}
 	m, ok, err := resolveMode(pod, ns, cfg)
 	if err != nil || !ok {
@@ -101,7 +73,7 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 		return Result{}, err
 	}
 	var counts []int64
-	if m.exclusive {
+	if m.Exclusive {
 		if counts, err = exclusiveCounts(targets, hcas, gpuRes, profile, cfg); err != nil {
 			return Result{}, err
 		}
@@ -109,22 +81,22 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 
 	p := patcher{ops: make([]PatchOp, 0, 8*len(targets)+6)}
 	modeName := m.String()
-	res := Result{Injected: true, Mode: modeName}
+	res := Result{Injected: true, Mode: m}
 	warn := func(format string, args ...any) {
 		res.Warnings = append(res.Warnings, bound(fmt.Sprintf(format, args...), maxMessage))
 	}
 
-	if hcas > 0 && !m.exclusive {
-		warn("annotation %s is ignored: it applies to mode %s only", AnnotationHCAs, ModeExclusive)
+	if hcas > 0 && !m.Exclusive {
+		warn("annotation %s is ignored: it applies to mode %s only", contract.AnnotationHCAs, contract.ModeExclusive)
 	}
-	if failClosed && !m.rdma() {
+	if failClosed && !m.RDMA() {
 		warn("socket fallback deny is ignored: mode %s uses no RDMA, so NCCL runs over sockets by design", modeName)
 	}
-	if m.rdma() {
+	if m.RDMA() {
 		warnWholeHostDevices(pod, targets, warn)
 	}
 
-	addCap := m.rdma()
+	addCap := m.RDMA()
 	if addCap {
 		switch cfg.CapabilityPolicy {
 		case config.CapabilityNever:
@@ -134,7 +106,7 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 				addCap = false
 				if missingCap(targets) {
 					warn("IPC_LOCK not added: namespace %q enforces Pod Security %q, which forbids it; "+
-						"locked memory for RDMA comes from the node agent (annotation %s)", ns.Name, lvl, AnnotationMemlock)
+						"locked memory for RDMA comes from the node agent (annotation %s)", ns.Name, lvl, contract.AnnotationMemlock)
 				}
 			}
 		}
@@ -143,21 +115,21 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 	// Pod annotations, in a fixed order, collected and written at the end.
 	var annos []kv
 	confText := ""
-	if _, ok := pod.Annotations[AnnotationNCCLConf]; !ok {
+	if _, ok := pod.Annotations[contract.AnnotationNCCLConf]; !ok {
 		ifname, err := ipoibInterface(pod, m, cfg)
 		if err != nil {
 			return Result{}, err
 		}
 		confText = ncclConf(confInput{
 			profileName: profileName, modeName: modeName, m: m, profile: profile, ifname: ifname,
-			wholeNode: holdsWholeNode(targets, gpuRes, profile.GPUsPerNode), failClosed: failClosed && m.rdma(),
+			wholeNode: holdsWholeNode(targets, gpuRes, profile.GPUsPerNode), failClosed: failClosed && m.RDMA(),
 		})
-		annos = append(annos, kv{AnnotationNCCLConf, confText})
+		annos = append(annos, kv{contract.AnnotationNCCLConf, confText})
 	}
-	if m.rdma() && !hasMemlock {
-		annos = append(annos, kv{AnnotationMemlock, cfg.Memlock})
+	if m.RDMA() && !hasMemlock {
+		annos = append(annos, kv{contract.AnnotationMemlock, cfg.Memlock})
 	}
-	if m.ipoib {
+	if m.IPoIB {
 		existing := pod.Annotations[multus.Annotation]
 		net := multus.Network{Namespace: cfg.IPoIBNamespace(), Name: cfg.IPoIB.Name, Interface: cfg.IPoIB.Interface}
 		v, changed, err := multus.Merge(existing, []multus.Network{net}, pod.Namespace)
@@ -175,10 +147,10 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 		exclusiveRes = profile.ExclusiveResource
 	}
 	for i, t := range targets {
-		if m.shared {
+		if m.Shared {
 			p.ensureResource(t, cfg.Resources.Shared, 1, warn)
 		}
-		if m.exclusive {
+		if m.Exclusive {
 			p.ensureResource(t, exclusiveRes, counts[i], warn)
 		}
 		if addCap {
@@ -189,8 +161,8 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 	}
 	p.ensureVolume(pod)
 
-	if _, ok := pod.Annotations[AnnotationInjected]; !ok {
-		annos = append(annos, kv{AnnotationInjected, status(modeName, targets, profileName)})
+	if _, ok := pod.Annotations[contract.AnnotationInjected]; !ok {
+		annos = append(annos, kv{contract.AnnotationInjected, status(modeName, targets, profileName)})
 	}
 	p.addAnnotations(pod, annos)
 	res.Patch = p.ops
@@ -232,7 +204,7 @@ func exclusiveCounts(targets []target, hcas int64, gpuRes string, profile nccl.P
 		case g < 0 || g > config.MaxHCAs/perGPU:
 			return nil, refusef("container %q requests %s: %d, which gives no rdma-exclusive count from 1 to %d (%d HCA(s) per GPU, profile %s); "+
 				"accepted: a GPU count from 1 to %d, or annotation %s with an integer from 1 to %d",
-				t.c.Name, gpuRes, g, config.MaxHCAs, perGPU, profile.Name, config.MaxHCAs/perGPU, AnnotationHCAs, config.MaxHCAs)
+				t.c.Name, gpuRes, g, config.MaxHCAs, perGPU, profile.Name, config.MaxHCAs/perGPU, contract.AnnotationHCAs, config.MaxHCAs)
 		default:
 			counts[i] = g * perGPU
 		}
@@ -263,11 +235,11 @@ func holdsWholeNode(targets []target, gpuRes string, gpusPerNode int) bool {
 // resolveSocketFallback reads the socket-fallback setting of the pod, else
 // of its namespace; true means NCCL must fail rather than fall back.
 func resolveSocketFallback(pod *corev1.Pod, ns Namespace) (bool, error) {
-	if v, ok := pod.Annotations[AnnotationSocketFallback]; ok {
-		return parseSocketFallback(v, "annotation "+AnnotationSocketFallback)
+	if v, ok := pod.Annotations[contract.AnnotationSocketFallback]; ok {
+		return parseSocketFallback(v, "annotation "+contract.AnnotationSocketFallback)
 	}
-	if v, ok := ns.Annotations[AnnotationSocketFallback]; ok {
-		return parseSocketFallback(v, fmt.Sprintf("namespace %s annotation %s", ns.Name, AnnotationSocketFallback))
+	if v, ok := ns.Annotations[contract.AnnotationSocketFallback]; ok {
+		return parseSocketFallback(v, fmt.Sprintf("namespace %s annotation %s", ns.Name, contract.AnnotationSocketFallback))
 	}
 	return false, nil
 }
@@ -276,13 +248,13 @@ func resolveSocketFallback(pod *corev1.Pod, ns Namespace) (bool, error) {
 // annotation for messages.
 func parseSocketFallback(v, where string) (bool, error) {
 	switch v {
-	case SocketFallbackAllow:
+	case contract.SocketFallbackAllow:
 		return false, nil
-	case SocketFallbackDeny:
+	case contract.SocketFallbackDeny:
 		return true, nil
 	}
 	return false, refusef("%s: invalid value %s: accepted: %s (NCCL may fall back to TCP sockets, NCCL's default) or %s (NCCL fails instead)",
-		where, echo(v), SocketFallbackAllow, SocketFallbackDeny)
+		where, echo(v), contract.SocketFallbackAllow, contract.SocketFallbackDeny)
 }
 
 // warnWholeHostDevices warns about selected containers that see HCAs of
@@ -351,53 +323,41 @@ func bound(s string, n int) string {
 }
 
 // parseMode reads a mode value; where names the annotation for messages.
-func parseMode(v, where string) (mode, error) {
-	var m mode
-	none := false
-	for _, part := range strings.Split(v, ",") {
-		switch strings.TrimSpace(part) {
-		case ModeShared:
-			m.shared = true
-		case ModeExclusive:
-			m.exclusive = true
-		case ModeIPoIB:
-			m.ipoib = true
-		case ModeNone:
-			none = true
-		default:
-			return m, refusef("%s: invalid value %s: unknown mode %s; accepted: %s", where, echo(v), echo(strings.TrimSpace(part)), acceptedModes)
-		}
-	}
+func parseMode(v, where string) (contract.Mode, error) {
+	m, err := contract.ParseMode(v)
+	var e *contract.ModeError
 	switch {
-	case m.shared && m.exclusive:
-		return m, refusef("%s: invalid value %s: %s and %s exclude each other; accepted: %s", where, echo(v), ModeShared, ModeExclusive, acceptedModes)
-	case none && (m.shared || m.exclusive || m.ipoib):
-		return m, refusef("%s: invalid value %s: %s cannot be combined; accepted: %s", where, echo(v), ModeNone, acceptedModes)
+	case err == nil:
+		return m, nil
+	case errors.As(err, &e) && e.Conflict != "":
+		return m, refusef("%s: invalid value %s: %s; accepted: %s", where, echo(v), e.Conflict, contract.AcceptedModes)
+	case errors.As(err, &e):
+		return m, refusef("%s: invalid value %s: unknown mode %s; accepted: %s", where, echo(v), echo(e.Unknown), contract.AcceptedModes)
 	}
-	return m, nil
+	return m, refusef("%s: invalid value %s: %v", where, echo(v), err)
 }
 
 // resolveMode returns the pod's mode; ok is false when nothing is to be
 // injected (no mode, or none).
-func resolveMode(pod *corev1.Pod, ns Namespace, cfg *config.Config) (mode, bool, error) {
-	if v, ok := pod.Annotations[AnnotationMode]; ok {
-		m, err := parseMode(v, "annotation "+AnnotationMode)
-		return m, err == nil && m != (mode{}), err
+func resolveMode(pod *corev1.Pod, ns Namespace, cfg *config.Config) (contract.Mode, bool, error) {
+	if v, ok := pod.Annotations[contract.AnnotationMode]; ok {
+		m, err := parseMode(v, "annotation "+contract.AnnotationMode)
+		return m, err == nil && m != (contract.Mode{}), err
 	}
-	v, ok := ns.Annotations[AnnotationMode]
+	v, ok := ns.Annotations[contract.AnnotationMode]
 	if !ok || !requestsGPU(pod, podGPUResources(pod, ns, cfg)) {
-		return mode{}, false, nil
+		return contract.Mode{}, false, nil
 	}
-	m, err := parseMode(v, fmt.Sprintf("namespace %s annotation %s", ns.Name, AnnotationMode))
-	return m, err == nil && m != (mode{}), err
+	m, err := parseMode(v, fmt.Sprintf("namespace %s annotation %s", ns.Name, contract.AnnotationMode))
+	return m, err == nil && m != (contract.Mode{}), err
 }
 
 func resolveProfile(pod *corev1.Pod, ns Namespace, cfg *config.Config) (nccl.Profile, string, error) {
 	name, where := cfg.DefaultProfile, "config defaultProfile"
-	if v, ok := pod.Annotations[AnnotationProfile]; ok {
-		name, where = v, "annotation "+AnnotationProfile
-	} else if v, ok := ns.Annotations[AnnotationProfile]; ok {
-		name, where = v, fmt.Sprintf("namespace %s annotation %s", ns.Name, AnnotationProfile)
+	if v, ok := pod.Annotations[contract.AnnotationProfile]; ok {
+		name, where = v, "annotation "+contract.AnnotationProfile
+	} else if v, ok := ns.Annotations[contract.AnnotationProfile]; ok {
+		name, where = v, fmt.Sprintf("namespace %s annotation %s", ns.Name, contract.AnnotationProfile)
 	}
 	p, ok := cfg.Profile(name)
 	if !ok {
@@ -407,13 +367,13 @@ func resolveProfile(pod *corev1.Pod, ns Namespace, cfg *config.Config) (nccl.Pro
 }
 
 func parseHCAs(pod *corev1.Pod) (int64, error) {
-	v, ok := pod.Annotations[AnnotationHCAs]
+	v, ok := pod.Annotations[contract.AnnotationHCAs]
 	if !ok {
 		return 0, nil
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil || n < 1 || n > config.MaxHCAs {
-		return 0, refusef("annotation %s: invalid value %s: accepted: an integer from 1 to %d (HCAs per selected container)", AnnotationHCAs, echo(v), config.MaxHCAs)
+		return 0, refusef("annotation %s: invalid value %s: accepted: an integer from 1 to %d (HCAs per selected container)", contract.AnnotationHCAs, echo(v), config.MaxHCAs)
 	}
 	return n, nil
 }
@@ -427,7 +387,7 @@ func isSidecar(c *corev1.Container) bool {
 // regular container.
 func selectContainers(pod *corev1.Pod, gpuRes string) ([]target, error) {
 	spec := &pod.Spec
-	if v, ok := pod.Annotations[AnnotationContainers]; ok {
+	if v, ok := pod.Annotations[contract.AnnotationContainers]; ok {
 		var out []target
 		seen := map[string]bool{}
 		for _, raw := range strings.Split(v, ",") {
@@ -439,7 +399,7 @@ func selectContainers(pod *corev1.Pod, gpuRes string) ([]target, error) {
 			t, found := findContainer(spec, name)
 			if !found {
 				return nil, refusef("annotation %s: invalid value %s: no container named %s; accepted: a comma-separated list of this pod's containers: %s",
-					AnnotationContainers, echo(v), echo(name), bound(containerNames(spec), maxEcho))
+					contract.AnnotationContainers, echo(v), echo(name), bound(containerNames(spec), maxEcho))
 			}
 			out = append(out, t)
 		}
@@ -448,7 +408,7 @@ func selectContainers(pod *corev1.Pod, gpuRes string) ([]target, error) {
 	var out []target
 	for i := range spec.Containers {
 		if gpuCount(&spec.Containers[i], gpuRes) > 0 {
-			out = append(out, target{&spec.Containers[i], containerPath("/spec/containers/", i)})
+			out = append(out, regularTarget(spec, i))
 		}
 	}
 	if len(out) > 0 {
@@ -456,12 +416,10 @@ func selectContainers(pod *corev1.Pod, gpuRes string) ([]target, error) {
 	}
 	out = make([]target, len(spec.Containers))
 	for i := range spec.Containers {
-		out[i] = target{&spec.Containers[i], containerPath("/spec/containers/", i)}
+		out[i] = regularTarget(spec, i)
 	}
 	return out, nil
 }
-
-func containerPath(prefix string, i int) string { return prefix + strconv.Itoa(i) }
 
 func findContainer(spec *corev1.PodSpec, name string) (target, bool) {
 	if name == "" {
@@ -469,12 +427,12 @@ func findContainer(spec *corev1.PodSpec, name string) (target, bool) {
 	}
 	for i := range spec.Containers {
 		if spec.Containers[i].Name == name {
-			return target{&spec.Containers[i], containerPath("/spec/containers/", i)}, true
+			return regularTarget(spec, i), true
 		}
 	}
 	for i := range spec.InitContainers {
 		if spec.InitContainers[i].Name == name {
-			return target{&spec.InitContainers[i], containerPath("/spec/initContainers/", i)}, true
+			return initTarget(spec, i), true
 		}
 	}
 	return target{}, false
@@ -558,8 +516,8 @@ func missingCap(targets []target) bool {
 // ipoibInterface is the pod interface of the IPoIB network for
 // NCCL_SOCKET_IFNAME in ipoib-only mode ("" when not needed): the configured
 // interface, else the name Multus gives it (net<position>).
-func ipoibInterface(pod *corev1.Pod, m mode, cfg *config.Config) (string, error) {
-	if !m.ipoib || m.rdma() {
+func ipoibInterface(pod *corev1.Pod, m contract.Mode, cfg *config.Config) (string, error) {
+	if !m.IPoIB || m.RDMA() {
 		return "", nil
 	}
 	if cfg.IPoIB.Interface != "" {
@@ -571,10 +529,7 @@ func ipoibInterface(pod *corev1.Pod, m mode, cfg *config.Config) (string, error)
 		return "", refusef("annotation %s: invalid value %s: %v; accepted: a comma-separated list of [namespace/]name[@interface] or a JSON list of network selection elements",
 			multus.Annotation, echo(existing), err)
 	}
-	ns := cfg.IPoIBNamespace()
-	if ns == "" {
-		ns = pod.Namespace
-	}
+	ns := cfg.IPoIBNamespaceFor(pod.Namespace)
 	for i, n := range nets {
 		if n.Namespace == ns && n.Name == cfg.IPoIB.Name {
 			if n.Interface != "" {
@@ -589,7 +544,7 @@ func ipoibInterface(pod *corev1.Pod, m mode, cfg *config.Config) (string, error)
 // confInput is what the NCCL conf file is rendered from.
 type confInput struct {
 	profileName, modeName string
-	m                     mode
+	m                     contract.Mode
 	profile               nccl.Profile
 	// ifname is the IPoIB interface for NCCL_SOCKET_IFNAME ("" for none).
 	ifname string
@@ -623,7 +578,7 @@ func ncclConf(in confInput) string {
 		b.WriteString(v)
 		b.WriteByte('\n')
 	}
-	if in.m.rdma() {
+	if in.m.RDMA() {
 		line("NCCL_IB_DISABLE", "0")
 	}
 	if in.failClosed {

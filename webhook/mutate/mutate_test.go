@@ -14,14 +14,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/golden"
 	"github.com/ibkube/ibkube/webhook/config"
 )
 
 func optedIn(name string, kv ...string) Namespace {
-	ns := Namespace{Name: name, Labels: map[string]string{LabelInject: InjectEnabled}, Annotations: map[string]string{}}
+	ns := Namespace{Name: name, Labels: map[string]string{contract.LabelInject: contract.InjectEnabled}, Annotations: map[string]string{}}
 	for i := 0; i+1 < len(kv); i += 2 {
-		if strings.HasPrefix(kv[i], "pod-security.") || kv[i] == LabelInject {
+		if strings.HasPrefix(kv[i], "pod-security.") || kv[i] == contract.LabelInject {
 			ns.Labels[kv[i]] = kv[i+1]
 		} else {
 			ns.Annotations[kv[i]] = kv[i+1]
@@ -42,7 +43,7 @@ var goldenCases = []struct {
 	{"multi-container", optedIn("research")},
 	{"json-networks", optedIn("serving")},
 	{"user-set", optedIn("training")},
-	{"namespace-defaults", optedIn("team-a", AnnotationMode, "rdma-exclusive,ipoib", AnnotationProfile, "ndv5")},
+	{"namespace-defaults", optedIn("team-a", contract.AnnotationMode, "rdma-exclusive,ipoib", contract.AnnotationProfile, "ndv5")},
 	{"baseline-namespace", optedIn("restricted-team", LabelPodSecurityEnforce, "baseline")},
 	{"envfrom", optedIn("training")},
 	{"ipoib-only", optedIn("training")},
@@ -52,7 +53,7 @@ var goldenCases = []struct {
 	{"ndv5-partial-2gpu", optedIn("training")},
 	{"ndv5-partial-4gpu", optedIn("training")},
 	{"fail-closed", optedIn("training")},
-	{"mi300x", optedIn("hpc", AnnotationMode, "rdma-exclusive")},
+	{"mi300x", optedIn("hpc", contract.AnnotationMode, "rdma-exclusive")},
 }
 
 func testConfig() *config.Config {
@@ -117,14 +118,14 @@ func TestMutateLeavesAlone(t *testing.T) {
 		pod  *corev1.Pod
 		ns   Namespace
 	}{
-		{"namespace not opted in", gpuPod(map[string]string{AnnotationMode: "rdma-shared"}), Namespace{Name: "plain"}},
-		{"opt-in label not enabled", gpuPod(map[string]string{AnnotationMode: "rdma-shared"}), Namespace{Name: "x", Labels: map[string]string{LabelInject: "disabled"}}},
+		{"namespace not opted in", gpuPod(map[string]string{contract.AnnotationMode: "rdma-shared"}), Namespace{Name: "plain"}},
+		{"opt-in label not enabled", gpuPod(map[string]string{contract.AnnotationMode: "rdma-shared"}), Namespace{Name: "x", Labels: map[string]string{contract.LabelInject: "disabled"}}},
 		{"no mode anywhere", gpuPod(nil), optedIn("a")},
-		{"mode none", gpuPod(map[string]string{AnnotationMode: "none"}), optedIn("a", AnnotationMode, "rdma-shared")},
-		{"namespace mode, pod without GPUs", cpuPod, optedIn("a", AnnotationMode, "rdma-shared")},
-		{"not opted in, typo ignored", gpuPod(map[string]string{Prefix + "mdoe": "x"}), Namespace{Name: "plain"}},
+		{"mode none", gpuPod(map[string]string{contract.AnnotationMode: "none"}), optedIn("a", contract.AnnotationMode, "rdma-shared")},
+		{"namespace mode, pod without GPUs", cpuPod, optedIn("a", contract.AnnotationMode, "rdma-shared")},
+		{"not opted in, typo ignored", gpuPod(map[string]string{contract.Prefix + "mdoe": "x"}), Namespace{Name: "plain"}},
 		// A namespace default matters only to the pods it applies to.
-		{"bad namespace socket-fallback, no mode", gpuPod(nil), optedIn("a", AnnotationSocketFallback, "x")},
+		{"bad namespace socket-fallback, no mode", gpuPod(nil), optedIn("a", contract.AnnotationSocketFallback, "x")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -154,97 +155,97 @@ func TestMutateRefusals(t *testing.T) {
 		want  string
 	}{
 		{
-			"unknown mode", map[string]string{AnnotationMode: "rdma"}, optedIn("t"),
+			"unknown mode", map[string]string{contract.AnnotationMode: "rdma"}, optedIn("t"),
 			`annotation infiniband.azure.com/mode: invalid value "rdma": unknown mode "rdma"; accepted: rdma-shared, rdma-exclusive, ipoib, rdma-shared,ipoib, rdma-exclusive,ipoib, none`,
 		},
 		{
-			"shared and exclusive", map[string]string{AnnotationMode: "rdma-shared,rdma-exclusive"}, optedIn("t"),
+			"shared and exclusive", map[string]string{contract.AnnotationMode: "rdma-shared,rdma-exclusive"}, optedIn("t"),
 			`annotation infiniband.azure.com/mode: invalid value "rdma-shared,rdma-exclusive": rdma-shared and rdma-exclusive exclude each other; accepted: rdma-shared, rdma-exclusive, ipoib, rdma-shared,ipoib, rdma-exclusive,ipoib, none`,
 		},
 		{
-			"none combined", map[string]string{AnnotationMode: "none,ipoib"}, optedIn("t"),
+			"none combined", map[string]string{contract.AnnotationMode: "none,ipoib"}, optedIn("t"),
 			`annotation infiniband.azure.com/mode: invalid value "none,ipoib": none cannot be combined; accepted: rdma-shared, rdma-exclusive, ipoib, rdma-shared,ipoib, rdma-exclusive,ipoib, none`,
 		},
 		{
-			"bad namespace mode", nil, optedIn("team", AnnotationMode, "fast"),
+			"bad namespace mode", nil, optedIn("team", contract.AnnotationMode, "fast"),
 			`namespace team annotation infiniband.azure.com/mode: invalid value "fast": unknown mode "fast"; accepted: rdma-shared, rdma-exclusive, ipoib, rdma-shared,ipoib, rdma-exclusive,ipoib, none`,
 		},
 		{
-			"hcas not a number", map[string]string{AnnotationMode: "rdma-exclusive", AnnotationHCAs: "eight"}, optedIn("t"),
+			"hcas not a number", map[string]string{contract.AnnotationMode: "rdma-exclusive", contract.AnnotationHCAs: "eight"}, optedIn("t"),
 			`annotation infiniband.azure.com/hcas: invalid value "eight": accepted: an integer from 1 to 64 (HCAs per selected container)`,
 		},
 		{
-			"hcas zero", map[string]string{AnnotationMode: "rdma-exclusive", AnnotationHCAs: "0"}, optedIn("t"),
+			"hcas zero", map[string]string{contract.AnnotationMode: "rdma-exclusive", contract.AnnotationHCAs: "0"}, optedIn("t"),
 			`annotation infiniband.azure.com/hcas: invalid value "0": accepted: an integer from 1 to 64 (HCAs per selected container)`,
 		},
 		{
-			"hcas too many", map[string]string{AnnotationMode: "rdma-exclusive", AnnotationHCAs: "65"}, optedIn("t"),
+			"hcas too many", map[string]string{contract.AnnotationMode: "rdma-exclusive", contract.AnnotationHCAs: "65"}, optedIn("t"),
 			`annotation infiniband.azure.com/hcas: invalid value "65": accepted: an integer from 1 to 64 (HCAs per selected container)`,
 		},
 		{
-			"unknown container", map[string]string{AnnotationMode: "rdma-shared", AnnotationContainers: "train,trainer"}, optedIn("t"),
+			"unknown container", map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationContainers: "train,trainer"}, optedIn("t"),
 			`annotation infiniband.azure.com/containers: invalid value "train,trainer": no container named "trainer"; accepted: a comma-separated list of this pod's containers: train, prep (init), agent (sidecar)`,
 		},
 		{
-			"empty container entry", map[string]string{AnnotationMode: "rdma-shared", AnnotationContainers: "train,"}, optedIn("t"),
+			"empty container entry", map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationContainers: "train,"}, optedIn("t"),
 			`annotation infiniband.azure.com/containers: invalid value "train,": no container named ""; accepted: a comma-separated list of this pod's containers: train, prep (init), agent (sidecar)`,
 		},
 		{
-			"unknown profile", map[string]string{AnnotationMode: "rdma-shared", AnnotationProfile: "ndv6"}, optedIn("t"),
+			"unknown profile", map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationProfile: "ndv6"}, optedIn("t"),
 			`annotation infiniband.azure.com/profile: invalid value "ndv6": unknown profile; accepted: ` + profiles,
 		},
 		{
-			"unknown namespace profile", map[string]string{AnnotationMode: "rdma-shared"}, optedIn("team", AnnotationProfile, "nd"),
+			"unknown namespace profile", map[string]string{contract.AnnotationMode: "rdma-shared"}, optedIn("team", contract.AnnotationProfile, "nd"),
 			`namespace team annotation infiniband.azure.com/profile: invalid value "nd": unknown profile; accepted: ` + profiles,
 		},
 		{
-			"typo under the prefix", map[string]string{AnnotationMode: "rdma-shared", Prefix + "hca": "8"}, optedIn("t"),
+			"typo under the prefix", map[string]string{contract.AnnotationMode: "rdma-shared", contract.Prefix + "hca": "8"}, optedIn("t"),
 			`annotation infiniband.azure.com/hca: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile, socket-fallback, rdma-idle-warning (and injected, memlock, nccl-conf, written by ibkube)`,
 		},
 		{
-			"pod-level inject label as annotation", map[string]string{Prefix + "inject": "enabled"}, optedIn("t"),
+			"pod-level inject label as annotation", map[string]string{contract.Prefix + "inject": "enabled"}, optedIn("t"),
 			`annotation infiniband.azure.com/inject: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile, socket-fallback, rdma-idle-warning (and injected, memlock, nccl-conf, written by ibkube)`,
 		},
 		{
-			"bad memlock", map[string]string{AnnotationMode: "rdma-shared", AnnotationMemlock: "lots"}, optedIn("t"),
+			"bad memlock", map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationMemlock: "lots"}, optedIn("t"),
 			`annotation infiniband.azure.com/memlock: invalid value "lots": not a quantity; want "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi"`,
 		},
 		{
 			// The node agent cannot apply 0.1 byte, so admission refuses it.
-			"fractional memlock", map[string]string{AnnotationMode: "rdma-shared", AnnotationMemlock: "100m"}, optedIn("t"),
+			"fractional memlock", map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationMemlock: "100m"}, optedIn("t"),
 			`annotation infiniband.azure.com/memlock: invalid value "100m": not a whole number of bytes; want "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi"`,
 		},
 		{
-			"overflowing memlock", map[string]string{AnnotationMode: "rdma-shared", AnnotationMemlock: "1e99"}, optedIn("t"),
+			"overflowing memlock", map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationMemlock: "1e99"}, optedIn("t"),
 			`annotation infiniband.azure.com/memlock: invalid value "1e99": too large (below 8Ei); want "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi"`,
 		},
 		{
 			// The README lists a bad memlock as a refusal whatever the mode.
-			"bad memlock without a mode", map[string]string{AnnotationMemlock: "lots"}, optedIn("t"),
+			"bad memlock without a mode", map[string]string{contract.AnnotationMemlock: "lots"}, optedIn("t"),
 			`annotation infiniband.azure.com/memlock: invalid value "lots": not a quantity; want "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi"`,
 		},
 		{
-			"bad memlock with mode none", map[string]string{AnnotationMode: "none", AnnotationMemlock: "-1"}, optedIn("t", AnnotationMode, "rdma-shared"),
+			"bad memlock with mode none", map[string]string{contract.AnnotationMode: "none", contract.AnnotationMemlock: "-1"}, optedIn("t", contract.AnnotationMode, "rdma-shared"),
 			`annotation infiniband.azure.com/memlock: invalid value "-1": not positive; want "unlimited" or a positive whole number of bytes as a Kubernetes quantity such as "64Gi"`,
 		},
 		{
-			"bad socket-fallback", map[string]string{AnnotationMode: "rdma-shared", AnnotationSocketFallback: "never"}, optedIn("t"),
+			"bad socket-fallback", map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationSocketFallback: "never"}, optedIn("t"),
 			`annotation infiniband.azure.com/socket-fallback: invalid value "never": accepted: allow (NCCL may fall back to TCP sockets, NCCL's default) or deny (NCCL fails instead)`,
 		},
 		{
-			"bad socket-fallback with mode none", map[string]string{AnnotationMode: "none", AnnotationSocketFallback: "Deny"}, optedIn("t"),
+			"bad socket-fallback with mode none", map[string]string{contract.AnnotationMode: "none", contract.AnnotationSocketFallback: "Deny"}, optedIn("t"),
 			`annotation infiniband.azure.com/socket-fallback: invalid value "Deny": accepted: allow (NCCL may fall back to TCP sockets, NCCL's default) or deny (NCCL fails instead)`,
 		},
 		{
-			"bad rdma-idle-warning", map[string]string{AnnotationMode: "rdma-shared", AnnotationIdleWarning: "off"}, optedIn("t"),
+			"bad rdma-idle-warning", map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationIdleWarning: "off"}, optedIn("t"),
 			`annotation infiniband.azure.com/rdma-idle-warning: invalid value "off"; accepted: true, false`,
 		},
 		{
-			"bad namespace socket-fallback", map[string]string{AnnotationMode: "rdma-shared"}, optedIn("team", AnnotationSocketFallback, "no"),
+			"bad namespace socket-fallback", map[string]string{contract.AnnotationMode: "rdma-shared"}, optedIn("team", contract.AnnotationSocketFallback, "no"),
 			`namespace team annotation infiniband.azure.com/socket-fallback: invalid value "no": accepted: allow (NCCL may fall back to TCP sockets, NCCL's default) or deny (NCCL fails instead)`,
 		},
 		{
-			"malformed networks", map[string]string{AnnotationMode: "ipoib", "k8s.v1.cni.cncf.io/networks": `[{"name":`}, optedIn("t"),
+			"malformed networks", map[string]string{contract.AnnotationMode: "ipoib", "k8s.v1.cni.cncf.io/networks": `[{"name":`}, optedIn("t"),
 			`annotation k8s.v1.cni.cncf.io/networks: invalid value "[{\"name\":": `,
 		},
 	}
@@ -312,8 +313,8 @@ func TestCapabilityPolicy(t *testing.T) {
 			if len(res.Warnings) != tc.warns {
 				t.Errorf("warnings = %q, want %d", res.Warnings, tc.warns)
 			}
-			if pod.Annotations[AnnotationMemlock] != "unlimited" {
-				t.Errorf("memlock annotation = %q, want unlimited", pod.Annotations[AnnotationMemlock])
+			if pod.Annotations[contract.AnnotationMemlock] != "unlimited" {
+				t.Errorf("memlock annotation = %q, want unlimited", pod.Annotations[contract.AnnotationMemlock])
 			}
 		})
 	}
@@ -344,29 +345,9 @@ func mustJSON(t testing.TB, v any) []byte {
 
 func TestEscapeFastPath(t *testing.T) {
 	t.Parallel()
-	for _, k := range []string{AnnotationNCCLConf, AnnotationMemlock, AnnotationInjected, "k8s.v1.cni.cncf.io/networks"} {
+	for _, k := range []string{contract.AnnotationNCCLConf, contract.AnnotationMemlock, contract.AnnotationInjected, "k8s.v1.cni.cncf.io/networks"} {
 		if got, want := escape(k), strings.ReplaceAll(k, "/", "~1"); got != want {
 			t.Errorf("escape(%q) = %q, want %q", k, got, want)
-		}
-	}
-}
-
-// TestReadmeListsKeys keeps the README's annotation reference in step with
-// the keys the core accepts.
-func TestReadmeListsKeys(t *testing.T) {
-	t.Parallel()
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range userKeys {
-		if !strings.Contains(string(readme), "| `"+k+"` |") {
-			t.Errorf("README annotation table lacks user key %q", k)
-		}
-	}
-	for _, k := range ownKeys {
-		if !strings.Contains(string(readme), "`"+Prefix+k+"`") {
-			t.Errorf("README lacks ibkube-written key %q", Prefix+k)
 		}
 	}
 }
@@ -401,9 +382,9 @@ func TestExclusiveCountBounds(t *testing.T) {
 			t.Parallel()
 			pod := &corev1.Pod{}
 			pod.Name, pod.Namespace = "p", "t"
-			pod.Annotations = map[string]string{AnnotationMode: "rdma-exclusive", AnnotationProfile: tc.profile, AnnotationContainers: "train"}
+			pod.Annotations = map[string]string{contract.AnnotationMode: "rdma-exclusive", contract.AnnotationProfile: tc.profile, contract.AnnotationContainers: "train"}
 			if tc.hcas != "" {
-				pod.Annotations[AnnotationHCAs] = tc.hcas
+				pod.Annotations[contract.AnnotationHCAs] = tc.hcas
 			}
 			pod.Spec.Containers = []corev1.Container{{Name: "train", Resources: corev1.ResourceRequirements{
 				Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(tc.gpus)}}}}
@@ -458,11 +439,11 @@ func TestGDRLevelByShape(t *testing.T) {
 				pod.Spec.Containers = append(pod.Spec.Containers, c)
 				names = append(names, c.Name)
 			}
-			pod.Annotations = map[string]string{AnnotationMode: "rdma-exclusive", AnnotationProfile: tc.profile, AnnotationContainers: strings.Join(names, ",")}
+			pod.Annotations = map[string]string{contract.AnnotationMode: "rdma-exclusive", contract.AnnotationProfile: tc.profile, contract.AnnotationContainers: strings.Join(names, ",")}
 			if _, err := Mutate(pod, optedIn("t"), testConfig()); err != nil {
 				t.Fatal(err)
 			}
-			conf := pod.Annotations[AnnotationNCCLConf]
+			conf := pod.Annotations[contract.AnnotationNCCLConf]
 			if got := strings.Contains(conf, "\nNCCL_NET_GDR_LEVEL=SYS\n"); got != tc.want {
 				t.Errorf("NCCL_NET_GDR_LEVEL=SYS in conf = %v, want %v:\n%s", got, tc.want, conf)
 			}
@@ -491,19 +472,19 @@ func TestSocketFallback(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			pod := readPod(t, "namespace-defaults")
-			pod.Annotations = map[string]string{AnnotationMode: tc.mode}
+			pod.Annotations = map[string]string{contract.AnnotationMode: tc.mode}
 			if tc.pod != "" {
-				pod.Annotations[AnnotationSocketFallback] = tc.pod
+				pod.Annotations[contract.AnnotationSocketFallback] = tc.pod
 			}
 			ns := optedIn("team-a")
 			if tc.ns != "" {
-				ns.Annotations[AnnotationSocketFallback] = tc.ns
+				ns.Annotations[contract.AnnotationSocketFallback] = tc.ns
 			}
 			res, err := Mutate(pod, ns, testConfig())
 			if err != nil {
 				t.Fatal(err)
 			}
-			conf := pod.Annotations[AnnotationNCCLConf]
+			conf := pod.Annotations[contract.AnnotationNCCLConf]
 			if got := strings.Contains(conf, "\nNCCL_NET=IB\n"); got != tc.want {
 				t.Errorf("NCCL_NET=IB in conf = %v, want %v:\n%s", got, tc.want, conf)
 			}
@@ -520,15 +501,15 @@ func TestRefusalEchoBounded(t *testing.T) {
 	t.Parallel()
 	huge := strings.Repeat("x", 1<<20)
 	for _, annos := range []map[string]string{
-		{AnnotationMode: huge},
-		{AnnotationMode: "rdma-shared", AnnotationMemlock: huge},
-		{AnnotationMemlock: huge},
-		{AnnotationMode: "rdma-shared", AnnotationProfile: huge},
-		{AnnotationMode: "rdma-exclusive", AnnotationHCAs: huge},
-		{AnnotationMode: "rdma-shared", AnnotationContainers: huge},
-		{AnnotationMode: "ipoib", "k8s.v1.cni.cncf.io/networks": "[" + huge},
-		{AnnotationMode: "rdma-shared", AnnotationSocketFallback: huge},
-		{AnnotationMode: "rdma-shared", Prefix + huge: "1"},
+		{contract.AnnotationMode: huge},
+		{contract.AnnotationMode: "rdma-shared", contract.AnnotationMemlock: huge},
+		{contract.AnnotationMemlock: huge},
+		{contract.AnnotationMode: "rdma-shared", contract.AnnotationProfile: huge},
+		{contract.AnnotationMode: "rdma-exclusive", contract.AnnotationHCAs: huge},
+		{contract.AnnotationMode: "rdma-shared", contract.AnnotationContainers: huge},
+		{contract.AnnotationMode: "ipoib", "k8s.v1.cni.cncf.io/networks": "[" + huge},
+		{contract.AnnotationMode: "rdma-shared", contract.AnnotationSocketFallback: huge},
+		{contract.AnnotationMode: "rdma-shared", contract.Prefix + huge: "1"},
 	} {
 		pod := readPod(t, "namespace-defaults")
 		pod.Annotations = annos
@@ -542,7 +523,7 @@ func TestRefusalEchoBounded(t *testing.T) {
 	}
 	// A long name in a warning is cut as well.
 	pod := readPod(t, "namespace-defaults")
-	pod.Annotations = map[string]string{AnnotationMode: "rdma-exclusive"}
+	pod.Annotations = map[string]string{contract.AnnotationMode: "rdma-exclusive"}
 	pod.Spec.Containers[0].Name = huge
 	pod.Spec.Containers[0].Resources.Limits["rdma/ib"] = quantity(3)
 	res, err := Mutate(pod, optedIn("t"), testConfig())

@@ -1,12 +1,31 @@
 package mutate
 
 import (
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/nccl"
 )
+
+// target is one selected container and where it sits in the pod JSON.
+type target struct {
+	c    *corev1.Container
+	path string // e.g. /spec/containers/0
+}
+
+// regularTarget and initTarget are container i of the pod's containers and
+// initContainers. With the ops below, they are the only places that know
+// the pod's JSON layout.
+func regularTarget(spec *corev1.PodSpec, i int) target {
+	return target{&spec.Containers[i], "/spec/containers/" + strconv.Itoa(i)}
+}
+
+func initTarget(spec *corev1.PodSpec, i int) target {
+	return target{&spec.InitContainers[i], "/spec/initContainers/" + strconv.Itoa(i)}
+}
 
 // patcher changes the pod in place and records, for each change, the JSON
 // Patch operation that makes the same change to the original pod's JSON: a
@@ -22,11 +41,11 @@ func (p *patcher) add(path string, v any) {
 // escape makes s a JSON Pointer reference token (RFC 6901).
 func escape(s string) string {
 	switch s { // the keys written on every admission, without allocating
-	case AnnotationNCCLConf:
+	case contract.AnnotationNCCLConf:
 		return "infiniband.azure.com~1nccl-conf"
-	case AnnotationMemlock:
+	case contract.AnnotationMemlock:
 		return "infiniband.azure.com~1memlock"
-	case AnnotationInjected:
+	case contract.AnnotationInjected:
 		return "infiniband.azure.com~1injected"
 	case "k8s.v1.cni.cncf.io/networks":
 		return "k8s.v1.cni.cncf.io~1networks"
@@ -138,10 +157,10 @@ func envIndex(c *corev1.Container, name string) int {
 func (p *patcher) ensureEnv(t target, profile nccl.Profile, warn func(string, ...any)) {
 	c := t.c
 	add := make([]corev1.EnvVar, 0, 1+len(profile.Env))
-	if i := envIndex(c, EnvNCCLConfFile); i < 0 {
-		add = append(add, corev1.EnvVar{Name: EnvNCCLConfFile, Value: NCCLConfFile})
-	} else if e := c.Env[i]; e.Value != NCCLConfFile || e.ValueFrom != nil {
-		warn("container %q sets %s itself, so NCCL does not read the profile's settings from %s", c.Name, EnvNCCLConfFile, NCCLConfFile)
+	if i := envIndex(c, contract.EnvNCCLConfFile); i < 0 {
+		add = append(add, corev1.EnvVar{Name: contract.EnvNCCLConfFile, Value: contract.NCCLConfFile})
+	} else if e := c.Env[i]; e.Value != contract.NCCLConfFile || e.ValueFrom != nil {
+		warn("container %q sets %s itself, so NCCL does not read the profile's settings from %s", c.Name, contract.EnvNCCLConfFile, contract.NCCLConfFile)
 	}
 	var skipped []string
 	for _, v := range profile.Env {
@@ -175,15 +194,15 @@ func (p *patcher) ensureEnv(t target, profile nccl.Profile, warn func(string, ..
 func (p *patcher) ensureMount(t target, warn func(string, ...any)) {
 	c := t.c
 	for _, m := range c.VolumeMounts {
-		if m.Name == NCCLConfVolume && m.MountPath == NCCLConfDir {
+		if m.Name == contract.NCCLConfVolume && m.MountPath == contract.NCCLConfDir {
 			return
 		}
-		if m.MountPath == NCCLConfDir || m.Name == NCCLConfVolume {
-			warn("container %q already mounts %s or volume %s, so NCCL_CONF_FILE may not find the profile's settings", c.Name, NCCLConfDir, NCCLConfVolume)
+		if m.MountPath == contract.NCCLConfDir || m.Name == contract.NCCLConfVolume {
+			warn("container %q already mounts %s or volume %s, so NCCL_CONF_FILE may not find the profile's settings", c.Name, contract.NCCLConfDir, contract.NCCLConfVolume)
 			return
 		}
 	}
-	m := corev1.VolumeMount{Name: NCCLConfVolume, MountPath: NCCLConfDir, ReadOnly: true}
+	m := corev1.VolumeMount{Name: contract.NCCLConfVolume, MountPath: contract.NCCLConfDir, ReadOnly: true}
 	if c.VolumeMounts == nil {
 		c.VolumeMounts = []corev1.VolumeMount{m}
 		p.add(t.path+"/volumeMounts", c.VolumeMounts)
@@ -197,17 +216,17 @@ func (p *patcher) ensureMount(t target, warn func(string, ...any)) {
 // if some container mounts it and the pod does not have it yet.
 func (p *patcher) ensureVolume(pod *corev1.Pod) {
 	for _, v := range pod.Spec.Volumes {
-		if v.Name == NCCLConfVolume {
+		if v.Name == contract.NCCLConfVolume {
 			return
 		}
 	}
 	if !mountsConf(pod.Spec.Containers) && !mountsConf(pod.Spec.InitContainers) {
 		return
 	}
-	v := corev1.Volume{Name: NCCLConfVolume, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+	v := corev1.Volume{Name: contract.NCCLConfVolume, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
 		Items: []corev1.DownwardAPIVolumeFile{{
-			Path:     NCCLConfFileName,
-			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['" + AnnotationNCCLConf + "']"},
+			Path:     contract.NCCLConfFileName,
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['" + contract.AnnotationNCCLConf + "']"},
 		}},
 	}}}
 	if pod.Spec.Volumes == nil {
@@ -222,7 +241,7 @@ func (p *patcher) ensureVolume(pod *corev1.Pod) {
 func mountsConf(cs []corev1.Container) bool {
 	for i := range cs {
 		for _, m := range cs[i].VolumeMounts {
-			if m.Name == NCCLConfVolume {
+			if m.Name == contract.NCCLConfVolume {
 				return true
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ibkube/ibkube/cni/multus"
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/config"
 )
 
@@ -172,12 +173,12 @@ func TestPatchOnEmptyObjects(t *testing.T) {
 	pod.Namespace = "x"
 	for _, mode := range []string{"rdma-shared,ipoib", "rdma-exclusive", "ipoib"} {
 		p := pod.DeepCopy()
-		p.Annotations = map[string]string{AnnotationMode: mode}
+		p.Annotations = map[string]string{contract.AnnotationMode: mode}
 		if err := checkProperties(p, optedIn("x"), testConfig()); err != nil {
 			t.Errorf("%s: %v", mode, err)
 		}
 		p.Annotations = nil
-		if err := checkProperties(p, optedIn("x", AnnotationMode, mode), testConfig()); err != nil {
+		if err := checkProperties(p, optedIn("x", contract.AnnotationMode, mode), testConfig()); err != nil {
 			t.Errorf("namespace mode %s: %v", mode, err)
 		}
 	}
@@ -189,7 +190,7 @@ func TestPatchOnEmptyObjects(t *testing.T) {
 // admission changes nothing, nothing the user wrote changes.
 func FuzzMutate(f *testing.F) {
 	for _, tc := range goldenCases {
-		f.Add(mustJSON(f, readPod(f, tc.name)), tc.ns.Annotations[AnnotationMode], tc.ns.Labels[LabelPodSecurityEnforce], "", "", "", "")
+		f.Add(mustJSON(f, readPod(f, tc.name)), tc.ns.Annotations[contract.AnnotationMode], tc.ns.Labels[LabelPodSecurityEnforce], "", "", "", "")
 	}
 	seed := mustJSON(f, readPod(f, "multi-container"))
 	f.Add(seed, "", "", "rdma-exclusive,ipoib", "3", "warmup,data-cache", `[{"name":"a"}]`)
@@ -203,7 +204,7 @@ func FuzzMutate(f *testing.F) {
 		if err := json.Unmarshal(podJSON, &pod); err != nil {
 			t.Skip()
 		}
-		for k, v := range map[string]string{AnnotationMode: mode, AnnotationHCAs: hcas, AnnotationContainers: containers, multus.Annotation: networks} {
+		for k, v := range map[string]string{contract.AnnotationMode: mode, contract.AnnotationHCAs: hcas, contract.AnnotationContainers: containers, multus.Annotation: networks} {
 			if v == "" {
 				continue
 			}
@@ -214,7 +215,7 @@ func FuzzMutate(f *testing.F) {
 		}
 		ns := optedIn("fuzz")
 		if nsMode != "" {
-			ns.Annotations[AnnotationMode] = nsMode
+			ns.Annotations[contract.AnnotationMode] = nsMode
 		}
 		if psa != "" {
 			ns.Labels[LabelPodSecurityEnforce] = psa

@@ -4,6 +4,8 @@
 // I/O, no clock, no client.
 package mutate
 
+import "github.com/ibkube/ibkube/contract"
+
 // Namespace is the metadata of the pod's namespace the core needs.
 type Namespace struct {
 	Name        string
@@ -28,8 +30,8 @@ type Result struct {
 	// Injected reports whether the pod is an ibkube pod (mode other than
 	// none in an opted-in namespace), even if nothing was left to change.
 	Injected bool
-	// Mode is the effective mode ("" when not injected), for metrics.
-	Mode string
+	// Mode is the effective mode (none when not injected).
+	Mode contract.Mode
 }
 
 // Refusal is a denial: Error is the user-facing message, naming the

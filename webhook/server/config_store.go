@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ibkube/ibkube/internal/promreg"
 	"github.com/ibkube/ibkube/webhook/config"
 )
 
@@ -63,10 +64,8 @@ func newConfigStore(path string, apply func(*config.Config), reg prometheus.Regi
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{s.reloads, s.lastOK} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("register config metrics: %w", err)
-			}
+		if err := promreg.Register(reg, s.reloads, s.lastOK); err != nil {
+			return nil, fmt.Errorf("register config metrics: %w", err)
 		}
 	}
 	cfg, data, missing, err := s.read()

@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/handler"
 	"github.com/ibkube/ibkube/webhook/mutate"
@@ -77,7 +78,7 @@ func writeServingCert(t testing.TB, dir string) {
 type optedIn struct{}
 
 func (optedIn) Namespace(_ context.Context, name string) (mutate.Namespace, error) {
-	return mutate.Namespace{Name: name, Labels: map[string]string{handler.LabelInject: handler.InjectEnabled}}, nil
+	return mutate.Namespace{Name: name, Labels: map[string]string{contract.LabelInject: contract.InjectEnabled}}, nil
 }
 
 // attackServer is the webhook's TLS server with the real handler and core on

@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/node/memlock"
 )
@@ -187,8 +188,8 @@ func TestMemlockThroughNRI(t *testing.T) {
 	// (containerd tells NRI the container's uid); a uid-1000 container
 	// without HOME gets none. The file goes with the container.
 	t.Run("nccl-rank-conf", func(t *testing.T) {
-		ann := map[string]string{memlock.NCCLConfAnnotation: "NCCL_IB_PCI_RELAXED_ORDERING=1\nNCCL_IB_HCA=profile-loses\n"}
-		env := []*cri.KeyValue{{Key: "NCCL_IB_HCA", Value: []byte("=mlx5_0:1")}, {Key: "NCCL_CONF_FILE", Value: []byte(memlock.NCCLConfPath)}}
+		ann := map[string]string{contract.AnnotationNCCLConf: "NCCL_IB_PCI_RELAXED_ORDERING=1\nNCCL_IB_HCA=profile-loses\n"}
+		env := []*cri.KeyValue{{Key: "NCCL_IB_HCA", Value: []byte("=mlx5_0:1")}, {Key: "NCCL_CONF_FILE", Value: []byte(contract.NCCLConfFile)}}
 		var id string
 		t.Run("root", func(t *testing.T) {
 			var got string
@@ -196,7 +197,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 				args: []string{"cat", "/root/.nccl.conf"}, line: "file "})
 			want := memlock.DecideRankConf(memlock.RankInput{PodAnnotations: ann, UID: ptrTo(uint32(0)),
 				Devices:   []memlock.Device{{Path: "/dev/infiniband/uverbs0", Type: "c", Major: uverbsMajor, Minor: uverbsMinor}},
-				IBDevices: memlock.DeviceSet{{uverbsMajor, uverbsMinor}: "uverbs0"}, Env: []string{"NCCL_IB_HCA==mlx5_0:1", "NCCL_CONF_FILE=" + memlock.NCCLConfPath}})
+				IBDevices: memlock.DeviceSet{{uverbsMajor, uverbsMinor}: "uverbs0"}, Env: []string{"NCCL_IB_HCA==mlx5_0:1", "NCCL_CONF_FILE=" + contract.NCCLConfFile}})
 			if want.Outcome != memlock.RankWritten || got != "file "+strconv.Quote(want.Content) {
 				t.Errorf("root container's /root/.nccl.conf:\n got %s\nwant file %q", got, want.Content)
 			}
@@ -258,7 +259,7 @@ func runProbe(ctx context.Context, t *testing.T, rt cri.RuntimeServiceClient, ba
 	t.Helper()
 	annotations := map[string]string{}
 	if memlockValue != "" {
-		annotations[memlock.AnnotationKey] = memlockValue
+		annotations[contract.AnnotationMemlock] = memlockValue
 	}
 	text, _ := runContainer(ctx, t, rt, base, probeRun{name: name, annotations: annotations, devices: devices, uid: 1000, args: []string{"limits"}, line: "memlock "})
 	return text

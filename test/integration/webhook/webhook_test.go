@@ -50,10 +50,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/configmapdir"
 	"github.com/ibkube/ibkube/internal/testenv"
 	"github.com/ibkube/ibkube/webhook/handler"
-	"github.com/ibkube/ibkube/webhook/mutate"
 	"github.com/ibkube/ibkube/webhook/server"
 )
 
@@ -364,11 +364,11 @@ func TestWebhook(t *testing.T) {
 
 	bg := context.Background()
 	for _, ns := range []corev1.Namespace{
-		{ObjectMeta: metav1.ObjectMeta{Name: "rdma", Labels: map[string]string{mutate.LabelInject: mutate.InjectEnabled}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "rdma", Labels: map[string]string{contract.LabelInject: contract.InjectEnabled}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "plain"}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "baseline", Labels: map[string]string{
-			mutate.LabelInject: mutate.InjectEnabled, "pod-security.kubernetes.io/enforce": "baseline"}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: release, Labels: map[string]string{mutate.LabelInject: mutate.InjectEnabled}}},
+			contract.LabelInject: contract.InjectEnabled, "pod-security.kubernetes.io/enforce": "baseline"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: release, Labels: map[string]string{contract.LabelInject: contract.InjectEnabled}}},
 	} {
 		if _, err := cs.CoreV1().Namespaces().Create(bg, &ns, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -383,12 +383,12 @@ func TestWebhook(t *testing.T) {
 	}
 	// The API server picks the configuration up asynchronously.
 	eventually(t, time.Minute, "webhook in effect", func() error {
-		p := pod("probe", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0)
+		p := pod("probe", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0)
 		got, err := cs.CoreV1().Pods("rdma").Create(bg, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return err
 		}
-		if _, ok := got.Annotations[mutate.AnnotationInjected]; !ok {
+		if _, ok := got.Annotations[contract.AnnotationInjected]; !ok {
 			return errors.New("dry-run pod not mutated yet")
 		}
 		return nil
@@ -424,11 +424,11 @@ func TestWebhook(t *testing.T) {
 			return nil
 		})
 		// The API server still reaches the webhook through the new certificate.
-		got, _, err := e.create(t, "rdma", pod("after-rotation", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
+		got, _, err := e.create(t, "rdma", pod("after-rotation", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := got.Annotations[mutate.AnnotationInjected]; !ok {
+		if _, ok := got.Annotations[contract.AnnotationInjected]; !ok {
 			t.Error("pod not mutated after the certificate rotated")
 		}
 	})
@@ -436,7 +436,7 @@ func TestWebhook(t *testing.T) {
 
 func (e *env) testOptedIn(t *testing.T) {
 	t.Run("rdma-shared", func(t *testing.T) {
-		got, w, err := e.create(t, "rdma", pod("shared", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
+		got, w, err := e.create(t, "rdma", pod("shared", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -447,18 +447,18 @@ func (e *env) testOptedIn(t *testing.T) {
 		if !hasCap(c, "IPC_LOCK") {
 			t.Errorf("stored container has no IPC_LOCK: %+v", c.SecurityContext)
 		}
-		if got.Annotations[mutate.AnnotationMemlock] != "unlimited" {
-			t.Errorf("memlock annotation = %q, want unlimited", got.Annotations[mutate.AnnotationMemlock])
+		if got.Annotations[contract.AnnotationMemlock] != "unlimited" {
+			t.Errorf("memlock annotation = %q, want unlimited", got.Annotations[contract.AnnotationMemlock])
 		}
-		if !strings.Contains(got.Annotations[mutate.AnnotationInjected], mutate.ModeShared) {
-			t.Errorf("status annotation %q does not name the mode", got.Annotations[mutate.AnnotationInjected])
+		if !strings.Contains(got.Annotations[contract.AnnotationInjected], contract.ModeShared) {
+			t.Errorf("status annotation %q does not name the mode", got.Annotations[contract.AnnotationInjected])
 		}
 		if len(w) != 0 {
 			t.Errorf("unexpected warnings %q", w)
 		}
 	})
 	t.Run("rdma-exclusive on 8 GPUs", func(t *testing.T) {
-		got, _, err := e.create(t, "rdma", pod("exclusive", map[string]string{mutate.AnnotationMode: mutate.ModeExclusive}, 8))
+		got, _, err := e.create(t, "rdma", pod("exclusive", map[string]string{contract.AnnotationMode: contract.ModeExclusive}, 8))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -492,11 +492,11 @@ func (e *env) testOptedIn(t *testing.T) {
 		}
 	})
 	t.Run("mode none opts out", func(t *testing.T) {
-		got, _, err := e.create(t, "rdma", pod("opt-out", map[string]string{mutate.AnnotationMode: mutate.ModeNone}, 8))
+		got, _, err := e.create(t, "rdma", pod("opt-out", map[string]string{contract.AnnotationMode: contract.ModeNone}, 8))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := got.Annotations[mutate.AnnotationInjected]; ok {
+		if _, ok := got.Annotations[contract.AnnotationInjected]; ok {
 			t.Errorf("mode none pod was injected: %v", got.Annotations)
 		}
 	})
@@ -525,7 +525,7 @@ func (e *env) admissions(t *testing.T) float64 {
 }
 
 func (e *env) testPlain(t *testing.T) {
-	got, _, err := e.create(t, "plain", pod("shared", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 8))
+	got, _, err := e.create(t, "plain", pod("shared", map[string]string{contract.AnnotationMode: contract.ModeShared}, 8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +538,7 @@ func (e *env) testPlain(t *testing.T) {
 }
 
 func (e *env) testRelease(t *testing.T) {
-	got, _, err := e.create(t, e.release, pod("shared", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 8))
+	got, _, err := e.create(t, e.release, pod("shared", map[string]string{contract.AnnotationMode: contract.ModeShared}, 8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,7 +548,7 @@ func (e *env) testRelease(t *testing.T) {
 }
 
 func (e *env) testBaseline(t *testing.T) {
-	got, w, err := e.create(t, "baseline", pod("shared", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 8))
+	got, w, err := e.create(t, "baseline", pod("shared", map[string]string{contract.AnnotationMode: contract.ModeShared}, 8))
 	if err != nil {
 		t.Fatalf("pod refused in a baseline namespace (IPC_LOCK must be skipped there): %v", err)
 	}
@@ -570,9 +570,9 @@ func (e *env) testRefusals(t *testing.T) {
 		annotations map[string]string
 		want        []string
 	}{
-		{"unknown mode", map[string]string{mutate.AnnotationMode: "rdma-shard"}, []string{mutate.AnnotationMode, "rdma-shard", "rdma-shared"}},
-		{"bad hcas", map[string]string{mutate.AnnotationMode: mutate.ModeExclusive, mutate.AnnotationHCAs: "eight"}, []string{mutate.AnnotationHCAs, "eight"}},
-		{"typo under the prefix", map[string]string{"infiniband.azure.com/moed": mutate.ModeShared}, []string{"infiniband.azure.com/moed"}},
+		{"unknown mode", map[string]string{contract.AnnotationMode: "rdma-shard"}, []string{contract.AnnotationMode, "rdma-shard", "rdma-shared"}},
+		{"bad hcas", map[string]string{contract.AnnotationMode: contract.ModeExclusive, contract.AnnotationHCAs: "eight"}, []string{contract.AnnotationHCAs, "eight"}},
+		{"typo under the prefix", map[string]string{"infiniband.azure.com/moed": contract.ModeShared}, []string{"infiniband.azure.com/moed"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := e.create(t, "rdma", pod("refused", tc.annotations, 0))
@@ -592,7 +592,7 @@ var nadGVR = schema.GroupVersionResource{Group: "k8s.cni.cncf.io", Version: "v1"
 
 func (e *env) testNetworks(t *testing.T) {
 	ipoib := func(name string) *corev1.Pod {
-		return pod(name, map[string]string{mutate.AnnotationMode: "rdma-shared,ipoib"}, 8)
+		return pod(name, map[string]string{contract.AnnotationMode: "rdma-shared,ipoib"}, 8)
 	}
 	nad := e.release + "/ibkube-ipoib"
 
@@ -602,7 +602,7 @@ func (e *env) testNetworks(t *testing.T) {
 		t.Fatalf("without the NAD CRD: got %v, want a refusal saying the Multus/NAD CRD is missing", err)
 	}
 	// rdma-only pods do not need the network.
-	if _, _, err := e.create(t, "rdma", pod("rdma-only", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 8)); err != nil {
+	if _, _, err := e.create(t, "rdma", pod("rdma-only", map[string]string{contract.AnnotationMode: contract.ModeShared}, 8)); err != nil {
 		t.Fatalf("rdma-shared pod refused without the NAD CRD: %v", err)
 	}
 
@@ -652,7 +652,7 @@ func (e *env) testConfigReload(t *testing.T) {
 	n := 0
 	eventually(t, 30*time.Second, "new shared resource name", func() error {
 		n++
-		got, _, err := e.create(t, "rdma", pod(fmt.Sprintf("reload-%d", n), map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
+		got, _, err := e.create(t, "rdma", pod(fmt.Sprintf("reload-%d", n), map[string]string{contract.AnnotationMode: contract.ModeShared}, 0))
 		if err != nil {
 			return err
 		}
@@ -673,7 +673,7 @@ func (e *env) testConfigReload(t *testing.T) {
 		}
 		return nil
 	})
-	got, _, err := e.create(t, "rdma", pod("after-bad-config", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
+	got, _, err := e.create(t, "rdma", pod("after-bad-config", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -692,7 +692,7 @@ func (e *env) testConfigReload(t *testing.T) {
 		}
 		return nil
 	})
-	got, _, err = e.create(t, "rdma", pod("after-vanished-config", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
+	got, _, err = e.create(t, "rdma", pod("after-vanished-config", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
