@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -35,27 +36,26 @@ type PluginOptions struct {
 // next pod does not find stale sockets.
 func (d *Driver) Run(ctx context.Context) error {
 	o := d.cfg.Plugin
+	if o.PluginDir == "" {
+		o.PluginDir = path.Join(kubeletplugin.KubeletPluginsDir, contract.DRADriverName)
+	}
+	if o.RegistryDir == "" {
+		o.RegistryDir = kubeletplugin.KubeletRegistryDir
+	}
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(contract.DRADriverName),
 		kubeletplugin.KubeClient(o.Client),
 		kubeletplugin.NodeName(d.cfg.NodeName),
 		kubeletplugin.HealthService(true),
+		kubeletplugin.PluginDataDirectoryPath(o.PluginDir),
+		kubeletplugin.RegistrarDirectoryPath(o.RegistryDir),
 	}
 	if o.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(o.PodUID)))
 	}
-	if o.PluginDir != "" {
-		opts = append(opts, kubeletplugin.PluginDataDirectoryPath(o.PluginDir))
-	}
-	if o.RegistryDir != "" {
-		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(o.RegistryDir))
-	}
 	// The kubelet makes its plugins and registry directories, but not the
 	// driver's own directory under plugins, and the helper does not either.
 	for _, dir := range []string{o.PluginDir, o.RegistryDir} {
-		if dir == "" {
-			continue
-		}
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return fmt.Errorf("DRA plugin directory: %w", err)
 		}
