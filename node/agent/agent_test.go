@@ -228,8 +228,9 @@ func writeDMI(t *testing.T, name string) string {
 }
 
 // TestAgentOnFixture runs real discovery on the ND H100 v5 fixture: a port
-// going down and up in the tree reaches the kubelet stub's stream, and the
-// Ethernet mlx5_8 is in no pool.
+// going down and up in the tree reaches the kubelet stub's stream through
+// the port poll alone (no periodic rescan within the test's patience), and
+// the Ethernet mlx5_8 is in no pool.
 func TestAgentOnFixture(t *testing.T) {
 	t.Parallel()
 	dir, stub, a, stop := runOnFixture(t)
