@@ -306,6 +306,12 @@ func ncclEnv(rep ContainerReport) map[string]string {
 func testPrecedence(t *testing.T, st *state) {
 	r := h.scenario(t, "3-user-nccl-precedence")
 	st.needInstall(t, r)
+	// The scenario is the user's NCCL values against a device profile's:
+	// without the agent no node advertises the devices, and another mode
+	// would test something else.
+	if !st.agentReady {
+		fail(t, r, "node agent not ready, so no rdma/shared_ib to request: %s", st.why)
+	}
 	ctx := ctxT(t, 4*time.Minute)
 	const ns = "e2e-precedence"
 	optedIn(ctx, t, ns, true)
@@ -317,11 +323,6 @@ func testPrecedence(t *testing.T, st *state) {
 		fail(t, r, "%v", err)
 	}
 	annos := map[string]string{prefix + "mode": "rdma-shared", prefix + "profile": "ndv5"}
-	if !st.agentReady {
-		// Without the agent no node advertises the RDMA resource: ipoib
-		// mode still exercises the injection without needing devices.
-		annos[prefix+"mode"] = "ipoib"
-	}
 	viaEnv := reportPod("via-env", annos)
 	viaEnv.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NCCL_IB_PCI_RELAXED_ORDERING", Value: "0"}, {Name: "NCCL_IB_DISABLE", Value: "1"}, {Name: "NCCL_SOCKET_IFNAME", Value: "user0"}}
 	viaEnvFrom := reportPod("via-envfrom", annos)
