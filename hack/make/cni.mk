@@ -4,7 +4,7 @@
 FUZZ += cni/multus/FuzzMerge cni/plugin/FuzzParseConfig
 
 # The reference plugins the integration test delegates to (Debian's
-# containernetworking-plugins, also in the tools area's apt-deps); idempotent.
+# containernetworking-plugins, also among the apt-deps packages of hack/make/tools.mk); idempotent.
 CNI_REF_PLUGINS := /usr/lib/cni/macvlan /usr/lib/cni/host-device /usr/lib/cni/host-local
 
 .PHONY: cni-ref-plugins

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # node.sh up|down|status : a single-node Kubernetes inside the network namespace
-# ibk-e2e, for the e2e tests and `make demo`. See docs/e2e.md and
-# /work/shared/LOCAL_CLUSTER.md for why each piece is the way it is.
+# ibk-e2e, for the e2e tests and `make demo`. See docs/e2e.md for why each
+# piece is the way it is.
 #
 # Environment (set by hack/make/e2e.mk): ROOT, E2E_DIR, K8S_BIN, CONTAINERD_BIN,
 # IMAGES_DIR, KUBE_VERSION.
