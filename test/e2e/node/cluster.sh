@@ -261,22 +261,7 @@ write_node_configs() { # node
   "delegates": [{
     "cniVersion": "1.0.0",
     "name": "ibkc-pods",
-    "plugins": [
-      {
-        "type": "bridge",
-        "bridge": "cni0",
-        "isGateway": true,
-        "ipMasq": false,
-        "hairpinMode": true,
-        "ipam": {
-          "type": "host-local",
-          "dataDir": "$d/cni-ipam",
-          "ranges": [[{"subnet": "${POD_CIDR[$n]}"}]],
-          "routes": [{"dst": "0.0.0.0/0"}]
-        }
-      },
-      {"type": "portmap", "capabilities": {"portMappings": true}}
-    ]
+    "plugins": $(bridge_plugins false "$d/cni-ipam" "${POD_CIDR[$n]}")
   }]
 }
 EOF

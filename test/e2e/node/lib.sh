@@ -208,6 +208,29 @@ current-context: $CLUSTER_NAME
 EOF
 }
 
+# bridge_plugins IP_MASQ IPAM_DIR SUBNET: the plugin list of the pods'
+# network: a bridge with host-local addresses from SUBNET, and portmap.
+bridge_plugins() {
+	cat <<EOF
+[
+    {
+      "type": "bridge",
+      "bridge": "cni0",
+      "isGateway": true,
+      "ipMasq": $1,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$2",
+        "ranges": [[{"subnet": "$3"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+EOF
+}
+
 # containerd_config FILE ROOT STATE SOCKET CNI_BIN CNI_CONF NRI_DIR [CNI_LINE]
 containerd_config() {
 	put "$1" <<EOF

@@ -112,22 +112,7 @@ write_configs() {
 {
   "cniVersion": "1.0.0",
   "name": "ibk-e2e",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "cni0",
-      "isGateway": true,
-      "ipMasq": true,
-      "hairpinMode": true,
-      "ipam": {
-        "type": "host-local",
-        "dataDir": "$E2E_DIR/cni/ipam",
-        "ranges": [[{"subnet": "$POD_CIDR"}]],
-        "routes": [{"dst": "0.0.0.0/0"}]
-      }
-    },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
+  "plugins": $(bridge_plugins true "$E2E_DIR/cni/ipam" "$POD_CIDR")
 }
 EOF
 	containerd_config "$CONF/containerd.toml" "$E2E_DIR/containerd/root" "$RUN_DIR/containerd/state" "$CTRD_SOCK" \
