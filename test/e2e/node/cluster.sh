@@ -24,6 +24,8 @@
 set -euo pipefail
 
 : "${ROOT:?}" "${E2E_DIR:?}" "${K8S_BIN:?}" "${CONTAINERD_BIN:?}" "${CNI_TOOLS_BIN:?}" "${IMAGES_DIR:?}" "${FIXTUREGEN:?}"
+# shellcheck source=test/e2e/node/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # The nodes: short name -> fixture, instance type, address, pod range, GPUs
 # (a fake nvidia.com/gpu capacity, for placement only) and the stand-in for
@@ -43,23 +45,14 @@ BRIDGE=ibkc-br
 FABRIC=ibkc-ib
 CLUSTER_POD_CIDR=198.19.0.0/16
 SERVICE_CIDR=198.19.128.0/20
-CONTAINERD_MEMLOCK=${CONTAINERD_MEMLOCK:-65536:8388608}
 
-PID_DIR=$E2E_DIR/pids
-LOG_DIR=$E2E_DIR/logs
-PKI=$E2E_DIR/pki
-CONF=$E2E_DIR/conf
-HOST_STATE=$E2E_DIR/host
 NODES_DIR=$E2E_DIR/nodes
 RUN_DIR=/run/ibkc
 MNT_DIR=$RUN_DIR/mnt
 FIXTURES=/dev/ibkc-fixture
 # Where every node sees its own fixture (test/e2e/values-e2e.yaml's paths).
 NODE_FIXTURE=/dev/ibk-e2e-fixture
-KUBECONFIG_ADMIN=$E2E_DIR/kubeconfig
 GO=${GO:-go}
-export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
-KUBECTL=("$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN")
 LOG_TAG=cluster
 CLUSTER_NAME=ibkc
 API_IP=$CP_IP
@@ -67,7 +60,6 @@ APISERVER_EXTRA=(--enable-admission-plugins=NodeRestriction)
 # node-monitor-grace-period 20s (default 50s): a lost node is noticed, and
 # its pods leave the Service endpoints, within the fault scenario.
 CONTROLLER_MANAGER_EXTRA=(--node-monitor-grace-period=20s)
-SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 # Host path -> the node's own directory, bound in the node's mount namespace.
 # $NODES_DIR/<n>/<name> on disk; run/* under $RUN_DIR/<n> (tmpfs).
 BINDS=(
@@ -85,9 +77,6 @@ BINDS=(
 # Mount points up creates on the host (empty; down removes those it made).
 HOST_DIRS=(/var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /etc/cni /etc/cni/net.d /opt/cni /opt/cni/bin
 	/var/lib/ibkube /run/containerd /run/nri /run/netns /opt/containerd "$NODE_FIXTURE" "$FIXTURES" "$RUN_DIR")
-
-# shellcheck source=test/e2e/node/lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 node_name() { echo "ibkc-$1"; }
 mntns() { echo "$MNT_DIR/$1"; }

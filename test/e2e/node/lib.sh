@@ -1,13 +1,26 @@
 # lib.sh: what the single-node harness (node.sh) and the three-node cluster
-# (cluster.sh) do alike. Sourced, never run. The sourcing script sets:
+# (cluster.sh) do alike. Sourced, never run, once E2E_DIR and K8S_BIN are
+# set. The sourcing script then sets:
 #   LOG_TAG        the prefix of its log lines
-#   PID_DIR LOG_DIR HOST_STATE PKI
-#   SYSCTLS HOST_DIRS (arrays): sysctls the kubelet may change, host paths
-#                  up may create; down restores the one and removes the other
+#   HOST_DIRS      (array) host paths up may create; down removes them
 #   CLUSTER_NAME API_IP SERVICE_CIDR: the cluster's name in certificates,
 #                  kubeconfigs and etcd, the API server's address, the
 #                  service range
-#   K8S_BIN KUBECONFIG_ADMIN KUBECTL (array)
+
+PID_DIR=$E2E_DIR/pids
+LOG_DIR=$E2E_DIR/logs
+PKI=$E2E_DIR/pki
+CONF=$E2E_DIR/conf
+HOST_STATE=$E2E_DIR/host
+KUBECONFIG_ADMIN=$E2E_DIR/kubeconfig
+KUBECTL=("$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN")
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+# containerd's own memlock: a low soft limit so an NRI raise is visible; this
+# machine caps every hard limit at 8 MiB.
+CONTAINERD_MEMLOCK=${CONTAINERD_MEMLOCK:-65536:8388608}
+# Sysctls the kubelet (and kube-proxy) may change on the host; down restores
+# them.
+SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 
 log() { printf '[%s %s] %s\n' "$LOG_TAG" "$(date +%T)" "$*" >&2; }
 die() {

@@ -12,6 +12,8 @@
 set -euo pipefail
 
 : "${ROOT:?}" "${E2E_DIR:?}" "${K8S_BIN:?}" "${CONTAINERD_BIN:?}" "${IMAGES_DIR:?}"
+# shellcheck source=test/e2e/node/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 NETNS=ibk-e2e
 NODE_NAME=ibk-e2e
 HOST_IP=198.18.0.1
@@ -19,36 +21,19 @@ NODE_IP=198.18.0.2
 POD_CIDR=198.19.0.0/24
 SERVICE_CIDR=198.19.128.0/20
 INSTANCE_TYPE=${INSTANCE_TYPE:-Standard_ND96isr_H100_v5}
-# containerd's own memlock: a low soft limit so an NRI raise is visible; this
-# machine caps every hard limit at 8 MiB.
-CONTAINERD_MEMLOCK=${CONTAINERD_MEMLOCK:-65536:8388608}
-
-PID_DIR=$E2E_DIR/pids
-LOG_DIR=$E2E_DIR/logs
-PKI=$E2E_DIR/pki
-CONF=$E2E_DIR/conf
-HOST_STATE=$E2E_DIR/host
 RUN_DIR=/run/ibk-e2e
 CTRD_SOCK=$RUN_DIR/containerd/containerd.sock
 KUBELET_ROOT=/var/lib/kubelet
-KUBECONFIG_ADMIN=$E2E_DIR/kubeconfig
 NSENTER=(nsenter --net=/run/netns/$NETNS --)
-export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
-KUBECTL=("$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN")
 LOG_TAG=e2e
 CLUSTER_NAME=ibk-e2e
 API_IP=$NODE_IP
 APISERVER_EXTRA=()
 CONTROLLER_MANAGER_EXTRA=()
-# Sysctls the kubelet (and kube-proxy) may change on the host.
-SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 # Host paths the node creates; down removes the ones that did not exist before.
 HOST_DIRS=(/var/lib/kubelet /var/log/pods /var/log/containers /var/run/nri /run/containerd /opt/containerd
 	/var/lib/ibkube /var/lib/cni /etc/cni /opt/cni /opt/nri /etc/nri "$RUN_DIR" /dev/ibk-e2e-fixture /run/netns)
 CGROUP_NAMES=(kubepods)
-
-# shellcheck source=test/e2e/node/lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # ---------------------------------------------------------------- host state
 restore_host_state() {
