@@ -261,16 +261,7 @@ func testModes(t *testing.T, st *state) {
 	optedIn(ctx, t, privNS, false)
 	p := reportPod("root-shared", map[string]string{prefix + "mode": "rdma-shared"})
 	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: new(int64)} // root: the image's default user is 65532
-	if _, err := h.cs.CoreV1().Pods(privNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		fail(t, r, "create root pod: %v", err)
-	}
-	if _, err := h.waitRunning(ctx, privNS, p.Name, podStartTimeout); err != nil {
-		fail(t, r, "%v", err)
-	}
-	rep, err := h.containerReport(ctx, privNS, p.Name, "main")
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
+	rep := h.startReport(ctx, t, r, privNS, p)
 	check(t, r, rep.hasCap("CAP_IPC_LOCK"), "root rdma-shared pod without Pod Security lacks CAP_IPC_LOCK (caps %v)", rep.Capabilities)
 }
 
@@ -403,23 +394,8 @@ func testKubeletRestart(t *testing.T, st *state) {
 	// And a new exclusive pod gets its devices again.
 	const ns = "e2e-kubelet-restart"
 	optedIn(ctx, t, ns, true)
-	if _, err := h.cs.CoreV1().Pods(ns).Create(ctx, reportPod("after", map[string]string{prefix + "mode": "rdma-exclusive", prefix + "hcas": "1"}), metav1.CreateOptions{}); err != nil {
-		fail(t, r, "%v", err)
-	}
-	if _, err := h.waitRunning(ctx, ns, "after", podStartTimeout); err != nil {
-		fail(t, r, "%v", err)
-	}
-	rep, err := h.containerReport(ctx, ns, "after", "main")
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
-	n = 0
-	for _, d := range rep.Devices {
-		if strings.Contains(d.Path, "uverbs") {
-			n++
-		}
-	}
-	check(t, r, n == 1, "pod after restart sees %v, want one uverbs device", rep.devicePaths())
+	rep := h.startReport(ctx, t, r, ns, reportPod("after", map[string]string{prefix + "mode": "rdma-exclusive", prefix + "hcas": "1"}))
+	check(t, r, rep.uverbs() == 1, "pod after restart sees %v, want one uverbs device", rep.devicePaths())
 }
 
 // 5b: a fixture port goes down and allocatable drops, then recovers.
