@@ -21,18 +21,23 @@ func checkParse[T comparable](t *testing.T, name string, parse func(string) (T, 
 	}
 }
 
-type numberedState struct {
-	num  int
-	name string
+// two is what a parser returning two values gave.
+type two[A, B comparable] struct {
+	a A
+	b B
+}
+
+// both makes a parser of two values one of checkParse's.
+func both[A, B comparable](parse func(string) (A, B, error)) func(string) (two[A, B], error) {
+	return func(s string) (two[A, B], error) {
+		a, b, err := parse(s)
+		return two[A, B]{a, b}, err
+	}
 }
 
 func TestParseNumberedState(t *testing.T) {
 	t.Parallel()
-	parse := func(s string) (numberedState, error) {
-		num, name, err := ParseNumberedState(s)
-		return numberedState{num, name}, err
-	}
-	checkParse(t, "ParseNumberedState", parse, map[string]numberedState{
+	checkParse(t, "ParseNumberedState", both(ParseNumberedState), map[string]two[int, string]{
 		"4: ACTIVE\n":   {4, "ACTIVE"},
 		"1: DOWN":       {1, "DOWN"},
 		"5: LinkUp\n":   {5, "LinkUp"},
@@ -63,19 +68,10 @@ func TestParseRate(t *testing.T) {
 	}
 }
 
-type guid struct {
-	value uint64
-	text  string
-}
-
 func TestParseGUID(t *testing.T) {
 	t.Parallel()
-	parse := func(s string) (guid, error) {
-		v, text, err := ParseGUID(s)
-		return guid{v, text}, err
-	}
-	want := guid{0x00155dfffd33ff7f, "0015:5dff:fd33:ff7f"}
-	checkParse(t, "ParseGUID", parse, map[string]guid{
+	want := two[uint64, string]{0x00155dfffd33ff7f, "0015:5dff:fd33:ff7f"}
+	checkParse(t, "ParseGUID", both(ParseGUID), map[string]two[uint64, string]{
 		"0015:5dff:fd33:ff7f\n":   want,
 		"00:15:5d:ff:fd:33:ff:7f": want,
 		"0x00155dfffd33ff7f":      want,
@@ -102,11 +98,7 @@ func TestParseNUMANode(t *testing.T) {
 
 func TestParseDevNumber(t *testing.T) {
 	t.Parallel()
-	parse := func(s string) ([2]int, error) {
-		major, minor, err := ParseDevNumber(s)
-		return [2]int{major, minor}, err
-	}
-	checkParse(t, "ParseDevNumber", parse, map[string][2]int{"231:192\n": {231, 192}, "231:0": {231, 0}, "10:58": {10, 58}},
+	checkParse(t, "ParseDevNumber", both(ParseDevNumber), map[string]two[int, int]{"231:192\n": {231, 192}, "231:0": {231, 0}, "10:58": {10, 58}},
 		[]string{"231", "231:", ":192", "-1:2", "5000:1", "231:1048576"})
 }
 
