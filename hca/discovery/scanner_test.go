@@ -26,14 +26,18 @@ import (
 
 func newScanner(t testing.TB, dir string, nl discovery.Netlink) *discovery.Scanner {
 	t.Helper()
-	return discovery.NewScanner(discovery.Options{
-		SysfsRoot: fixture.SysfsRoot(dir),
-		DevRoot:   fixture.DevRoot(dir),
-		Netlink:   nl,
-		Logger:    testr.NewWithInterface(t, testr.Options{}),
-		Coalesce:  20 * time.Millisecond,
-		PortPoll:  20 * time.Millisecond,
-	})
+	return treeScanner(t, dir, discovery.Options{Netlink: nl, Coalesce: 20 * time.Millisecond, PortPoll: 20 * time.Millisecond})
+}
+
+// treeScanner scans the fixture tree in dir with opts (logging to t unless
+// opts has a logger).
+func treeScanner(t testing.TB, dir string, opts discovery.Options) *discovery.Scanner {
+	t.Helper()
+	opts.SysfsRoot, opts.DevRoot = fixture.SysfsRoot(dir), fixture.DevRoot(dir)
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = testr.NewWithInterface(t, testr.Options{})
+	}
+	return discovery.NewScanner(opts)
 }
 
 func build(t testing.TB, name string) string {
@@ -310,7 +314,7 @@ func TestScanNetlinkUnavailableLogsOnce(t *testing.T) {
 		lines = append(lines, args)
 	}, funcr.Options{})
 	nl := &fakeNetlink{listErr: unix.EPROTONOSUPPORT}
-	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Netlink: nl, Logger: log})
+	s := treeScanner(t, dir, discovery.Options{Netlink: nl, Logger: log})
 	for i := 0; i < 3; i++ {
 		node, err := s.Scan(context.Background())
 		if err != nil {
@@ -401,8 +405,7 @@ func TestWatchCoalescesBursts(t *testing.T) {
 	t.Parallel()
 	const coalesce = 200 * time.Millisecond
 	dir := build(t, fixture.NDv5)
-	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir),
-		Logger: testr.New(t), Coalesce: coalesce, PortPoll: -1})
+	s := treeScanner(t, dir, discovery.Options{Coalesce: coalesce, PortPoll: -1})
 	hints := watch(t, s)
 	start := time.Now()
 	for i := range 8 {
@@ -472,8 +475,7 @@ func TestWatchLinkEvents(t *testing.T) {
 	dir := build(t, fixture.OCIH100)
 	nl := &fakeNetlink{ready: make(chan struct{})}
 	// Only link events can give a hint here: no port poll.
-	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Netlink: nl,
-		Logger: testr.New(t), Coalesce: 20 * time.Millisecond, PortPoll: -1})
+	s := treeScanner(t, dir, discovery.Options{Netlink: nl, Coalesce: 20 * time.Millisecond, PortPoll: -1})
 	hints := watch(t, s)
 	<-nl.ready
 	send := func(l netlink.Link) {
@@ -516,8 +518,7 @@ func TestWatchWithoutLinkEvents(t *testing.T) {
 func TestWatchPortPoll(t *testing.T) {
 	t.Parallel()
 	dir := build(t, fixture.NDv5)
-	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir),
-		Logger: testr.New(t), Coalesce: time.Hour, PortPoll: 10 * time.Millisecond})
+	s := treeScanner(t, dir, discovery.Options{Coalesce: time.Hour, PortPoll: 10 * time.Millisecond})
 	hints := watch(t, s)
 	for _, step := range []struct{ dev, state string }{{"mlx5_7", "DOWN"}, {"mlx5_7", "ACTIVE"}, {"mlx5_8", "INIT"}} {
 		if err := fixture.SetPortState(dir, step.dev, 1, step.state); err != nil {
@@ -548,8 +549,7 @@ func TestWatchPortPoll(t *testing.T) {
 func TestWatchNoSysfsEventPath(t *testing.T) {
 	t.Parallel()
 	dir := build(t, fixture.HB)
-	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir),
-		Logger: testr.New(t), Coalesce: 10 * time.Millisecond, PortPoll: -1})
+	s := treeScanner(t, dir, discovery.Options{Coalesce: 10 * time.Millisecond, PortPoll: -1})
 	hints := watch(t, s)
 	if err := fixture.SetPortState(dir, "mlx5_0", 1, "DOWN"); err != nil {
 		t.Fatal(err)
@@ -569,8 +569,7 @@ func TestWatchIPoIBCarrier(t *testing.T) {
 	dir := build(t, fixture.HB)
 	// The kernel does not know the fixture's devices: list them from sysfs.
 	nl := &fakeNetlink{ready: make(chan struct{}), listErr: unix.EPROTONOSUPPORT}
-	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Netlink: nl,
-		Logger: testr.New(t), Coalesce: 10 * time.Millisecond, PortPoll: -1})
+	s := treeScanner(t, dir, discovery.Options{Netlink: nl, Coalesce: 10 * time.Millisecond, PortPoll: -1})
 	hints := watch(t, s)
 	<-nl.ready
 	if err := fixture.SetPortState(dir, "mlx5_0", 1, "DOWN"); err != nil {
