@@ -268,6 +268,17 @@ func (e *env) create(t *testing.T, ns string, p *corev1.Pod) (*corev1.Pod, []str
 	return stored, w, nil
 }
 
+// admit creates p in ns, failing the test if it is refused, and returns
+// the stored pod and the warnings.
+func (e *env) admit(t *testing.T, ns string, p *corev1.Pod) (*corev1.Pod, []string) {
+	t.Helper()
+	got, w, err := e.create(t, ns, p)
+	if err != nil {
+		t.Fatalf("%s/%s refused: %v", ns, p.Name, err)
+	}
+	return got, w
+}
+
 func hasCap(c corev1.Container, capName corev1.Capability) bool {
 	if c.SecurityContext == nil || c.SecurityContext.Capabilities == nil {
 		return false
@@ -421,10 +432,7 @@ func TestWebhook(t *testing.T) {
 			return nil
 		})
 		// The API server still reaches the webhook through the new certificate.
-		got, _, err := e.create(t, "rdma", pod("after-rotation", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, _ := e.admit(t, "rdma", pod("after-rotation", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
 		if _, ok := got.Annotations[mutate.AnnotationInjected]; !ok {
 			t.Error("pod not mutated after the certificate rotated")
 		}
@@ -433,10 +441,7 @@ func TestWebhook(t *testing.T) {
 
 func (e *env) testOptedIn(t *testing.T) {
 	t.Run("rdma-shared", func(t *testing.T) {
-		got, w, err := e.create(t, "rdma", pod("shared", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, w := e.admit(t, "rdma", pod("shared", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
 		c := got.Spec.Containers[0]
 		if q := c.Resources.Limits["rdma/shared_ib"]; q.Value() != 1 {
 			t.Errorf("stored limits %v: want rdma/shared_ib: 1", c.Resources.Limits)
@@ -455,10 +460,7 @@ func (e *env) testOptedIn(t *testing.T) {
 		}
 	})
 	t.Run("rdma-exclusive on 8 GPUs", func(t *testing.T) {
-		got, _, err := e.create(t, "rdma", pod("exclusive", map[string]string{mutate.AnnotationMode: mutate.ModeExclusive}, 8))
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, _ := e.admit(t, "rdma", pod("exclusive", map[string]string{mutate.AnnotationMode: mutate.ModeExclusive}, 8))
 		c := got.Spec.Containers[0]
 		if q := c.Resources.Limits["rdma/ib"]; q.Value() != 8 {
 			t.Errorf("stored limits %v: want rdma/ib: 8 (one HCA per GPU)", c.Resources.Limits)
@@ -469,18 +471,13 @@ func (e *env) testOptedIn(t *testing.T) {
 	})
 	t.Run("pod without annotation or GPU is not sent", func(t *testing.T) {
 		before := e.admissions(t)
-		got, _, err := e.create(t, "rdma", pod("cpu-only", nil, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, _ := e.admit(t, "rdma", pod("cpu-only", nil, 0))
 		if after := e.admissions(t); after != before {
 			t.Errorf("the API server sent the pod to the webhook (%v admissions counted, then %v): the matchConditions should keep it away", before, after)
 		}
 		// The count does move for a pod that is sent: a GPU pod, which a
 		// namespace default mode would apply to.
-		if _, _, err := e.create(t, "rdma", pod("gpu-no-mode", nil, 8)); err != nil {
-			t.Fatal(err)
-		}
+		e.admit(t, "rdma", pod("gpu-no-mode", nil, 8))
 		if after := e.admissions(t); after != before+1 {
 			t.Errorf("GPU pod: %v admissions counted, want %v", after, before+1)
 		}
@@ -489,10 +486,7 @@ func (e *env) testOptedIn(t *testing.T) {
 		}
 	})
 	t.Run("mode none opts out", func(t *testing.T) {
-		got, _, err := e.create(t, "rdma", pod("opt-out", map[string]string{mutate.AnnotationMode: mutate.ModeNone}, 8))
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, _ := e.admit(t, "rdma", pod("opt-out", map[string]string{mutate.AnnotationMode: mutate.ModeNone}, 8))
 		if _, ok := got.Annotations[mutate.AnnotationInjected]; ok {
 			t.Errorf("mode none pod was injected: %v", got.Annotations)
 		}
@@ -522,10 +516,7 @@ func (e *env) admissions(t *testing.T) float64 {
 }
 
 func (e *env) testPlain(t *testing.T) {
-	got, _, err := e.create(t, "plain", pod("shared", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 8))
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, _ := e.admit(t, "plain", pod("shared", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 8))
 	if _, ok := got.Spec.Containers[0].Resources.Limits["rdma/shared_ib"]; ok {
 		t.Errorf("pod in a namespace that did not opt in was mutated: %v", got.Spec.Containers[0].Resources.Limits)
 	}
@@ -535,10 +526,7 @@ func (e *env) testPlain(t *testing.T) {
 }
 
 func (e *env) testRelease(t *testing.T) {
-	got, _, err := e.create(t, e.release, pod("shared", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 8))
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, _ := e.admit(t, e.release, pod("shared", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 8))
 	if len(got.Annotations) != 1 || hasCap(got.Spec.Containers[0], "IPC_LOCK") {
 		t.Errorf("pod in the release namespace %s was mutated: %v", e.release, got.Annotations)
 	}
@@ -670,10 +658,7 @@ func (e *env) testConfigReload(t *testing.T) {
 		}
 		return nil
 	})
-	got, _, err := e.create(t, "rdma", pod("after-bad-config", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, _ := e.admit(t, "rdma", pod("after-bad-config", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
 	if _, ok := got.Spec.Containers[0].Resources.Limits["rdma/rdma_shared_device_a"]; !ok {
 		t.Errorf("after a bad config file the last good one must stay: limits %v", got.Spec.Containers[0].Resources.Limits)
 	}
@@ -689,10 +674,7 @@ func (e *env) testConfigReload(t *testing.T) {
 		}
 		return nil
 	})
-	got, _, err = e.create(t, "rdma", pod("after-vanished-config", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, _ = e.admit(t, "rdma", pod("after-vanished-config", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
 	if _, ok := got.Spec.Containers[0].Resources.Limits["rdma/rdma_shared_device_a"]; !ok {
 		t.Errorf("after the config file vanished the last good one must stay: limits %v", got.Spec.Containers[0].Resources.Limits)
 	}
