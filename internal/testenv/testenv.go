@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -48,4 +50,18 @@ func NADCRD(t testing.TB) string {
 		t.Fatalf("locate the NAD client module: %v", err)
 	}
 	return filepath.Join(strings.TrimSpace(string(out)), "artifacts", "networks-crd.yaml")
+}
+
+// Clients builds the typed and the dynamic client of cfg.
+func Clients(t testing.TB, cfg *rest.Config) (*kubernetes.Clientset, dynamic.Interface) {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, dyn
 }

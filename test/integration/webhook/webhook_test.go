@@ -359,14 +359,9 @@ func TestWebhook(t *testing.T) {
 	warn := &warnings{}
 	clientCfg := rest.CopyConfig(restCfg)
 	clientCfg.WarningHandler = warn
-	cs, err := kubernetes.NewForConfig(clientCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(restCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, _ := testenv.Clients(t, clientCfg)
+	// The dynamic client's warnings are not the admission warnings checked.
+	_, dyn := testenv.Clients(t, restCfg)
 	e := &env{cs: cs, dyn: dyn, warn: warn, envtest: te, release: release,
 		metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort), cfgDir: cd}
 
