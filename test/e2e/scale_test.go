@@ -56,11 +56,7 @@ type scaleSetup struct {
 // costs, which ibkube and the MAP both pay and the no-op does not). Pods are
 // bound to a node that does not exist, so only admission and storage are
 // measured.
-func testScale(t *testing.T, st *state) {
-	r := h.scenario(t, "6-scale")
-	st.needInstall(t, r)
-	ctx := ctxT(t, 15*time.Minute)
-
+func testScale(ctx context.Context, t *testing.T, r *Result) {
 	setups := []scaleSetup{
 		{name: "none", ns: "e2e-scale-none", annotated: true},
 		{name: "noop-webhook", ns: "e2e-scale-noop", labels: map[string]string{"e2e-noop": "true"}, annotated: true},
