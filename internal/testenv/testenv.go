@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -64,4 +65,21 @@ func Clients(t testing.TB, cfg *rest.Config) (*kubernetes.Clientset, dynamic.Int
 		t.Fatal(err)
 	}
 	return cs, dyn
+}
+
+// Eventually polls cond until it returns nil, failing the test with cond's
+// last error once timeout has passed: the timeout only bounds a failure.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -39,6 +39,7 @@ import (
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/internal/testenv"
 	"github.com/ibkube/ibkube/node/memlock"
 )
 
@@ -116,7 +117,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 	}
 	defer conn.Close()
 	rt := cri.NewRuntimeServiceClient(conn)
-	waitFor(t, 60*time.Second, "containerd's CRI service", func() error {
+	testenv.Eventually(t, 60*time.Second, "containerd's CRI service", func() error {
 		select {
 		case <-cur.exited:
 			t.Fatal("containerd exited early")
@@ -143,7 +144,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 	pdone := make(chan error)
 	go func() { pdone <- plugin.Run(pctx) }()
 	defer func() { pcancel(); <-pdone }()
-	waitFor(t, 30*time.Second, "the plugin to register with containerd's NRI", func() error {
+	testenv.Eventually(t, 30*time.Second, "the plugin to register with containerd's NRI", func() error {
 		if s := plugin.State(); s != memlock.StateConnected {
 			return fmt.Errorf("state %s", s)
 		}
@@ -215,7 +216,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 		// subtest ended: containerd relayed StopContainer and
 		// RemoveContainer through NRI, and the plugin deleted the file the
 		// container read above.
-		waitFor(t, 30*time.Second, "the root container's file to go", func() error {
+		testenv.Eventually(t, 30*time.Second, "the root container's file to go", func() error {
 			if _, err := os.Stat(filepath.Join(rankDir, id+".nccl.conf")); !os.IsNotExist(err) {
 				return fmt.Errorf("stat: %v", err)
 			}
@@ -227,7 +228,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 	// process (and learns its limits again), and keeps raising memlock.
 	t.Run("runtime-restart", func(t *testing.T) {
 		cur.stop()
-		waitFor(t, 30*time.Second, "the plugin to notice containerd is gone", func() error {
+		testenv.Eventually(t, 30*time.Second, "the plugin to notice containerd is gone", func() error {
 			if s := plugin.State(); s == memlock.StateConnected {
 				return fmt.Errorf("state %s", s)
 			}
@@ -235,7 +236,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 		})
 		t.Logf("containerd stopped: plugin state %s", plugin.State())
 		cur = start()
-		waitFor(t, 60*time.Second, "the plugin to register again", func() error {
+		testenv.Eventually(t, 60*time.Second, "the plugin to register again", func() error {
 			if s := plugin.State(); s != memlock.StateConnected {
 				return fmt.Errorf("state %s", s)
 			}
@@ -331,7 +332,7 @@ func runContainer(ctx context.Context, t *testing.T, rt cri.RuntimeServiceClient
 		t.Fatalf("StartContainer (the container must start even when memlock is clamped): %v", err)
 	}
 	var status *cri.ContainerStatus
-	waitFor(t, 30*time.Second, "the probe to exit", func() error {
+	testenv.Eventually(t, 30*time.Second, "the probe to exit", func() error {
 		st, err := rt.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: cc.ContainerId})
 		if err != nil {
 			return err

@@ -197,21 +197,6 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 func httpGet(url string) (int, string, error) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -340,7 +325,7 @@ func TestWebhook(t *testing.T) {
 			t.Error("server did not stop")
 		}
 	})
-	eventually(t, time.Minute, "readyz", func() error {
+	testenv.Eventually(t, time.Minute, "readyz", func() error {
 		select {
 		case err := <-done:
 			t.Fatalf("server.Run returned early: %v", err)
@@ -385,7 +370,7 @@ func TestWebhook(t *testing.T) {
 		t.Fatalf("install the shipped MutatingWebhookConfiguration: %v", err)
 	}
 	// The API server picks the configuration up asynchronously.
-	eventually(t, time.Minute, "webhook in effect", func() error {
+	testenv.Eventually(t, time.Minute, "webhook in effect", func() error {
 		p := pod("probe", map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0)
 		got, err := cs.CoreV1().Pods("rdma").Create(bg, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
@@ -416,7 +401,7 @@ func TestWebhook(t *testing.T) {
 	})
 	t.Run("certificate rotation", func(t *testing.T) {
 		ca.issue(t, certDir, 3)
-		eventually(t, 30*time.Second, "rotated certificate served", func() error {
+		testenv.Eventually(t, 30*time.Second, "rotated certificate served", func() error {
 			serial, err := servedSerial(port)
 			if err != nil {
 				return err
@@ -593,7 +578,7 @@ func (e *env) testNetworks(t *testing.T) {
 	if err != nil || len(crds) != 1 {
 		t.Fatalf("install NAD CRD: %v (%d CRDs)", err, len(crds))
 	}
-	eventually(t, time.Minute, "refusal naming the missing NAD", func() error {
+	testenv.Eventually(t, time.Minute, "refusal naming the missing NAD", func() error {
 		_, _, err := e.create(t, "rdma", ipoib("no-nad"))
 		if err == nil {
 			return errors.New("pod admitted without its NetworkAttachmentDefinition")
@@ -630,7 +615,7 @@ func (e *env) testConfigReload(t *testing.T) {
 	// A valid file: the shared resource of an NVIDIA Network Operator install.
 	e.cfgDir.Write(t, "apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nresources:\n  shared: rdma/rdma_shared_device_a\n  exclusive: rdma/ib\n")
 	n := 0
-	eventually(t, 30*time.Second, "new shared resource name", func() error {
+	testenv.Eventually(t, 30*time.Second, "new shared resource name", func() error {
 		n++
 		got, _, err := e.create(t, "rdma", pod(fmt.Sprintf("reload-%d", n), map[string]string{mutate.AnnotationMode: mutate.ModeShared}, 0))
 		if err != nil {
@@ -643,7 +628,7 @@ func (e *env) testConfigReload(t *testing.T) {
 	})
 	// A bad file keeps the last good config, and says so.
 	e.cfgDir.Write(t, "apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nresources:\n  shard: rdma/typo\n")
-	eventually(t, 30*time.Second, "bad config reported", func() error {
+	testenv.Eventually(t, 30*time.Second, "bad config reported", func() error {
 		_, body, err := httpGet(e.metrics)
 		if err != nil {
 			return err
@@ -659,7 +644,7 @@ func (e *env) testConfigReload(t *testing.T) {
 	}
 	// A file that disappears is a failed reload too, not a switch to defaults.
 	e.cfgDir.Remove(t)
-	eventually(t, 30*time.Second, "vanished config reported", func() error {
+	testenv.Eventually(t, 30*time.Second, "vanished config reported", func() error {
 		_, body, err := httpGet(e.metrics)
 		if err != nil {
 			return err
@@ -790,7 +775,7 @@ func TestCertSetupGatesReadiness(t *testing.T) {
 	// fails): from then on only the missing certificates hold readiness back.
 	var code int
 	var body string
-	eventually(t, 30*time.Second, "readyz cache check", func() error {
+	testenv.Eventually(t, 30*time.Second, "readyz cache check", func() error {
 		var err error
 		if code, body, err = httpGet(readyz + "?verbose"); err != nil {
 			return err
@@ -808,7 +793,7 @@ func TestCertSetupGatesReadiness(t *testing.T) {
 	}
 	newTestCA(t).issue(t, certDir, 7)
 	close(ready)
-	eventually(t, 30*time.Second, "readyz after certificates", func() error {
+	testenv.Eventually(t, 30*time.Second, "readyz after certificates", func() error {
 		code, body, err := httpGet(readyz)
 		if err != nil {
 			return err
