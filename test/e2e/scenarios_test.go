@@ -437,6 +437,7 @@ func testWebhookReplicaDeleted(ctx context.Context, t *testing.T, r *Result) {
 	const total = 60
 	errs := make(chan error, total)
 	done := make(chan struct{})
+	midBurst := make(chan struct{}) // closed once a sixth of the pods are created
 	go func() {
 		defer close(done)
 		for i := 0; i < total; i++ {
@@ -444,10 +445,13 @@ func testWebhookReplicaDeleted(ctx context.Context, t *testing.T, r *Result) {
 			p.Spec.NodeName = "no-such-node" // admitted and stored, never run
 			_, err := h.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 			errs <- err
-			time.Sleep(50 * time.Millisecond)
+			if i == total/6 {
+				close(midBurst)
+			}
+			time.Sleep(50 * time.Millisecond) // the burst's pace
 		}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	<-midBurst
 	victim := pods.Items[0].Name
 	if err := h.cs.CoreV1().Pods(releaseNS).Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
 		fail(t, r, "delete webhook pod %s: %v", victim, err)
