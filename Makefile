@@ -22,12 +22,21 @@ COMMANDS     := $(notdir $(wildcard cmd/*))
 # are still gathering baseline coverage. Run `make fuzz FUZZTIME=10m` by hand.
 FUZZTIME     ?= 20000x
 
-# Filled in by hack/make/*.mk.
+# Each tool the tests build (hack/make/tools.mk) has its own module under
+# hack/tools, whose go.mod pins the tool's version, once.
+TOOLS_DIR    := $(ROOT)/hack/tools
+# mod_version TOOL MODULE: the version (without the v) hack/tools/TOOL/go.mod
+# requires of MODULE; the Make values and the rebuild stamps derive from it.
+mod_version = $(shell awk '$$1 == "require" && $$2 == "$(2)" { sub(/^v/, "", $$3); print $$3 }' $(TOOLS_DIR)/$(1)/go.mod)
+
+# Filled in by hack/make/*.mk. FUZZ lists fuzz targets as PKG_DIR/FuzzName.
 TEST_TARGETS  :=
 BENCH_TARGETS :=
-FUZZ_TARGETS  :=
+FUZZ          :=
 
 include $(sort $(wildcard hack/make/*.mk))
+
+FUZZ_TARGETS := $(addprefix fuzz/,$(FUZZ))
 
 .PHONY: help
 help: ## List the targets.
@@ -59,7 +68,25 @@ unit: ## Unit tests (go test ./... without the integration and e2e suites).
 	$(GO) test -count=1 ./...
 
 .PHONY: fuzz
-fuzz: $(FUZZ_TARGETS) ## Every fuzz target for FUZZTIME each.
+fuzz: $(FUZZ_TARGETS) ## Every fuzz target for FUZZTIME each (the list: make -s list-fuzz).
+
+# A pattern rule is never looked up for a .PHONY target, so FORCE keeps it
+# running every time instead.
+fuzz/%: FORCE ## One fuzz target for FUZZTIME, e.g. make fuzz/hca/discovery/FuzzParseRate FUZZTIME=10m.
+	$(GO) test -run '^$$' -fuzz '^$(notdir $*)$$' -fuzztime=$(FUZZTIME) ./$(patsubst %/,%,$(dir $*))
+
+.PHONY: list-fuzz
+list-fuzz: ## The fuzz targets make fuzz and make test run.
+	@printf '%s\n' $(FUZZ_TARGETS)
+
+# Every package whose tests compare with goldens (internal/golden), the
+# chart's included; listed when the target runs, not at each make call.
+GOLDEN_PKGS = $(shell $(GO) list -tags chart -f '{{.ImportPath}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}' ./... | \
+  awk '/ github.com\/ibkube\/ibkube\/internal\/golden( |$$)/ { print $$1 }')
+
+.PHONY: update-golden
+update-golden: helm ## Rewrite every golden file from the current output (go test -update); review the diff.
+	HELM=$(HELM) KUBE_VERSION=$(KUBE_VERSION) $(GO) test -count=1 -tags chart $(GOLDEN_PKGS) -args -update
 
 .PHONY: test
 test: lint unit $(FUZZ_TARGETS) $(TEST_TARGETS) ## Every test CI runs (installs what the tests need).

@@ -1,6 +1,10 @@
 package nccl
 
-import "github.com/ibkube/ibkube/contract"
+import (
+	"strconv"
+
+	"github.com/ibkube/ibkube/contract"
+)
 
 // Built-in profile names.
 const (
@@ -45,38 +49,13 @@ func Builtin() []Profile {
 			Name:        GenericIB,
 			Description: "any InfiniBand fabric: NCCL defaults, nothing machine-specific",
 		},
-		{
-			Name:        NDv4,
-			Description: "Azure ND A100 v4 (ND96asr_v4, ND96amsr_A100_v4): 8 A100, 8 HDR IB VFs, 4 NUMA nodes",
-			NCCL: []Var{
-				{Name: "NCCL_IB_PCI_RELAXED_ORDERING", Value: "1", Source: srcNDv4 + ":12"},
-				{Name: "NCCL_IGNORE_CPU_AFFINITY", Value: "1", Source: srcNDv4 + ":14"},
-				{Name: "NCCL_NET_GDR_LEVEL", Value: "SYS", WholeNode: true, Source: srcAKSValues + ":33"},
-			},
-			Env: []Var{
-				{Name: "CUDA_DEVICE_ORDER", Value: "PCI_BUS_ID", Source: srcAKSMPIJob + ":52"},
-			},
-			// Our rendering of the layout azhpc-images states in topology/ndv4-topo.xml
-			// (NCCL_TOPO_FILE in ndv4.sh); see ndv4Machine.
-			TopologyFile: "ndv4-topo.xml",
-			GPUsPerNode:  8,
-		},
-		{
-			Name:        NDv5,
-			Description: "Azure ND H100 v5 and ND H200 v5 (ND96isr_H100_v5, ND96isr_H200_v5): 8 GPUs, 8 NDR IB VFs, 2 NUMA nodes",
-			NCCL: []Var{
-				{Name: "NCCL_IB_PCI_RELAXED_ORDERING", Value: "1", Source: srcNDv5 + ":12"},
-				{Name: "NCCL_IGNORE_CPU_AFFINITY", Value: "1", Source: srcNDv5 + ":14"},
-				{Name: "NCCL_NET_GDR_LEVEL", Value: "SYS", WholeNode: true, Source: srcAKSValues + ":33"},
-			},
-			Env: []Var{
-				{Name: "CUDA_DEVICE_ORDER", Value: "PCI_BUS_ID", Source: srcAKSMPIJob + ":52"},
-			},
-			// Our rendering of the layout azhpc-images states in topology/ndv5-topo.xml
-			// (NCCL_TOPO_FILE in ndv5.sh); see ndv5Machine.
-			TopologyFile: "ndv5-topo.xml",
-			GPUsPerNode:  8,
-		},
+		// Our rendering of the layout azhpc-images states in
+		// topology/ndv4-topo.xml (NCCL_TOPO_FILE in ndv4.sh); see ndv4Machine.
+		azureND(NDv4, "Azure ND A100 v4 (ND96asr_v4, ND96amsr_A100_v4): 8 A100, 8 HDR IB VFs, 4 NUMA nodes",
+			srcNDv4, "ndv4-topo.xml"),
+		// The same for topology/ndv5-topo.xml and ndv5.sh; see ndv5Machine.
+		azureND(NDv5, "Azure ND H100 v5 and ND H200 v5 (ND96isr_H100_v5, ND96isr_H200_v5): 8 GPUs, 8 NDR IB VFs, 2 NUMA nodes",
+			srcNDv5, "ndv5-topo.xml"),
 		{
 			// azhpc-images components/customizations/ndv6.sh (the "gb-family"
 			// of setup_sku_customizations.sh) writes no nccl.conf and no
@@ -112,33 +91,17 @@ func Builtin() []Profile {
 			// the config's profiles.
 		},
 		{
-			Name:        OCIH100RoCE,
-			Description: "OCI BM.GPU.H100.8: 8 H100, 16 ConnectX-7 ports running RoCEv2 (2 per GPU)",
-			NCCL: []Var{
-				{Name: "NCCL_CUMEM_ENABLE", Value: "0", Source: srcOCI + ":35"},
-				{Name: "NCCL_IB_SPLIT_DATA_ON_QPS", Value: "0", Source: srcOCI + ":36"},
-				{Name: "NCCL_IB_TC", Value: "41", Source: srcOCI + ":39"},
-				{Name: "NCCL_IB_SL", Value: "0", Source: srcOCI + ":40"},
-				{Name: "NCCL_IB_TIMEOUT", Value: "22", Source: srcOCI + ":41"},
-				{Name: "NCCL_SOCKET_IFNAME", Value: "eth0", Source: srcOCI + ":42"},
-				{Name: "NCCL_IGNORE_CPU_AFFINITY", Value: "1", Source: srcOCI + ":43"},
-			},
+			Name:              OCIH100RoCE,
+			Description:       "OCI BM.GPU.H100.8: 8 H100, 16 ConnectX-7 ports running RoCEv2 (2 per GPU)",
+			NCCL:              ociHopperNCCL(35),
 			GPUsPerNode:       8,
 			HCAsPerGPU:        2, // the 16 NCCL_IB_HCA entries of the source, line 38
 			ExclusiveResource: contract.ResourceRoCE,
 		},
 		{
-			Name:        OCIH200RoCE,
-			Description: "OCI BM.GPU.H200.8: 8 H200, 8 RoCEv2 ports for NCCL (1 per GPU)",
-			NCCL: []Var{
-				{Name: "NCCL_CUMEM_ENABLE", Value: "0", Source: srcOCI + ":50"},
-				{Name: "NCCL_IB_SPLIT_DATA_ON_QPS", Value: "0", Source: srcOCI + ":51"},
-				{Name: "NCCL_IB_TC", Value: "41", Source: srcOCI + ":54"},
-				{Name: "NCCL_IB_SL", Value: "0", Source: srcOCI + ":55"},
-				{Name: "NCCL_IB_TIMEOUT", Value: "22", Source: srcOCI + ":56"},
-				{Name: "NCCL_SOCKET_IFNAME", Value: "eth0", Source: srcOCI + ":57"},
-				{Name: "NCCL_IGNORE_CPU_AFFINITY", Value: "1", Source: srcOCI + ":58"},
-			},
+			Name:              OCIH200RoCE,
+			Description:       "OCI BM.GPU.H200.8: 8 H200, 8 RoCEv2 ports for NCCL (1 per GPU)",
+			NCCL:              ociHopperNCCL(50),
 			GPUsPerNode:       8,
 			HCAsPerGPU:        1, // the 8 NCCL_IB_HCA entries of the source, line 53
 			ExclusiveResource: contract.ResourceRoCE,
@@ -157,5 +120,41 @@ func Builtin() []Profile {
 			HCAsPerGPU:        2, // the 16 NCCL_IB_HCA entries of the source, line 94
 			ExclusiveResource: contract.ResourceRoCE,
 		},
+	}
+}
+
+// ociHopperNCCL is the block the OCI guide gives its H100 and H200 shapes
+// alike: the same settings at the same offsets from the block's first
+// setting line, first.
+func ociHopperNCCL(first int) []Var {
+	line := func(offset int) string { return srcOCI + ":" + strconv.Itoa(first+offset) }
+	return []Var{
+		{Name: "NCCL_CUMEM_ENABLE", Value: "0", Source: line(0)},
+		{Name: "NCCL_IB_SPLIT_DATA_ON_QPS", Value: "0", Source: line(1)},
+		{Name: "NCCL_IB_TC", Value: "41", Source: line(4)},
+		{Name: "NCCL_IB_SL", Value: "0", Source: line(5)},
+		{Name: "NCCL_IB_TIMEOUT", Value: "22", Source: line(6)},
+		{Name: "NCCL_SOCKET_IFNAME", Value: "eth0", Source: line(7)},
+		{Name: "NCCL_IGNORE_CPU_AFFINITY", Value: "1", Source: line(8)},
+	}
+}
+
+// azureND is an 8-GPU Azure ND profile: its azhpc-images script sets the
+// same variables at the same lines for each such machine, and the AKS guide's
+// MPI job the same for all of them.
+func azureND(name, description, script, topologyFile string) Profile {
+	return Profile{
+		Name:        name,
+		Description: description,
+		NCCL: []Var{
+			{Name: "NCCL_IB_PCI_RELAXED_ORDERING", Value: "1", Source: script + ":12"},
+			{Name: "NCCL_IGNORE_CPU_AFFINITY", Value: "1", Source: script + ":14"},
+			{Name: "NCCL_NET_GDR_LEVEL", Value: "SYS", WholeNode: true, Source: srcAKSValues + ":33"},
+		},
+		Env: []Var{
+			{Name: "CUDA_DEVICE_ORDER", Value: "PCI_BUS_ID", Source: srcAKSMPIJob + ":52"},
+		},
+		TopologyFile: topologyFile,
+		GPUsPerNode:  8,
 	}
 }

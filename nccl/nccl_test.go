@@ -83,7 +83,7 @@ func TestBuiltinProfiles(t *testing.T) {
 	}
 }
 
-// sourceCommits are the commits at which the lines of sourceLines were read.
+// sourceCommits are the commits at which testdata/source-lines.txt was read.
 var sourceCommits = map[string]string{
 	"Azure/azhpc-images":            "8e9d055fb9e1f7385da734969793861c447958a1",
 	"Azure/aks-rdma-infiniband":     "700dabb4fe0451d482ae09a373617ed68658b021",
@@ -91,69 +91,41 @@ var sourceCommits = map[string]string{
 }
 
 // sourceLine is one setting line of a public source for one profile's
-// machine, as it reads in the file, and what the catalogue does with it:
-// carry it (omit empty) or leave it out for the reason given.
+// machine, as it reads in the file (testdata/source-lines.txt).
 type sourceLine struct {
-	profile, source, text, omit string
+	profile, source, text string
 }
 
-const (
-	omitNodeFact = "node fact: the node agent supplies it from what it allocated"
-	omitDebug    = "logging choice, not a machine fact"
-	omitGID      = "NCCL selects the RoCEv2 IPv4 GID itself when unset (src/transport/net_ib/connect.cc ncclIbGetGidIndex)"
-)
+// leftOut names the settings the sources give that the catalogue leaves
+// out on purpose, and why; every other setting is carried.
+var leftOut = map[string]string{
+	"NCCL_TOPO_FILE":    "node fact: the node agent supplies it from what it allocated",
+	"NCCL_IB_HCA":       "node fact: the node agent supplies it from what it allocated",
+	"NCCL_DEBUG":        "logging choice, not a machine fact",
+	"NCCL_IB_GID_INDEX": "NCCL selects the RoCEv2 IPv4 GID itself when unset (src/transport/net_ib/connect.cc ncclIbGetGidIndex)",
+}
 
-// sourceLines records, per built-in profile, every NCCL/RCCL setting its
-// sources give for that machine (read at sourceCommits), so that a value is
+// sourceLines reads every NCCL/RCCL setting the sources give for each
+// built-in profile's machine, read at sourceCommits, so that a value is
 // neither carried wrongly nor dropped silently.
-var sourceLines = []sourceLine{
-	{NDv4, "Azure/azhpc-images components/customizations/ndv4.sh:12", "NCCL_IB_PCI_RELAXED_ORDERING=1", ""},
-	{NDv4, "Azure/azhpc-images components/customizations/ndv4.sh:13", "NCCL_TOPO_FILE=/opt/microsoft/ndv4/topo.xml", omitNodeFact},
-	{NDv4, "Azure/azhpc-images components/customizations/ndv4.sh:14", "NCCL_IGNORE_CPU_AFFINITY=1", ""},
-	{NDv4, "Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml:33", "NCCL_NET_GDR_LEVEL: SYS        # Needed for MPI Job.", ""},
-	{NDv4, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/mpi-job.yaml:52", "-x CUDA_DEVICE_ORDER=PCI_BUS_ID \\", ""},
-	{NDv4, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/mpi-job.yaml:53", "-x NCCL_TOPO_FILE=/opt/nvidia-topology/topo.xml \\", omitNodeFact},
-
-	{NDv5, "Azure/azhpc-images components/customizations/ndv5.sh:12", "NCCL_IB_PCI_RELAXED_ORDERING=1", ""},
-	{NDv5, "Azure/azhpc-images components/customizations/ndv5.sh:13", "NCCL_TOPO_FILE=/opt/microsoft/ndv5/topo.xml", omitNodeFact},
-	{NDv5, "Azure/azhpc-images components/customizations/ndv5.sh:14", "NCCL_IGNORE_CPU_AFFINITY=1", ""},
-	{NDv5, "Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml:33", "NCCL_NET_GDR_LEVEL: SYS        # Needed for MPI Job.", ""},
-	{NDv5, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/mpi-job.yaml:52", "-x CUDA_DEVICE_ORDER=PCI_BUS_ID \\", ""},
-	{NDv5, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/mpi-job.yaml:53", "-x NCCL_TOPO_FILE=/opt/nvidia-topology/topo.xml \\", omitNodeFact},
-
-	{NDv5MI300X, "Azure/aks-rdma-infiniband tests/scenarios/k8s/values.yaml:33", "NCCL_NET_GDR_LEVEL: SYS        # Needed for MPI Job.", ""},
-	{NDv5MI300X, "Azure/aks-rdma-infiniband tests/scenarios/k8s/templates/rccl-mpi-job.yaml:57", "-x RCCL_MSCCL_ENABLE=0 \\", ""},
-
-	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:34", "NCCL_DEBUG=WARN", omitDebug},
-	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:35", "NCCL_CUMEM_ENABLE=0", ""},
-	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:36", "NCCL_IB_SPLIT_DATA_ON_QPS=0", ""},
-	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:37", "NCCL_IB_GID_INDEX=3", omitGID},
-	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:38", "NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_9,mlx5_10,mlx5_12,mlx5_13,mlx5_14,mlx5_15,mlx5_16,mlx5_17", omitNodeFact},
-	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:39", "NCCL_IB_TC=41", ""},
-	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:40", "NCCL_IB_SL=0", ""},
-	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:41", "NCCL_IB_TIMEOUT=22", ""},
-	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:42", "NCCL_SOCKET_IFNAME=eth0", ""},
-	{OCIH100RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:43", "NCCL_IGNORE_CPU_AFFINITY=1", ""},
-
-	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:49", "NCCL_DEBUG=WARN", omitDebug},
-	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:50", "NCCL_CUMEM_ENABLE=0", ""},
-	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:51", "NCCL_IB_SPLIT_DATA_ON_QPS=0", ""},
-	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:52", "NCCL_IB_GID_INDEX=3", omitGID},
-	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:53", "NCCL_IB_HCA==mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11", omitNodeFact},
-	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:54", "NCCL_IB_TC=41", ""},
-	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:55", "NCCL_IB_SL=0", ""},
-	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:56", "NCCL_IB_TIMEOUT=22", ""},
-	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:57", "NCCL_SOCKET_IFNAME=eth0", ""},
-	{OCIH200RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:58", "NCCL_IGNORE_CPU_AFFINITY=1", ""},
-
-	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:90", "NCCL_DEBUG=WARN", omitDebug},
-	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:91", "NCCL_IB_SPLIT_DATA_ON_QPS=0", ""},
-	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:92", "NCCL_IB_QPS_PER_CONNECTION=4", ""},
-	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:93", "NCCL_IB_GID_INDEX=3", omitGID},
-	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:94", "NCCL_IB_HCA==mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_14,mlx5_15,mlx5_16,mlx5_17,mlx5_9,mlx5_10,mlx5_11,mlx5_12", omitNodeFact},
-	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:95", "NCCL_IB_TC=41", ""},
-	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:96", "NCCL_IB_SL=0", ""},
-	{OCIB4RoCE, "oracle-quickstart/oci-hpc-oke docs/recommended-nccl-rccl-parameters-by-shape.md:97", "NCCL_IB_TIMEOUT=22", ""},
+func sourceLines(t *testing.T) []sourceLine {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "source-lines.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []sourceLine
+	for i, l := range strings.Split(string(data), "\n") {
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		f := strings.SplitN(l, "\t", 3)
+		if len(f) != 3 {
+			t.Fatalf("testdata/source-lines.txt:%d: want PROFILE<tab>SOURCE:LINE<tab>TEXT, got %q", i+1, l)
+		}
+		out = append(out, sourceLine{f[0], f[1], f[2]})
+	}
+	return out
 }
 
 // settingOf reads NAME and VALUE from a source line in any of the forms the
@@ -176,8 +148,9 @@ func settingOf(text string) (string, string) {
 func TestCatalogueMatchesSources(t *testing.T) {
 	t.Parallel()
 	type entry struct{ Value, Source string }
+	lines := sourceLines(t)
 	want := map[string]map[string]entry{}
-	for _, l := range sourceLines {
+	for _, l := range lines {
 		repo, _, _ := strings.Cut(l.source, " ")
 		if sourceCommits[repo] == "" {
 			t.Errorf("%s: no commit recorded for %s", l.source, repo)
@@ -185,11 +158,10 @@ func TestCatalogueMatchesSources(t *testing.T) {
 		if want[l.profile] == nil {
 			want[l.profile] = map[string]entry{}
 		}
-		if l.omit != "" {
-			continue
-		}
 		k, v := settingOf(l.text)
-		want[l.profile][k] = entry{v, l.source}
+		if leftOut[k] == "" {
+			want[l.profile][k] = entry{v, l.source}
+		}
 	}
 	for _, p := range Builtin() {
 		got := map[string]entry{}
@@ -203,12 +175,9 @@ func TestCatalogueMatchesSources(t *testing.T) {
 		if diff := cmp.Diff(w, got); diff != "" {
 			t.Errorf("profile %s vs its sources (-source +catalogue):\n%s", p.Name, diff)
 		}
-		for _, l := range sourceLines {
-			if l.profile != p.Name || l.omit == "" {
-				continue
-			}
-			if k, _ := settingOf(l.text); got[k] != (entry{}) {
-				t.Errorf("profile %s carries %s, which is left out on purpose (%s)", p.Name, k, l.omit)
+		for k := range got {
+			if leftOut[k] != "" {
+				t.Errorf("profile %s carries %s, which is left out on purpose (%s)", p.Name, k, leftOut[k])
 			}
 		}
 	}
@@ -219,6 +188,7 @@ func TestCatalogueMatchesSources(t *testing.T) {
 // resource of the RoCE pool.
 func TestRoCEProfiles(t *testing.T) {
 	t.Parallel()
+	lines := sourceLines(t)
 	for name, hcas := range map[string]int{OCIH100RoCE: 16, OCIH200RoCE: 8, OCIB4RoCE: 16} {
 		var p Profile
 		for _, b := range Builtin() {
@@ -226,7 +196,7 @@ func TestRoCEProfiles(t *testing.T) {
 				p = b
 			}
 		}
-		for _, l := range sourceLines {
+		for _, l := range lines {
 			if l.profile == name && strings.HasPrefix(l.text, "NCCL_IB_HCA=") {
 				if n := len(strings.Split(strings.TrimPrefix(l.text, "NCCL_IB_HCA=="), ",")); n != hcas {
 					t.Errorf("%s: source lists %d HCAs, test expects %d", name, n, hcas)

@@ -113,8 +113,8 @@ func TestRunNodeErrors(t *testing.T) {
 	}
 }
 
-// TestRunNodeJSONFields pins the JSON field names issue 3 promises to
-// scripts (exact case: encoding/json would match "Name" to "name" on
+// TestRunNodeJSONFields pins the JSON field names docs/node-agent.md
+// promises to scripts (exact case: encoding/json would match "Name" to "name" on
 // decoding, and a golden rewritten with -update would bless a rename).
 func TestRunNodeJSONFields(t *testing.T) {
 	t.Parallel()

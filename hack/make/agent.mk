@@ -15,12 +15,4 @@ test-agent: ## Node agent unit tests (config, selectors, model, kubelet-stub ser
 bench-agent: ## Node agent benchmarks: Allocate latency, port-down to Unhealthy through the port poll, kubelet restart to re-registration, agent RSS.
 	$(GO) test -run '^$$' -bench . -benchmem $(AGENT_BENCH_PKGS)
 
-.PHONY: update-agent-golden
-update-agent-golden: ## Rewrite the ibkube node golden inventories (cmd/ibkube/testdata/node); review the diff.
-	$(GO) test ./cmd/ibkube/ -run TestRunNodeGolden -update
-
-FUZZ_TARGETS += fuzz-agent-config
-
-.PHONY: fuzz-agent-config
-fuzz-agent-config: ## Fuzz the AgentConfig parser for FUZZTIME.
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime=$(FUZZTIME) ./node/config/
+FUZZ += node/config/FuzzParse

@@ -5,23 +5,8 @@ CHART_DIR       := $(ROOT)/charts/ibkube
 CHART_RELEASE   := ibkube
 CHART_NAMESPACE := ibkube-system
 MANIFESTS       := $(ROOT)/manifests/ibkube.yaml
-# KUBE_VERSION comes from tools.mk; helm built from source reports v1.20 to
-# charts unless told.
-CHART_KUBE_VERSION = $(or $(KUBE_VERSION),1.36.3)
-
-# Use the tools engineer's helm target once hack/tools/helm exists; until then
-# build helm into _output/chart.
-ifneq ($(wildcard $(ROOT)/hack/tools/helm/go.mod),)
-CHART_HELM      = $(HELM)
-CHART_HELM_DEP := helm
-else
-CHART_HELM     := $(OUTPUT)/chart/helm
-CHART_HELM_DEP := $(CHART_HELM)
-$(CHART_HELM):
-	@mkdir -p $(dir $@)
-	@echo "building helm v3.22.0 into $@ (~4 min cold)..." >&2
-	GOBIN=$(dir $@) GOFLAGS=-mod=mod $(GO) install helm.sh/helm/v3/cmd/helm@v3.22.0
-endif
+# helm built from source reports Kubernetes v1.20 to charts unless told:
+# every helm call passes --kube-version $(KUBE_VERSION).
 
 # render_manifests OUT: the chart with default values, as a user without Helm applies it.
 define render_manifests
@@ -35,38 +20,38 @@ define render_manifests
 	   echo "  name: $(CHART_NAMESPACE)"; \
 	   echo "  labels:"; \
 	   echo "    pod-security.kubernetes.io/enforce: privileged"; \
-	   $(CHART_HELM) template $(CHART_RELEASE) $(CHART_DIR) --namespace $(CHART_NAMESPACE) \
-	     --kube-version $(CHART_KUBE_VERSION); \
+	   $(HELM) template $(CHART_RELEASE) $(CHART_DIR) --namespace $(CHART_NAMESPACE) \
+	     --kube-version $(KUBE_VERSION); \
 	} > $(1).tmp
 	@mv -f $(1).tmp $(1)
 endef
 
 .PHONY: manifests
-manifests: $(CHART_HELM_DEP) ## Render manifests/ibkube.yaml from the chart with default values.
+manifests: helm ## Render manifests/ibkube.yaml from the chart with default values.
 	$(call render_manifests,$(MANIFESTS))
 
 .PHONY: verify-manifests
-verify-manifests: $(CHART_HELM_DEP) ## Fail when manifests/ibkube.yaml differs from the chart's render (run make manifests).
+verify-manifests: helm ## Fail when manifests/ibkube.yaml differs from the chart's render (run make manifests).
 	$(call render_manifests,$(OUTPUT)/chart/ibkube.yaml)
 	@diff -u $(MANIFESTS) $(OUTPUT)/chart/ibkube.yaml || \
 	  { echo "manifests/ibkube.yaml is stale: run 'make manifests' and commit it" >&2; exit 1; }
 
 .PHONY: chart-lint
-chart-lint: $(CHART_HELM_DEP) ## helm lint --strict the chart (defaults and every test values file).
-	$(CHART_HELM) lint --strict $(CHART_DIR) --kube-version $(CHART_KUBE_VERSION)
+chart-lint: helm ## helm lint --strict the chart (defaults and every test values file).
+	$(HELM) lint --strict $(CHART_DIR) --kube-version $(KUBE_VERSION)
 	@for f in $(ROOT)/test/chart/testdata/*.values.yaml; do \
-	  $(CHART_HELM) lint --strict $(CHART_DIR) --kube-version $(CHART_KUBE_VERSION) -f $$f >/dev/null || \
+	  $(HELM) lint --strict $(CHART_DIR) --kube-version $(KUBE_VERSION) -f $$f >/dev/null || \
 	    { echo "helm lint failed with $$f" >&2; exit 1; }; \
 	done
 
 .PHONY: test-chart
-test-chart: $(CHART_HELM_DEP) ## Chart golden renders and schema tests (UPDATE=1 rewrites the goldens).
-	HELM=$(CHART_HELM) KUBE_VERSION=$(CHART_KUBE_VERSION) \
-	  $(GO) test -count=1 -tags chart ./test/chart/... $(if $(UPDATE),-args -update)
+test-chart: helm ## Chart golden renders and schema tests (make update-golden rewrites the goldens).
+	HELM=$(HELM) KUBE_VERSION=$(KUBE_VERSION) \
+	  $(GO) test -count=1 -tags chart ./test/chart/...
 
 .PHONY: test-chart-apiserver
-test-chart-apiserver: $(CHART_HELM_DEP) envtest-assets ## Server-side dry-run apply of the rendered chart into envtest's kube-apiserver.
-	HELM=$(CHART_HELM) KUBE_VERSION=$(CHART_KUBE_VERSION) KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) \
+test-chart-apiserver: helm envtest-assets ## Server-side dry-run apply of the rendered chart into envtest's kube-apiserver.
+	HELM=$(HELM) KUBE_VERSION=$(KUBE_VERSION) KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) \
 	  $(GO) test -count=1 -tags integration -run TestAPIServer ./test/chart/...
 
 .PHONY: test-certs-integration

@@ -1,16 +1,10 @@
 # Networks area: Multus annotation handling, NAD rendering, the ibkube-cni plugin.
 # See docs/networks.md.
 
-.PHONY: fuzz-cni-multus
-fuzz-cni-multus: ## Fuzz the Multus network-annotation merge for FUZZTIME.
-	$(GO) test -run '^$$' -fuzz '^FuzzMerge$$' -fuzztime $(FUZZTIME) ./cni/multus
-
-.PHONY: fuzz-cni-config
-fuzz-cni-config: ## Fuzz the ibkube-cni network-config parser for FUZZTIME.
-	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./cni/plugin
+FUZZ += cni/multus/FuzzMerge cni/plugin/FuzzParseConfig
 
 # The reference plugins the integration test delegates to (Debian's
-# containernetworking-plugins, also in the tools area's apt-deps); idempotent.
+# containernetworking-plugins, also among the apt-deps packages of hack/make/tools.mk); idempotent.
 CNI_REF_PLUGINS := /usr/lib/cni/macvlan /usr/lib/cni/host-device /usr/lib/cni/host-local
 
 .PHONY: cni-ref-plugins
@@ -26,6 +20,5 @@ test-cni-integration: cni-ref-plugins ## ibkube-cni ADD/CHECK/DEL via libcni in 
 bench-cni: ## Benchmark the Multus annotation merge (reports only).
 	$(GO) test -run '^$$' -bench . -benchmem ./cni/multus
 
-FUZZ_TARGETS += fuzz-cni-multus fuzz-cni-config
 BENCH_TARGETS += bench-cni
 TEST_TARGETS += test-cni-integration

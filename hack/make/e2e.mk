@@ -68,10 +68,7 @@ demo: e2e-up ## Bring a real node up, install the chart, run an annotated pod an
 .PHONY: demo-down
 demo-down: e2e-down ## Tear the demo node down and restore the host.
 
-# In `make test`: 3 clean passes in a row, then one failure in scenario 5c (a
-# webhook replica stopped serving at once on SIGTERM: "write: broken pipe"),
-# fixed in the chart with a preStop sleep, then 2 more clean passes in a row.
-# ~2 min with the tools built.
+# In `make test`: ~2 min with the tools built.
 TEST_TARGETS += e2e
 
 # ---------------------------------------------------------------- the cluster
@@ -79,8 +76,8 @@ TEST_TARGETS += e2e
 # each node in its own network and mount namespace, with Multus and whereabouts
 # for the IPoIB secondary network. See docs/e2e.md ("The cluster").
 
-MULTUS_VERSION      := 4.2.2
-WHEREABOUTS_VERSION := 0.9.2
+MULTUS_VERSION      := $(call mod_version,multus,gopkg.in/k8snetworkplumbingwg/multus-cni.v4)
+WHEREABOUTS_VERSION := $(call mod_version,whereabouts,github.com/k8snetworkplumbingwg/whereabouts)
 CNI_TOOLS_BIN       := $(BIN)/cni
 E2E_CLUSTER_DIR     := $(OUTPUT)/e2e-cluster
 E2E_CLUSTER_TIMEOUT ?= 45m
@@ -91,7 +88,8 @@ multus: ## Build the Multus thin CNI plugin v$(MULTUS_VERSION) (hack/tools/multu
 	@$(GOBUILD) $(TOOLS_DIR)/multus $(CNI_TOOLS_BIN)/multus "v$(MULTUS_VERSION)" "multus v$(MULTUS_VERSION)" "~10 min on a busy 2-core machine" -- \
 	  -ldflags '-s -w' gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus
 
-# whereabouts v0.9.2 is not in sum.golang.org (its lookup answers 404):
+# The whereabouts version hack/tools/whereabouts/go.mod pins is not in
+# sum.golang.org (its lookup answers 404):
 # hack/tools/whereabouts/go.sum holds the hash of the module as the proxy
 # served it, the build verifies the download against that, and GONOSUMDB
 # keeps go from asking the checksum database about it.
@@ -129,9 +127,6 @@ e2e-cluster: e2e-cluster-tools images ## Multi-node scenarios on a three-node cl
 	  if [ -z "$(E2E_KEEP)" ]; then $(E2E_CLUSTER_ENV) $(ROOT)/test/e2e/node/cluster.sh down; fi; \
 	  exit $$rc
 
-# In `make test`: six runs; the last two in a row clean with the scenarios as
-# they are (earlier fixes: c1 and c7 now wait for the agents' devices instead
-# of reading them once; c6 reports the webhook's shutdown race instead of
-# failing on it, as c8 reports a lost replica's). ~3.5–4.5 min under the lock
-# with the tools built, plus the Multus and whereabouts builds once per machine.
+# In `make test`: ~3.5–4.5 min under the lock with the tools built, plus the
+# Multus and whereabouts builds once per machine.
 TEST_TARGETS += e2e-cluster

@@ -8,7 +8,4 @@ test-integration-memlock: containerd apt-deps ## NRI memlock plugin against a re
 	CONTAINERD_BIN=$(CONTAINERD_BIN) $(GO) test -count=1 -tags integration -timeout $(MEMLOCK_INTEGRATION_TIMEOUT) -v ./test/integration/memlock/...
 TEST_TARGETS += test-integration-memlock
 
-.PHONY: fuzz-memlock
-fuzz-memlock: ## Fuzz the memlock annotation parser for FUZZTIME.
-	$(GO) test -run '^$$' -fuzz '^FuzzParseValue$$' -fuzztime=$(FUZZTIME) ./node/memlock/
-FUZZ_TARGETS += fuzz-memlock
+FUZZ += node/memlock/FuzzParseValue

@@ -11,7 +11,7 @@ bench-counters: ## Counter benchmarks on the ND H100 v5 fixture (9 HCAs): one sy
 
 # promtool, built from the Go module proxy like the other tools
 # (hack/tools/gobuild.sh), checks and unit-tests the chart's alert rules.
-PROMETHEUS_VERSION := 0.316.0
+PROMETHEUS_VERSION := $(call mod_version,promtool,github.com/prometheus/prometheus)
 PROMTOOL           := $(BIN)/promtool
 
 .PHONY: promtool

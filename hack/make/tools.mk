@@ -3,15 +3,13 @@
 # rebuilt only when it is missing or its pinned version changed
 # (hack/tools/gobuild.sh). See docs/e2e.md.
 
-# The one Kubernetes version the project builds and tests against.
-KUBE_VERSION       := 1.37.2
-KUBE_MINOR         := $(word 2,$(subst ., ,$(KUBE_VERSION)))
-CONTAINERD_VERSION := 2.4.2
-HELM_VERSION       := 3.22.0
-KUBECONFORM_VERSION := 0.8.0
-
-TOOLS_DIR       := $(ROOT)/hack/tools
 GOBUILD         := $(TOOLS_DIR)/gobuild.sh
+
+# The one Kubernetes version the project builds and tests against.
+KUBE_VERSION       := $(call mod_version,k8s,k8s.io/kubernetes)
+KUBE_MINOR         := $(word 2,$(subst ., ,$(KUBE_VERSION)))
+CONTAINERD_VERSION := $(call mod_version,containerd,github.com/containerd/containerd/v2)
+HELM_VERSION       := $(call mod_version,helm,helm.sh/helm/v3)
 K8S_BIN         := $(BIN)/k8s
 KUBE_APISERVER  := $(K8S_BIN)/kube-apiserver
 KUBECTL         := $(K8S_BIN)/kubectl
@@ -23,7 +21,6 @@ ETCD            := /usr/bin/etcd
 ENVTEST_ASSETS  := $(OUTPUT)/envtest
 CONTAINERD_BIN  := $(BIN)/containerd
 HELM            := $(BIN)/helm
-KUBECONFORM     := $(BIN)/kubeconform
 
 # Debian packages the integration and e2e tests need.
 APT_PACKAGES := etcd-server runc containernetworking-plugins iptables conntrack socat iproute2 util-linux openssl kmod
@@ -82,13 +79,8 @@ helm: ## Build helm v$(HELM_VERSION) into $(HELM) (pass --kube-version to helm t
 	@$(GOBUILD) $(TOOLS_DIR)/helm $(HELM) "v$(HELM_VERSION) k8s 1.$(KUBE_MINOR)" "helm v$(HELM_VERSION)" "~4 min" -- \
 	  -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm
 
-.PHONY: kubeconform
-kubeconform: ## Build kubeconform v$(KUBECONFORM_VERSION) into $(KUBECONFORM).
-	@$(GOBUILD) $(TOOLS_DIR)/kubeconform $(KUBECONFORM) "v$(KUBECONFORM_VERSION)" "kubeconform v$(KUBECONFORM_VERSION)" "~20 s" -- \
-	  -ldflags '-s -w' github.com/yannh/kubeconform/cmd/kubeconform
-
 .PHONY: tools
-tools: apt-deps kube-binaries containerd helm kubeconform ## Every tool the tests use.
+tools: apt-deps kube-binaries containerd helm ## Every tool the tests use.
 
 .PHONY: envtest-smoke
 envtest-smoke: envtest-assets ## Check the envtest assets start, serve and stop (controller-runtime envtest).
@@ -104,7 +96,6 @@ $(KUBELET): kubelet ; @:
 $(KUBE_PROXY): kube-proxy ; @:
 $(CONTAINERD_BIN): containerd ; @:
 $(HELM): helm ; @:
-$(KUBECONFORM): kubeconform ; @:
 $(ENVTEST_ASSETS): envtest-assets ; @:
 
 TEST_TARGETS += envtest-smoke

@@ -2,10 +2,7 @@
 
 WEBHOOK_HANDLER_PKG := ./webhook/handler
 
-.PHONY: fuzz-webhook-review
-fuzz-webhook-review: ## Fuzz AdmissionReview decoding and the whole admission handler for FUZZTIME.
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAdmissionReview$$' -fuzztime $(FUZZTIME) $(WEBHOOK_HANDLER_PKG)
-FUZZ_TARGETS += fuzz-webhook-review
+FUZZ += webhook/handler/FuzzDecodeAdmissionReview
 
 .PHONY: bench-webhook-handler
 bench-webhook-handler: ## Benchmark the admission handler against a no-op controller-runtime defaulter (ratio x-noop).

@@ -3,8 +3,8 @@
 #
 # Builds a tool from a helper module under hack/tools/ into OUT, but only when
 # OUT is missing or was built with another STAMP (version + flags). Concurrent
-# callers (several engineers, parallel make) serialise on OUT.lock, so a tool is
-# never built twice at once.
+# callers (several checkouts sharing _output/bin, parallel make) serialise on
+# OUT.lock, so a tool is never built twice at once.
 set -euo pipefail
 moddir=$1 out=$2 stamp=$3 label=$4 estimate=$5
 shift 5

@@ -48,39 +48,36 @@ func TestScanHostileTrees(t *testing.T) {
 	ib := func(dir string, elem ...string) string {
 		return filepath.Join(append([]string{fixture.SysfsRoot(dir), "class", "infiniband"}, elem...)...)
 	}
-	replace := func(t *testing.T, path string, make func(string) error) {
-		t.Helper()
+	replace := func(path string, make func(string) error) error {
 		if err := os.Remove(path); err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if err := make(path); err != nil {
-			t.Fatal(err)
-		}
+		return make(path)
 	}
 	tests := []struct {
 		name   string
-		mutate func(t *testing.T, dir string)
+		mutate func(dir string) error
 		hca    string
 		reason string
 	}{
 		{
 			name: "FIFO as port state",
-			mutate: func(t *testing.T, dir string) {
-				replace(t, ib(dir, "mlx5_0", "ports", "1", "state"), func(p string) error { return unix.Mkfifo(p, 0o644) })
+			mutate: func(dir string) error {
+				return replace(ib(dir, "mlx5_0", "ports", "1", "state"), func(p string) error { return unix.Mkfifo(p, 0o644) })
 			},
 			hca: "mlx5_0", reason: "port 1: cannot read state: not a regular file (a FIFO)",
 		},
 		{
 			name: "vendor linked to /dev/zero",
-			mutate: func(t *testing.T, dir string) {
-				replace(t, ib(dir, "mlx5_0", "device", "vendor"), func(p string) error { return os.Symlink("/dev/zero", p) })
+			mutate: func(dir string) error {
+				return replace(ib(dir, "mlx5_0", "device", "vendor"), func(p string) error { return os.Symlink("/dev/zero", p) })
 			},
 			hca: "mlx5_0", reason: "cannot read device/vendor: not a regular file (a char device)",
 		},
 		{
 			name: "attribute far longer than a page",
-			mutate: func(t *testing.T, dir string) {
-				replace(t, ib(dir, "mlx5_0", "ports", "1", "phys_state"), func(p string) error {
+			mutate: func(dir string) error {
+				return replace(ib(dir, "mlx5_0", "ports", "1", "phys_state"), func(p string) error {
 					return os.WriteFile(p, []byte(strings.Repeat("5: LinkUp ", 1<<16)), 0o644)
 				})
 			},
@@ -88,62 +85,46 @@ func TestScanHostileTrees(t *testing.T) {
 		},
 		{
 			name: "directory where the port state should be",
-			mutate: func(t *testing.T, dir string) {
-				replace(t, ib(dir, "mlx5_0", "ports", "1", "state"), func(p string) error { return os.Mkdir(p, 0o755) })
+			mutate: func(dir string) error {
+				return replace(ib(dir, "mlx5_0", "ports", "1", "state"), func(p string) error { return os.Mkdir(p, 0o755) })
 			},
 			hca: "mlx5_0", reason: "port 1: cannot read state: not a regular file (a directory)",
 		},
 		{
-			name: "looping HCA entry",
-			mutate: func(t *testing.T, dir string) {
-				if err := os.Symlink("mlx5_9", ib(dir, "mlx5_9")); err != nil {
-					t.Fatal(err)
-				}
-			},
-			hca: "mlx5_9", reason: "sysfs entry class/infiniband/mlx5_9 unusable: too many levels of symbolic links",
+			name:   "looping HCA entry",
+			mutate: func(dir string) error { return os.Symlink("mlx5_9", ib(dir, "mlx5_9")) },
+			hca:    "mlx5_9", reason: "sysfs entry class/infiniband/mlx5_9 unusable: too many levels of symbolic links",
 		},
 		{
 			name: "dangling HCA entry",
-			mutate: func(t *testing.T, dir string) {
-				if err := os.Symlink("../../devices/pci0000:00/gone/infiniband/mlx5_7", ib(dir, "mlx5_7")); err != nil {
-					t.Fatal(err)
-				}
+			mutate: func(dir string) error {
+				return os.Symlink("../../devices/pci0000:00/gone/infiniband/mlx5_7", ib(dir, "mlx5_7"))
 			},
 			hca: "mlx5_7", reason: "sysfs entry class/infiniband/mlx5_7 unusable: dangling symlink",
 		},
 		{
-			name: "HCA entry that is a file",
-			mutate: func(t *testing.T, dir string) {
-				if err := os.WriteFile(ib(dir, "mlx5_6"), nil, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			},
-			hca: "mlx5_6", reason: "sysfs entry class/infiniband/mlx5_6 unusable: not a directory",
+			name:   "HCA entry that is a file",
+			mutate: func(dir string) error { return os.WriteFile(ib(dir, "mlx5_6"), nil, 0o644) },
+			hca:    "mlx5_6", reason: "sysfs entry class/infiniband/mlx5_6 unusable: not a directory",
 		},
 		{
-			name: "terminal escape in a device name",
-			mutate: func(t *testing.T, dir string) {
-				if err := os.Symlink("mlx5_0", ib(dir, "mlx5_\x1b[2J")); err != nil {
-					t.Fatal(err)
-				}
-			},
-			hca: "mlx5_\x1b[2J", reason: `name "mlx5_\x1b[2J" is not an RDMA device name ibkube can hand out (accepted: letters, digits, _ . -); no uverbs char device in sysfs (is ib_uverbs loaded?)`,
+			name:   "terminal escape in a device name",
+			mutate: func(dir string) error { return os.Symlink("mlx5_0", ib(dir, "mlx5_\x1b[2J")) },
+			hca:    "mlx5_\x1b[2J", reason: `name "mlx5_\x1b[2J" is not an RDMA device name ibkube can hand out (accepted: letters, digits, _ . -); no uverbs char device in sysfs (is ib_uverbs loaded?)`,
 		},
 		{
-			name: "ports directory missing",
-			mutate: func(t *testing.T, dir string) {
-				if err := os.RemoveAll(ib(dir, "mlx5_0", "ports")); err != nil {
-					t.Fatal(err)
-				}
-			},
-			hca: "mlx5_0", reason: "no ports in sysfs",
+			name:   "ports directory missing",
+			mutate: func(dir string) error { return os.RemoveAll(ib(dir, "mlx5_0", "ports")) },
+			hca:    "mlx5_0", reason: "no ports in sysfs",
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := build(t, fixture.HB)
-			tc.mutate(t, dir)
+			if err := tc.mutate(dir); err != nil {
+				t.Fatal(err)
+			}
 			node := scanWithin(t, dir, 10*time.Second)
 			h := hcaByName(t, node, tc.hca)
 			if h.Healthy || h.HealthReason != tc.reason {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,14 +26,18 @@ import (
 
 func newScanner(t testing.TB, dir string, nl discovery.Netlink) *discovery.Scanner {
 	t.Helper()
-	return discovery.NewScanner(discovery.Options{
-		SysfsRoot: fixture.SysfsRoot(dir),
-		DevRoot:   fixture.DevRoot(dir),
-		Netlink:   nl,
-		Logger:    testr.NewWithInterface(t, testr.Options{}),
-		Coalesce:  20 * time.Millisecond,
-		PortPoll:  20 * time.Millisecond,
-	})
+	return treeScanner(t, dir, discovery.Options{Netlink: nl, Coalesce: 20 * time.Millisecond, PortPoll: 20 * time.Millisecond})
+}
+
+// treeScanner scans the fixture tree in dir with opts (logging to t unless
+// opts has a logger).
+func treeScanner(t testing.TB, dir string, opts discovery.Options) *discovery.Scanner {
+	t.Helper()
+	opts.SysfsRoot, opts.DevRoot = fixture.SysfsRoot(dir), fixture.DevRoot(dir)
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = testr.NewWithInterface(t, testr.Options{})
+	}
+	return discovery.NewScanner(opts)
 }
 
 func build(t testing.TB, name string) string {
@@ -309,7 +314,7 @@ func TestScanNetlinkUnavailableLogsOnce(t *testing.T) {
 		lines = append(lines, args)
 	}, funcr.Options{})
 	nl := &fakeNetlink{listErr: unix.EPROTONOSUPPORT}
-	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Netlink: nl, Logger: log})
+	s := treeScanner(t, dir, discovery.Options{Netlink: nl, Logger: log})
 	for i := 0; i < 3; i++ {
 		node, err := s.Scan(context.Background())
 		if err != nil {
@@ -393,18 +398,46 @@ func TestWatchHealthFlip(t *testing.T) {
 	}
 }
 
+// TestWatchCoalescesBursts: a burst of device events gives one hint per
+// coalescing window the burst spans (one, unless the machine stalls the
+// burst itself), and the rescan on the last hint sees the whole burst.
 func TestWatchCoalescesBursts(t *testing.T) {
 	t.Parallel()
+	const coalesce = 200 * time.Millisecond
 	dir := build(t, fixture.NDv5)
-	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Logger: testr.New(t), Coalesce: 200 * time.Millisecond})
+	s := treeScanner(t, dir, discovery.Options{Coalesce: coalesce, PortPoll: -1})
 	hints := watch(t, s)
-	for i := 0; i < 8; i++ {
-		if err := fixture.RemoveCharDevice(dir, "uverbs"+string(rune('0'+i))); err != nil {
+	start := time.Now()
+	for i := range 8 {
+		if err := fixture.RemoveCharDevice(dir, fmt.Sprintf("uverbs%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
+	burst := time.Since(start)
+	// Every event of the burst is followed by a hint within one window;
+	// three windows of quiet after the last hint mean the burst is over.
 	hint(t, hints, 5*time.Second)
-	noHint(t, hints, 400*time.Millisecond)
+	n := 1
+	for quiet := false; !quiet; {
+		select {
+		case <-hints:
+			n++
+		case <-time.After(3 * coalesce):
+			quiet = true
+		}
+	}
+	if max := 1 + int(burst/coalesce); n > max {
+		t.Errorf("a burst of 8 events over %v gave %d hints, want at most %d", burst, n, max)
+	}
+	node, err := s.Scan(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range node.HCAs[:8] {
+		if h.Healthy {
+			t.Errorf("%s healthy after its uverbs device went", h.Name)
+		}
+	}
 }
 
 func TestWatchLateHCA(t *testing.T) {
@@ -425,7 +458,8 @@ func TestWatchLateHCA(t *testing.T) {
 	if len(node.HCAs) != 1 || !node.HCAs[0].Healthy {
 		t.Fatalf("after late driver load: %+v", node)
 	}
-	// Watches now cover the new device's port: a flip is seen.
+	// The hint re-listed the ports to poll: a flip of the new device's
+	// port is seen by the poll (the watcher does not watch sysfs at all).
 	if err := fixture.SetPortState(dir, "mlx5_0", 1, "DOWN"); err != nil {
 		t.Fatal(err)
 	}
@@ -441,8 +475,7 @@ func TestWatchLinkEvents(t *testing.T) {
 	dir := build(t, fixture.OCIH100)
 	nl := &fakeNetlink{ready: make(chan struct{})}
 	// Only link events can give a hint here: no port poll.
-	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Netlink: nl,
-		Logger: testr.New(t), Coalesce: 20 * time.Millisecond, PortPoll: -1})
+	s := treeScanner(t, dir, discovery.Options{Netlink: nl, Coalesce: 20 * time.Millisecond, PortPoll: -1})
 	hints := watch(t, s)
 	<-nl.ready
 	send := func(l netlink.Link) {
@@ -485,8 +518,7 @@ func TestWatchWithoutLinkEvents(t *testing.T) {
 func TestWatchPortPoll(t *testing.T) {
 	t.Parallel()
 	dir := build(t, fixture.NDv5)
-	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir),
-		Logger: testr.New(t), Coalesce: time.Hour, PortPoll: 10 * time.Millisecond})
+	s := treeScanner(t, dir, discovery.Options{Coalesce: time.Hour, PortPoll: 10 * time.Millisecond})
 	hints := watch(t, s)
 	for _, step := range []struct{ dev, state string }{{"mlx5_7", "DOWN"}, {"mlx5_7", "ACTIVE"}, {"mlx5_8", "INIT"}} {
 		if err := fixture.SetPortState(dir, step.dev, 1, step.state); err != nil {
@@ -517,8 +549,7 @@ func TestWatchPortPoll(t *testing.T) {
 func TestWatchNoSysfsEventPath(t *testing.T) {
 	t.Parallel()
 	dir := build(t, fixture.HB)
-	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir),
-		Logger: testr.New(t), Coalesce: 10 * time.Millisecond, PortPoll: -1})
+	s := treeScanner(t, dir, discovery.Options{Coalesce: 10 * time.Millisecond, PortPoll: -1})
 	hints := watch(t, s)
 	if err := fixture.SetPortState(dir, "mlx5_0", 1, "DOWN"); err != nil {
 		t.Fatal(err)
@@ -538,8 +569,7 @@ func TestWatchIPoIBCarrier(t *testing.T) {
 	dir := build(t, fixture.HB)
 	// The kernel does not know the fixture's devices: list them from sysfs.
 	nl := &fakeNetlink{ready: make(chan struct{}), listErr: unix.EPROTONOSUPPORT}
-	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Netlink: nl,
-		Logger: testr.New(t), Coalesce: 10 * time.Millisecond, PortPoll: -1})
+	s := treeScanner(t, dir, discovery.Options{Netlink: nl, Coalesce: 10 * time.Millisecond, PortPoll: -1})
 	hints := watch(t, s)
 	<-nl.ready
 	if err := fixture.SetPortState(dir, "mlx5_0", 1, "DOWN"); err != nil {

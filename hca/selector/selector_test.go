@@ -56,20 +56,18 @@ func TestSelect(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
+	for name, tc := range map[string]struct {
 		sel  Selector
 		want string
 	}{
-		{"valid", Selector{Match: Match{Vendors: []string{"15b3"}, DeviceIDs: []string{"101c"}, Names: []string{"mlx5_*"}, PCIAddresses: []string{"0101:00:00.0"}, LinkLayers: []string{"Ethernet"}}}, ""},
-		{"upper-case vendor", Selector{Match: Match{Vendors: []string{"15B3"}}}, `sel.vendors[0]: "15B3" is not a PCI vendor ID; accepted: four lower-case hex digits without 0x, e.g. 15b3`},
-		{"short device", Selector{Match: Match{DeviceIDs: []string{"1c"}}}, `sel.deviceIDs[0]: "1c" is not a PCI device ID; accepted: four lower-case hex digits without 0x, e.g. 101c`},
-		{"empty name", Selector{Match: Match{Names: []string{""}}}, `sel.names[0]: "" is not a valid name or glob (empty); accepted: a device name like mlx5_0 or a glob like mlx5_*`},
-		{"bad pci glob", Selector{Match: Match{PCIAddresses: []string{"[0101"}}}, `sel.pciAddresses[0]: "[0101" is not a valid PCI address or glob (syntax error in pattern); accepted: an address like 0101:00:00.0 or a glob like 01*:00:00.0`},
-		{"RoCE spelled lower", Selector{Exclude: []Match{{LinkLayers: []string{"roce"}}}}, `sel.exclude[0].linkLayers[0]: "roce" is not a link layer; accepted: InfiniBand, Ethernet`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
+		"valid":              {Selector{Match: Match{Vendors: []string{"15b3"}, DeviceIDs: []string{"101c"}, Names: []string{"mlx5_*"}, PCIAddresses: []string{"0101:00:00.0"}, LinkLayers: []string{"Ethernet"}}}, ""},
+		"upper-case vendor":  {Selector{Match: Match{Vendors: []string{"15B3"}}}, `sel.vendors[0]: "15B3" is not a PCI vendor ID; accepted: four lower-case hex digits without 0x, e.g. 15b3`},
+		"short device":       {Selector{Match: Match{DeviceIDs: []string{"1c"}}}, `sel.deviceIDs[0]: "1c" is not a PCI device ID; accepted: four lower-case hex digits without 0x, e.g. 101c`},
+		"empty name":         {Selector{Match: Match{Names: []string{""}}}, `sel.names[0]: "" is not a valid name or glob (empty); accepted: a device name like mlx5_0 or a glob like mlx5_*`},
+		"bad pci glob":       {Selector{Match: Match{PCIAddresses: []string{"[0101"}}}, `sel.pciAddresses[0]: "[0101" is not a valid PCI address or glob (syntax error in pattern); accepted: an address like 0101:00:00.0 or a glob like 01*:00:00.0`},
+		"RoCE spelled lower": {Selector{Exclude: []Match{{LinkLayers: []string{"roce"}}}}, `sel.exclude[0].linkLayers[0]: "roce" is not a link layer; accepted: InfiniBand, Ethernet`},
+	} {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			err := tc.sel.Validate("sel")
 			got := ""

@@ -9,7 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -48,4 +51,35 @@ func NADCRD(t testing.TB) string {
 		t.Fatalf("locate the NAD client module: %v", err)
 	}
 	return filepath.Join(strings.TrimSpace(string(out)), "artifacts", "networks-crd.yaml")
+}
+
+// Clients builds the typed and the dynamic client of cfg.
+func Clients(t testing.TB, cfg *rest.Config) (*kubernetes.Clientset, dynamic.Interface) {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, dyn
+}
+
+// Eventually polls cond until it returns nil, failing the test with cond's
+// last error once timeout has passed: the timeout only bounds a failure.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -55,6 +55,10 @@ type Config struct {
 	NodeName string
 	// MetricsAddr and HealthAddr are listen addresses; "" or "0" disables.
 	MetricsAddr, HealthAddr string
+	// MetricsListener and HealthListener, when set, are served in place of
+	// MetricsAddr and HealthAddr (and closed at the end): a caller that
+	// opened port 0 keeps the port it was given.
+	MetricsListener, HealthListener net.Listener
 	// Runnables run beside the agent (e.g. the NRI memlock plugin).
 	Runnables []Runnable
 	// Server hands the pools to the kubelet; nil: the device plugin
@@ -180,13 +184,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 	}
 	launch("kubelet server", srv.Run)
-	if addr := a.cfg.MetricsAddr; addr != "" && addr != "0" {
+	if lis, addr := a.cfg.MetricsListener, a.cfg.MetricsAddr; lis != nil || (addr != "" && addr != "0") {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
-		launch("metrics server", func(ctx context.Context) error { return serveHTTP(ctx, addr, mux) })
+		launch("metrics server", func(ctx context.Context) error { return serveHTTP(ctx, lis, addr, mux) })
 	}
-	if addr := a.cfg.HealthAddr; addr != "" && addr != "0" {
-		launch("health server", func(ctx context.Context) error { return serveHTTP(ctx, addr, a.healthMux()) })
+	if lis, addr := a.cfg.HealthListener, a.cfg.HealthAddr; lis != nil || (addr != "" && addr != "0") {
+		launch("health server", func(ctx context.Context) error { return serveHTTP(ctx, lis, addr, a.healthMux()) })
 	}
 	for i, r := range a.cfg.Runnables {
 		launch(fmt.Sprintf("runnable %d", i), r)
@@ -310,10 +314,13 @@ func (a *Agent) healthMux() *http.ServeMux {
 	return mux
 }
 
-func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
+// serveHTTP serves h on lis, or when lis is nil on a listener it opens on addr.
+func serveHTTP(ctx context.Context, lis net.Listener, addr string, h http.Handler) error {
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("listen on %s: %w", addr, err)
+		}
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {

@@ -58,14 +58,16 @@ func node(healthy ...bool) inventory.Node {
 	return n
 }
 
-func freePort(t *testing.T) string {
+// listen opens a listener on a free port; the agent serves on it, so no
+// other process can take the port between choosing and serving.
+func listen(t *testing.T) net.Listener {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Cleanup(func() { l.Close() })
+	return l
 }
 
 func get(t *testing.T, url string) string {
@@ -94,13 +96,14 @@ func TestAgentEndToEnd(t *testing.T) {
 	}
 	defer stub.Stop()
 	scanner := &fakeScanner{node: node(true, true), hints: make(chan struct{}, 1)}
-	metricsAddr, healthAddr := freePort(t), freePort(t)
+	metrics, health := listen(t), listen(t)
+	metricsAddr, healthAddr := metrics.Addr().String(), health.Addr().String()
 	cfg := config.Default()
 	cfg.Profile = "Standard_ND96isr_H100_v5"
 	state := t.TempDir()
 	a, err := New(Config{
 		Agent: cfg, Scanner: scanner, KubeletSocketDir: dir, StateDir: state, HostDevRoot: "/dev",
-		MetricsAddr: metricsAddr, HealthAddr: healthAddr,
+		MetricsListener: metrics, HealthListener: health,
 	}, testr.New(t))
 	if err != nil {
 		t.Fatal(err)
@@ -225,8 +228,9 @@ func writeDMI(t *testing.T, name string) string {
 }
 
 // TestAgentOnFixture runs real discovery on the ND H100 v5 fixture: a port
-// going down and up in the tree reaches the kubelet stub's stream, and the
-// Ethernet mlx5_8 is in no pool.
+// going down and up in the tree reaches the kubelet stub's stream through
+// the port poll alone (no periodic rescan within the test's patience), and
+// the Ethernet mlx5_8 is in no pool.
 func TestAgentOnFixture(t *testing.T) {
 	t.Parallel()
 	dir, stub, a, stop := runOnFixture(t)

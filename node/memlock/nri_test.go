@@ -48,7 +48,48 @@ func fakeProc(t *testing.T) string {
 
 type fakeRuntime struct {
 	*adaptation.Adaptation
-	sock string
+	sock    string
+	plugins *pluginCount
+}
+
+// pluginCount records the runtime's count of plugins it relays to: the
+// runtime reports it once a plugin has registered and synchronized, which
+// is the moment a CreateContainer starts reaching that plugin.
+type pluginCount struct {
+	mu      sync.Mutex
+	n       int
+	changed chan struct{}
+}
+
+func (c *pluginCount) UpdatePluginCount(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n = n
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+func (*pluginCount) RecordPluginInvocation(string, string, error)                               {}
+func (*pluginCount) RecordPluginLatency(string, string, time.Duration)                          {}
+func (*pluginCount) RecordPluginAdjustments(string, string, *api.ContainerAdjustment, int, int) {}
+
+// waitPlugins waits until the runtime relays to n plugins.
+func (r fakeRuntime) waitPlugins(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		r.plugins.mu.Lock()
+		got, changed := r.plugins.n, r.plugins.changed
+		r.plugins.mu.Unlock()
+		if got == n {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("runtime relays to %d plugins, want %d", got, n)
+		}
+	}
 }
 
 // startRuntime starts the runtime side of NRI (what containerd embeds) on sock.
@@ -61,13 +102,14 @@ func startRuntime(t *testing.T, sock string) fakeRuntime {
 // plugin at Synchronize).
 func startRuntimeWith(t *testing.T, sock string, ctrs []*api.Container) fakeRuntime {
 	t.Helper()
-	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
+	syncFn := func(ctx context.Context, cb adaptation.SyncCB) error {
 		_, err := cb(ctx, nil, ctrs)
 		return err
 	}
 	update := func(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) { return nil, nil }
 	empty := t.TempDir()
-	r, err := adaptation.New("fake-runtime", "v0", sync, update,
+	plugins := &pluginCount{changed: make(chan struct{})}
+	r, err := adaptation.New("fake-runtime", "v0", syncFn, update, adaptation.WithMetrics(plugins),
 		adaptation.WithSocketPath(sock), adaptation.WithPluginPath(empty), adaptation.WithPluginConfigPath(empty))
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +118,7 @@ func startRuntimeWith(t *testing.T, sock string, ctrs []*api.Container) fakeRunt
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Stop)
-	return fakeRuntime{r, sock}
+	return fakeRuntime{r, sock, plugins}
 }
 
 // proxy stands between the plugin and a fake runtime so a test can make the
@@ -287,10 +329,18 @@ func TestBesideUlimitAdjuster(t *testing.T) {
 	for _, tt := range []struct {
 		name, ourIndex string
 		want           []*api.POSIXRlimit
+		wantEvents     []recordedEvent
 		wantErr        string
 	}{
-		{name: "ibkube after the adjuster", ourIndex: "90", want: []*api.POSIXRlimit{{Type: RlimitType, Soft: 1 << 30, Hard: 1 << 30}}},
-		{name: "ibkube before the adjuster", ourIndex: "05", wantErr: `plugins "10-ulimit-adjuster" and "05-ibkube-memlock" both tried to set Rlimits RLIMIT_MEMLOCK`},
+		{
+			name: "ibkube after the adjuster", ourIndex: "90",
+			want:       []*api.POSIXRlimit{{Type: RlimitType, Soft: 1 << 30, Hard: 1 << 30}},
+			wantEvents: []recordedEvent{{PodRef{"ml", "rdma", "u1"}, "trainer", OutcomeAlreadySet}},
+		},
+		{
+			name: "ibkube before the adjuster", ourIndex: "05",
+			wantErr: `plugins "10-ulimit-adjuster" and "05-ibkube-memlock" both tried to set Rlimits RLIMIT_MEMLOCK`,
+		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			sock := filepath.Join(t.TempDir(), "nri.sock")
@@ -306,16 +356,17 @@ func TestBesideUlimitAdjuster(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer other.Stop()
+			r.waitPlugins(t, 1)
 
-			p, err := NewPlugin(Config{SocketPath: sock, ProcRoot: fakeProc(t), PluginIndex: tt.ourIndex}, testNode, testr.New(t), nil, nil)
+			events := eventRecorder{make(chan recordedEvent, 10)}
+			p, err := NewPlugin(Config{SocketPath: sock, ProcRoot: fakeProc(t), PluginIndex: tt.ourIndex}, testNode, testr.New(t), nil, events)
 			if err != nil {
 				t.Fatal(err)
 			}
 			done := make(chan error)
 			go func() { done <- p.Run(ctx) }()
 			defer func() { cancel(); <-done }()
-			waitState(t, p, StateConnected)
-			time.Sleep(100 * time.Millisecond) // the runtime lists the plugin once synchronized
+			r.waitPlugins(t, 2)
 
 			rpl, err := r.CreateContainer(ctx, createRequest(map[string]string{contract.AnnotationMemlock: "8Mi"}, uverbs0))
 			if tt.wantErr != "" {
@@ -331,6 +382,15 @@ func TestBesideUlimitAdjuster(t *testing.T) {
 				return a.Type == b.Type && a.Soft == b.Soft && a.Hard == b.Hard
 			})); diff != "" {
 				t.Errorf("memlock (-want +got):\n%s", diff)
+			}
+			// The events are sent while ibkube answers, before the runtime
+			// returns: ibkube saw the adjuster's memlock and left it.
+			var got []recordedEvent
+			for len(events.events) > 0 {
+				got = append(got, <-events.events)
+			}
+			if diff := cmp.Diff(tt.wantEvents, got); diff != "" {
+				t.Errorf("ibkube's decisions (-want +got):\n%s", diff)
 			}
 		})
 	}

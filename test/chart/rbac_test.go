@@ -15,13 +15,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/ibkube/ibkube/internal/testenv"
 	"github.com/ibkube/ibkube/webhook/certs"
 )
 
@@ -56,14 +56,7 @@ func TestAPIServerRBAC(t *testing.T) {
 	}
 
 	webhookCfg := impersonate(cfg, namespace, "ibkube-webhook")
-	webhook, err := kubernetes.NewForConfig(webhookCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	webhookDyn, err := dynamic.NewForConfig(webhookCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	webhook, webhookDyn := testenv.Clients(t, webhookCfg)
 
 	t.Run("webhook reads namespaces and NADs", func(t *testing.T) {
 		if _, err := webhook.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {

@@ -75,13 +75,26 @@ func TestCluster(t *testing.T) {
 	rest.SetDefaultWarningHandler(rest.NoWarnings{})
 	st := clusterState{why: "chart not installed"}
 	t.Run("c1-install", func(t *testing.T) { testClusterInstall(t, &st) })
-	t.Run("c2-placement", func(t *testing.T) { testPlacement(t, &st) })
-	t.Run("c3-webhook-spread", func(t *testing.T) { testWebhookSpread(t, &st) })
-	t.Run("c4-ipoib-multus", func(t *testing.T) { testIPoIBMultus(t, &st) })
-	t.Run("c5-agent-rollout", func(t *testing.T) { testAgentRollout(t, &st) })
-	t.Run("c6-helm-upgrade-rollback", func(t *testing.T) { testUpgradeRollback(t, &st) })
-	t.Run("c7-kubelet-restarts", func(t *testing.T) { testKubeletRestarts(t, &st) })
-	t.Run("c8-node-lost", func(t *testing.T) { testNodeLost(t, &st) })
+	for _, sc := range []struct {
+		name    string
+		agents  bool // needs every node's agent, not only the chart
+		timeout time.Duration
+		run     func(context.Context, *testing.T, *Result)
+	}{
+		{"c2-placement", true, 5 * time.Minute, testPlacement},
+		{"c3-webhook-spread", false, time.Minute, testWebhookSpread},
+		{"c4-ipoib-multus", true, 5 * time.Minute, testIPoIBMultus},
+		{"c5-agent-rollout", true, 8 * time.Minute, testAgentRollout},
+		{"c6-helm-upgrade-rollback", false, 12 * time.Minute, testUpgradeRollback},
+		{"c7-kubelet-restarts", true, 15 * time.Minute, testKubeletRestarts},
+		{"c8-node-lost", false, 8 * time.Minute, testNodeLost},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			r := h.scenario(t, sc.name)
+			st.need(t, r, sc.agents)
+			sc.run(ctxT(t, sc.timeout), t, r)
+		})
+	}
 }
 
 func (x *harness) helmCluster(ctx context.Context, args ...string) (string, error) {
@@ -128,7 +141,7 @@ func testClusterInstall(t *testing.T, st *clusterState) {
 	ok := true
 	for node, want := range clusterAllocatable {
 		for res, n := range want {
-			got, err := waitNodeAllocatable(ctx, node, res, 2*time.Minute, func(v int64) bool { return v == n })
+			got, err := h.waitNodeAllocatable(ctx, node, res, 2*time.Minute, func(v int64) bool { return v == n })
 			short := strings.TrimPrefix(node, "ibkc-")
 			r.Figures[fmt.Sprintf("allocatable_%s_%s", short, strings.ReplaceAll(string(res), "/", "_"))] = float64(got)
 			if err != nil {
@@ -149,16 +162,6 @@ func testClusterInstall(t *testing.T, st *clusterState) {
 	}
 }
 
-func waitNodeAllocatable(ctx context.Context, node string, res corev1.ResourceName, timeout time.Duration, ok func(int64) bool) (int64, error) {
-	var v int64
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		var err error
-		v, err = h.nodeAllocatable(ctx, node, res)
-		return err == nil && ok(v), nil
-	})
-	return v, err
-}
-
 // placementPod is a report pod asking for resources in its limits.
 func placementPod(name string, limits map[corev1.ResourceName]int64, annos map[string]string) *corev1.Pod {
 	p := reportPod(name, annos)
@@ -174,10 +177,7 @@ func placementPod(name string, limits map[corev1.ResourceName]int64, annos map[s
 // c2: pods land only where their resources exist: InfiniBand pools on the
 // Azure nodes, RoCE on OCI, HCA counts respected, an impossible count stays
 // Pending.
-func testPlacement(t *testing.T, st *clusterState) {
-	r := h.scenario(t, "c2-placement")
-	st.need(t, r, true)
-	ctx := ctxT(t, 5*time.Minute)
+func testPlacement(ctx context.Context, t *testing.T, r *Result) {
 	const ns = "c2-placement"
 	h.namespace(ctx, t, ns, nil, nil)
 	cases := []struct {
@@ -282,10 +282,7 @@ func (x *harness) webhookPods(ctx context.Context) ([]corev1.Pod, error) {
 }
 
 // c3: the webhook's replicas run on different nodes.
-func testWebhookSpread(t *testing.T, st *clusterState) {
-	r := h.scenario(t, "c3-webhook-spread")
-	st.need(t, r, false)
-	ctx := ctxT(t, time.Minute)
+func testWebhookSpread(ctx context.Context, t *testing.T, r *Result) {
 	pods, err := h.webhookPods(ctx)
 	if err != nil {
 		fail(t, r, "%v", err)
@@ -330,10 +327,7 @@ func containerID(p *corev1.Pod) string {
 // c4: two ipoib-mode pods on two InfiniBand nodes get net1 from the NAD's
 // whereabouts range through Multus and ibkube-cni (parent resolved on each
 // node from its own fixture), and reach each other over it.
-func testIPoIBMultus(t *testing.T, st *clusterState) {
-	r := h.scenario(t, "c4-ipoib-multus")
-	st.need(t, r, true)
-	ctx := ctxT(t, 5*time.Minute)
+func testIPoIBMultus(ctx context.Context, t *testing.T, r *Result) {
 	const ns = "c4-ipoib"
 	optedIn(ctx, t, ns, true)
 	_, cidr, _ := net.ParseCIDR(ipoibRange)
@@ -468,10 +462,7 @@ func liveView(pid int) (devs []string, memlock string, err error) {
 // c5: the agent DaemonSet is rolled while RDMA pods run: the running pods
 // keep their devices and memlock (same container, read live from /proc), and
 // pods created after the roll get devices.
-func testAgentRollout(t *testing.T, st *clusterState) {
-	r := h.scenario(t, "c5-agent-rollout")
-	st.need(t, r, true)
-	ctx := ctxT(t, 8*time.Minute)
+func testAgentRollout(ctx context.Context, t *testing.T, r *Result) {
 	const ns = "c5-rollout"
 	optedIn(ctx, t, ns, true)
 	before := map[string][2]string{}
@@ -535,28 +526,13 @@ func testAgentRollout(t *testing.T, st *clusterState) {
 		r.Notes = append(r.Notes, fmt.Sprintf("%s: devices %s, memlock %s (kept)", name, now[0], now[1]))
 	}
 	for node, want := range clusterAllocatable {
-		got, err := waitNodeAllocatable(ctx, node, exclusiveRes, time.Minute, func(v int64) bool { return v == want[exclusiveRes] })
+		got, err := h.waitNodeAllocatable(ctx, node, exclusiveRes, time.Minute, func(v int64) bool { return v == want[exclusiveRes] })
 		check(t, r, err == nil, "after the roll %s allocatable %s is %d, want %d", node, exclusiveRes, got, want[exclusiveRes])
 	}
 	p := reportPod("after", map[string]string{prefix + "mode": "rdma-exclusive", prefix + "hcas": "1"})
 	p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": ndNode}
-	if _, err := h.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		fail(t, r, "%v", err)
-	}
-	if _, err := h.waitRunning(ctx, ns, "after", podStartTimeout); err != nil {
-		fail(t, r, "%v", err)
-	}
-	rep, err := h.containerReport(ctx, ns, "after", "main")
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
-	n := 0
-	for _, d := range rep.Devices {
-		if strings.Contains(d.Path, "uverbs") {
-			n++
-		}
-	}
-	check(t, r, n == 1, "pod created after the roll sees %v, want one uverbs device", rep.devicePaths())
+	rep := h.startReport(ctx, t, r, ns, p)
+	check(t, r, rep.uverbs() == 1, "pod created after the roll sees %v, want one uverbs device", rep.devicePaths())
 	check(t, r, rep.Memlock.Soft > runtimeMemlock, "pod created after the roll: memlock soft %d not raised", rep.Memlock.Soft)
 	_ = h.cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
 }
@@ -565,10 +541,41 @@ func testAgentRollout(t *testing.T, st *clusterState) {
 // does not exist (admitted and stored, never run), until stopped, and counts
 // refusals and unmutated pods.
 type creator struct {
-	ns      string
-	total   int
-	refused []string
-	mu      sync.Mutex
+	ns         string
+	stop, done chan struct{}
+	total      int
+	refused    []string
+	mu         sync.Mutex
+}
+
+// startCreator creates a pod in ns every period until finish.
+func startCreator(ctx context.Context, ns string, every time.Duration) *creator {
+	c := &creator{ns: ns, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() { defer close(c.done); c.run(ctx, c.stop, every) }()
+	return c
+}
+
+// finish stops the creation and reports it: every stored pod must be
+// mutated; refusals are reported, not failed: a replica that closes its
+// keep-alive connections on SIGTERM races the API server's next request on
+// a pooled connection ("write: broken pipe"), which the API server does not
+// retry. Goal 0; see docs/e2e.md.
+func (c *creator) finish(ctx context.Context, t *testing.T, r *Result) {
+	t.Helper()
+	close(c.stop)
+	<-c.done
+	stored, unmutated, err := c.unmutated(ctx)
+	if err != nil {
+		fail(t, r, "%v", err)
+	}
+	r.Figures["pods_created"] = float64(c.total)
+	r.Figures["pods_refused"] = float64(len(c.refused))
+	r.Figures["pods_unmutated"] = float64(unmutated)
+	r.Figures["pods_stored"] = float64(stored)
+	check(t, r, unmutated == 0, "%d of %d stored pods not mutated", unmutated, stored)
+	if len(c.refused) > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("goal 0 refused missed: %d of %d creations refused, e.g. %v", len(c.refused), c.total, firstN(c.refused, 2)))
+	}
 }
 
 func (c *creator) run(ctx context.Context, stop <-chan struct{}, every time.Duration) {
@@ -618,16 +625,10 @@ func firstN(s []string, n int) []string {
 // c6: helm upgrade changing the webhook's config (memlock) and the image tag
 // during continuous pod creation (one pod per 250 ms), then helm rollback: every pod admitted and
 // mutated; pods created after each step carry that step's config.
-func testUpgradeRollback(t *testing.T, st *clusterState) {
-	r := h.scenario(t, "c6-helm-upgrade-rollback")
-	st.need(t, r, false)
-	ctx := ctxT(t, 12*time.Minute)
+func testUpgradeRollback(ctx context.Context, t *testing.T, r *Result) {
 	const ns = "c6-upgrade"
 	optedIn(ctx, t, ns, true)
-	c := &creator{ns: ns}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); c.run(ctx, stop, 250*time.Millisecond) }()
+	c := startCreator(ctx, ns, 250*time.Millisecond)
 	// Old replicas keep serving through their preStop drain, so a new
 	// config is in effect once every pod admitted says so: probe until one
 	// does, and report how long that took after helm returned.
@@ -676,30 +677,13 @@ func testUpgradeRollback(t *testing.T, st *clusterState) {
 	check(t, r, err == nil, "helm rollback: %v %s", err, out)
 	afterRollback, secs := probeUntil("probe-rolled-back", func(v string) bool { return v == original })
 	r.Figures["old_config_in_effect_after_rollback_seconds"] = secs
-	close(stop)
-	<-done
-	stored, unmutated, err := c.unmutated(ctx)
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
-	r.Figures["pods_created"] = float64(c.total)
-	r.Figures["pods_refused"] = float64(len(c.refused))
-	r.Figures["pods_unmutated"] = float64(unmutated)
-	r.Figures["pods_stored"] = float64(stored)
-	check(t, r, unmutated == 0, "%d of %d stored pods not mutated", unmutated, stored)
-	if len(c.refused) > 0 {
-		// Reported, not failed: a replica that closes its keep-alive
-		// connections on SIGTERM races the API server's next request on a
-		// pooled connection ("write: broken pipe"), which the API server
-		// does not retry. Goal 0; see docs/e2e.md.
-		r.Notes = append(r.Notes, fmt.Sprintf("goal 0 refused missed: %d of %d creations refused, e.g. %v", len(c.refused), c.total, firstN(c.refused, 2)))
-	}
+	c.finish(ctx, t, r)
 	// The agents rolled twice: how long after the rollback each node
 	// advertises its devices again (the DaemonSet counts a new agent Ready
 	// before the kubelet has its devices).
 	start = time.Now()
 	for node, want := range clusterAllocatable {
-		got, err := waitNodeAllocatable(ctx, node, exclusiveRes, 2*time.Minute, func(v int64) bool { return v == want[exclusiveRes] })
+		got, err := h.waitNodeAllocatable(ctx, node, exclusiveRes, 2*time.Minute, func(v int64) bool { return v == want[exclusiveRes] })
 		check(t, r, err == nil, "after the rollback %s allocatable %s is %d, want %d", node, exclusiveRes, got, want[exclusiveRes])
 	}
 	r.Figures["allocatable_back_after_rollback_seconds"] = time.Since(start).Seconds()
@@ -716,14 +700,11 @@ func testUpgradeRollback(t *testing.T, st *clusterState) {
 
 // c7: the ND node's kubelet restarted 20 times in a row: each time the
 // agent registers again and allocatable is intact.
-func testKubeletRestarts(t *testing.T, st *clusterState) {
-	r := h.scenario(t, "c7-kubelet-restarts")
-	st.need(t, r, true)
-	ctx := ctxT(t, 15*time.Minute)
+func testKubeletRestarts(ctx context.Context, t *testing.T, r *Result) {
 	const restarts = 20
 	want := map[corev1.ResourceName]int64{}
 	for _, res := range []corev1.ResourceName{exclusiveRes, sharedRes} {
-		v, err := waitNodeAllocatable(ctx, ndNode, res, 2*time.Minute, func(v int64) bool {
+		v, err := h.waitNodeAllocatable(ctx, ndNode, res, 2*time.Minute, func(v int64) bool {
 			return v > 0 && (res != exclusiveRes || v == clusterAllocatable[ndNode][exclusiveRes])
 		})
 		if err != nil {
@@ -787,10 +768,7 @@ func testKubeletRestarts(t *testing.T, st *clusterState) {
 // c8: the node holding a webhook replica is lost (kubelet, containerd and its
 // containers killed) during a burst of creations. Every admitted pod must be
 // mutated (failurePolicy Fail); refusals are counted and reported (goal 0).
-func testNodeLost(t *testing.T, st *clusterState) {
-	r := h.scenario(t, "c8-node-lost")
-	st.need(t, r, false)
-	ctx := ctxT(t, 8*time.Minute)
+func testNodeLost(ctx context.Context, t *testing.T, r *Result) {
 	const ns = "c8-node-lost"
 	optedIn(ctx, t, ns, true)
 	pods, err := h.webhookPods(ctx)
@@ -799,10 +777,7 @@ func testNodeLost(t *testing.T, st *clusterState) {
 	}
 	victim := pods[0].Spec.NodeName
 	r.Notes = append(r.Notes, fmt.Sprintf("lost node %s (webhook pod %s)", victim, pods[0].Name))
-	c := &creator{ns: ns}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); c.run(ctx, stop, 100*time.Millisecond) }()
+	c := startCreator(ctx, ns, 100*time.Millisecond)
 	t.Cleanup(func() {
 		// The node comes back for the scenarios after this one and for down.
 		cctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -813,8 +788,8 @@ func testNodeLost(t *testing.T, st *clusterState) {
 	})
 	lost := time.Now()
 	if out, err := h.clusterSh(ctx, "stop-node", strings.TrimPrefix(victim, "ibkc-")); err != nil {
-		close(stop)
-		<-done
+		close(c.stop)
+		<-c.done
 		fail(t, r, "stop %s: %v %s", victim, err, out)
 	}
 	// Until the node is NotReady and its webhook pod has left the Service's
@@ -838,18 +813,6 @@ func testNodeLost(t *testing.T, st *clusterState) {
 	case <-tail.C:
 	case <-ctx.Done():
 	}
-	close(stop)
-	<-done
-	stored, unmutated, err := c.unmutated(ctx)
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
-	r.Figures["pods_created"] = float64(c.total)
-	r.Figures["pods_refused"] = float64(len(c.refused))
-	r.Figures["pods_unmutated"] = float64(unmutated)
-	check(t, r, unmutated == 0, "%d of %d stored pods not mutated", unmutated, stored)
-	if len(c.refused) > 0 {
-		r.Notes = append(r.Notes, fmt.Sprintf("goal 0 refused missed: %d of %d creations refused, e.g. %v", len(c.refused), c.total, firstN(c.refused, 2)))
-	}
+	c.finish(ctx, t, r)
 	_ = h.cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
 }

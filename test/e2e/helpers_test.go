@@ -63,6 +63,17 @@ func (c ContainerReport) hasCap(name string) bool {
 	return false
 }
 
+// uverbs counts the container's uverbs devices.
+func (c ContainerReport) uverbs() int {
+	n := 0
+	for _, d := range c.Devices {
+		if strings.Contains(d.Path, "uverbs") {
+			n++
+		}
+	}
+	return n
+}
+
 func (c ContainerReport) devicePaths() []string {
 	var out []string
 	for _, d := range c.Devices {
@@ -216,28 +227,43 @@ func (x *harness) containerReport(ctx context.Context, ns, pod, container string
 	return rep, nil
 }
 
-// allocatable returns the node's allocatable quantity of a resource (0 if absent).
+// allocatable returns the e2e node's allocatable quantity of a resource (0
+// if absent).
 func (x *harness) allocatable(ctx context.Context, res corev1.ResourceName) (int64, error) {
-	n, err := x.cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-	if err != nil {
-		return 0, err
-	}
-	q, ok := n.Status.Allocatable[res]
-	if !ok {
-		return 0, nil
-	}
-	return q.Value(), nil
+	return x.nodeAllocatable(ctx, nodeName, res)
 }
 
-// waitAllocatable waits until the node's allocatable res satisfies ok.
+// waitAllocatable waits until the e2e node's allocatable res satisfies ok.
 func (x *harness) waitAllocatable(ctx context.Context, res corev1.ResourceName, timeout time.Duration, ok func(int64) bool) (int64, error) {
+	return x.waitNodeAllocatable(ctx, nodeName, res, timeout, ok)
+}
+
+// waitNodeAllocatable waits until a node's allocatable res satisfies ok.
+func (x *harness) waitNodeAllocatable(ctx context.Context, node string, res corev1.ResourceName, timeout time.Duration, ok func(int64) bool) (int64, error) {
 	var v int64
-	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		var err error
-		v, err = x.allocatable(ctx, res)
+		v, err = x.nodeAllocatable(ctx, node, res)
 		return err == nil && ok(v), nil
 	})
 	return v, err
+}
+
+// startReport creates p in ns, waits for it to run and returns the report
+// of its container "main"; a failure ends the scenario.
+func (x *harness) startReport(ctx context.Context, t *testing.T, r *Result, ns string, p *corev1.Pod) ContainerReport {
+	t.Helper()
+	if _, err := x.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		fail(t, r, "create %s/%s: %v", ns, p.Name, err)
+	}
+	if _, err := x.waitRunning(ctx, ns, p.Name, podStartTimeout); err != nil {
+		fail(t, r, "%v", err)
+	}
+	rep, err := x.containerReport(ctx, ns, p.Name, "main")
+	if err != nil {
+		fail(t, r, "%v", err)
+	}
+	return rep
 }
 
 // binaryExists says whether make build produced cmd (so the image has it).

@@ -119,10 +119,7 @@ func waitAdmitted(ctx context.Context, want string) error {
 // resolves the override (the node agent no longer puts ndv5's value in the
 // Allocate environment, which would outrank the conf file); a pod choosing
 // generic-ib resolves none of ndv5's tunings, and both get the node facts.
-func testNCCLOneOwner(t *testing.T, st *state) {
-	r := h.scenario(t, "7a-nccl-one-owner")
-	st.needAgent(t, r)
-	ctx := ctxT(t, 10*time.Minute)
+func testNCCLOneOwner(ctx context.Context, t *testing.T, r *Result) {
 	optedIn(ctx, t, ncclNS, true)
 
 	override := fmt.Sprintf(`[{"name":%q,"nccl":{"NCCL_NET_GDR_LEVEL":%q}}]`, nccl.NDv5, siteGDRLevel)
@@ -203,10 +200,7 @@ func testNCCLOneOwner(t *testing.T, st *state) {
 // settings as the container's main process: the node facts and the user's
 // env through the node agent's ~/.nccl.conf, the profile below them, and the
 // image's own /etc/nccl.conf still below both.
-func testNCCLMPIRanks(t *testing.T, st *state) {
-	r := h.scenario(t, "7b-nccl-mpi-ranks")
-	st.needAgent(t, r)
-	ctx := ctxT(t, 6*time.Minute)
+func testNCCLMPIRanks(ctx context.Context, t *testing.T, r *Result) {
 	if _, err := h.cs.CoreV1().Namespaces().Get(ctx, ncclNS, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		optedIn(ctx, t, ncclNS, true)
 	}

@@ -199,11 +199,7 @@ func nodeEvents(ctx context.Context, reason string) (map[string]corev1.Event, er
 // exclusive pod holds it show in the series carrying that pod as holder; a
 // pod whose HCA stays still gets an RDMAIdle Event, one that opted out does
 // not; an error counter that rises raises an RDMALinkErrors node Event.
-func testObservability(t *testing.T, st *state) {
-	r := h.scenario(t, "8-rdma-observability")
-	st.needAgent(t, r)
-	ctx := ctxT(t, 8*time.Minute)
-
+func testObservability(ctx context.Context, t *testing.T, r *Result) {
 	period, window, err := counterValues(ctx)
 	if err != nil {
 		fail(t, r, "read the release's counter values: %v", err)

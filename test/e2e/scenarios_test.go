@@ -50,16 +50,29 @@ func TestE2E(t *testing.T) {
 	var st state
 	t.Run("0-node-plain-pod", func(t *testing.T) { testPlainPod(t) })
 	t.Run("1-helm-install", func(t *testing.T) { testInstall(t, &st) })
-	t.Run("2-modes", func(t *testing.T) { testModes(t, &st) })
-	t.Run("3-user-nccl-precedence", func(t *testing.T) { testPrecedence(t, &st) })
-	t.Run("4-untouched-and-refused", func(t *testing.T) { testUntouchedAndRefused(t, &st) })
-	t.Run("5a-fault-kubelet-restart", func(t *testing.T) { testKubeletRestart(t, &st) })
-	t.Run("5b-fault-port-down", func(t *testing.T) { testPortDown(t, &st) })
-	t.Run("5c-fault-webhook-replica-deleted", func(t *testing.T) { testWebhookReplicaDeleted(t, &st) })
-	t.Run("6-scale", func(t *testing.T) { testScale(t, &st) })
-	t.Run("7a-nccl-one-owner", func(t *testing.T) { testNCCLOneOwner(t, &st) })
-	t.Run("7b-nccl-mpi-ranks", func(t *testing.T) { testNCCLMPIRanks(t, &st) })
-	t.Run("8-rdma-observability", func(t *testing.T) { testObservability(t, &st) })
+	for _, sc := range []struct {
+		name    string
+		need    func(*testing.T, *Result) // what earlier scenarios must have set up
+		timeout time.Duration
+		run     func(context.Context, *testing.T, *Result)
+	}{
+		{"2-modes", st.needAgent, 6 * time.Minute, testModes},
+		{"3-user-nccl-precedence", st.requireAgent, 4 * time.Minute, testPrecedence},
+		{"4-untouched-and-refused", st.needInstall, 3 * time.Minute, testUntouchedAndRefused},
+		{"5a-fault-kubelet-restart", st.needAgent, 5 * time.Minute, testKubeletRestart},
+		{"5b-fault-port-down", st.needAgent, 4 * time.Minute, testPortDown},
+		{"5c-fault-webhook-replica-deleted", st.needInstall, 5 * time.Minute, testWebhookReplicaDeleted},
+		{"6-scale", st.needInstall, 15 * time.Minute, testScale},
+		{"7a-nccl-one-owner", st.needAgent, 10 * time.Minute, testNCCLOneOwner},
+		{"7b-nccl-mpi-ranks", st.needAgent, 6 * time.Minute, testNCCLMPIRanks},
+		{"8-rdma-observability", st.needAgent, 8 * time.Minute, testObservability},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			r := h.scenario(t, sc.name)
+			sc.need(t, r)
+			sc.run(ctxT(t, sc.timeout), t, r)
+		})
+	}
 }
 
 // 0: the node runs a plain pod with the test image, and the runtime's own
@@ -98,6 +111,16 @@ func (st *state) needAgent(t *testing.T, r *Result) {
 	st.needInstall(t, r)
 	if !st.agentReady {
 		skip(t, r, "node agent not running: %s", st.why)
+	}
+}
+
+// requireAgent is needAgent for a scenario that only devices can exercise:
+// another mode would test something else, so it fails rather than skips.
+func (st *state) requireAgent(t *testing.T, r *Result) {
+	t.Helper()
+	st.needInstall(t, r)
+	if !st.agentReady {
+		fail(t, r, "node agent not ready, so no RDMA resource to request: %s", st.why)
 	}
 }
 
@@ -184,10 +207,7 @@ func optedIn(ctx context.Context, t *testing.T, name string, baseline bool) {
 
 // 2: rdma-shared, rdma-exclusive (2 HCAs) and ipoib pods are admitted,
 // scheduled and run with what the policy says.
-func testModes(t *testing.T, st *state) {
-	r := h.scenario(t, "2-modes")
-	st.needAgent(t, r)
-	ctx := ctxT(t, 6*time.Minute)
+func testModes(ctx context.Context, t *testing.T, r *Result) {
 	const ns = "e2e-rdma"
 	optedIn(ctx, t, ns, true)
 	pods := map[string]map[string]string{
@@ -261,16 +281,7 @@ func testModes(t *testing.T, st *state) {
 	optedIn(ctx, t, privNS, false)
 	p := reportPod("root-shared", map[string]string{prefix + "mode": "rdma-shared"})
 	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: new(int64)} // root: the image's default user is 65532
-	if _, err := h.cs.CoreV1().Pods(privNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		fail(t, r, "create root pod: %v", err)
-	}
-	if _, err := h.waitRunning(ctx, privNS, p.Name, podStartTimeout); err != nil {
-		fail(t, r, "%v", err)
-	}
-	rep, err := h.containerReport(ctx, privNS, p.Name, "main")
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
+	rep := h.startReport(ctx, t, r, privNS, p)
 	check(t, r, rep.hasCap("CAP_IPC_LOCK"), "root rdma-shared pod without Pod Security lacks CAP_IPC_LOCK (caps %v)", rep.Capabilities)
 }
 
@@ -303,10 +314,7 @@ func ncclEnv(rep ContainerReport) map[string]string {
 
 // 3: a user's own NCCL_* value, through env and through envFrom, wins over
 // every injected one in the running container.
-func testPrecedence(t *testing.T, st *state) {
-	r := h.scenario(t, "3-user-nccl-precedence")
-	st.needInstall(t, r)
-	ctx := ctxT(t, 4*time.Minute)
+func testPrecedence(ctx context.Context, t *testing.T, r *Result) {
 	const ns = "e2e-precedence"
 	optedIn(ctx, t, ns, true)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "nccl-user"}, Data: map[string]string{
@@ -317,11 +325,6 @@ func testPrecedence(t *testing.T, st *state) {
 		fail(t, r, "%v", err)
 	}
 	annos := map[string]string{prefix + "mode": "rdma-shared", prefix + "profile": "ndv5"}
-	if !st.agentReady {
-		// Without the agent no node advertises the RDMA resource: ipoib
-		// mode still exercises the injection without needing devices.
-		annos[prefix+"mode"] = "ipoib"
-	}
 	viaEnv := reportPod("via-env", annos)
 	viaEnv.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NCCL_IB_PCI_RELAXED_ORDERING", Value: "0"}, {Name: "NCCL_IB_DISABLE", Value: "1"}, {Name: "NCCL_SOCKET_IFNAME", Value: "user0"}}
 	viaEnvFrom := reportPod("via-envfrom", annos)
@@ -356,10 +359,7 @@ func testPrecedence(t *testing.T, st *state) {
 
 // 4: a pod in a namespace without the label is untouched; a pod with a bad
 // annotation is refused with the documented message.
-func testUntouchedAndRefused(t *testing.T, st *state) {
-	r := h.scenario(t, "4-untouched-and-refused")
-	st.needInstall(t, r)
-	ctx := ctxT(t, 3*time.Minute)
+func testUntouchedAndRefused(ctx context.Context, t *testing.T, r *Result) {
 	h.namespace(ctx, t, "e2e-not-opted-in", nil, nil)
 	annos := map[string]string{prefix + "mode": "rdma-shared"}
 	p, err := h.cs.CoreV1().Pods("e2e-not-opted-in").Create(ctx, reportPod("untouched", annos), metav1.CreateOptions{})
@@ -386,10 +386,7 @@ func testUntouchedAndRefused(t *testing.T, st *state) {
 }
 
 // 5a: the kubelet restarts and the resource comes back.
-func testKubeletRestart(t *testing.T, st *state) {
-	r := h.scenario(t, "5a-fault-kubelet-restart")
-	st.needAgent(t, r)
-	ctx := ctxT(t, 5*time.Minute)
+func testKubeletRestart(ctx context.Context, t *testing.T, r *Result) {
 	start := time.Now()
 	if out, err := h.nodeSh(ctx, "restart-kubelet"); err != nil {
 		fail(t, r, "restart kubelet: %v\n%s", err, out)
@@ -402,30 +399,12 @@ func testKubeletRestart(t *testing.T, st *state) {
 	// And a new exclusive pod gets its devices again.
 	const ns = "e2e-kubelet-restart"
 	optedIn(ctx, t, ns, true)
-	if _, err := h.cs.CoreV1().Pods(ns).Create(ctx, reportPod("after", map[string]string{prefix + "mode": "rdma-exclusive", prefix + "hcas": "1"}), metav1.CreateOptions{}); err != nil {
-		fail(t, r, "%v", err)
-	}
-	if _, err := h.waitRunning(ctx, ns, "after", podStartTimeout); err != nil {
-		fail(t, r, "%v", err)
-	}
-	rep, err := h.containerReport(ctx, ns, "after", "main")
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
-	n = 0
-	for _, d := range rep.Devices {
-		if strings.Contains(d.Path, "uverbs") {
-			n++
-		}
-	}
-	check(t, r, n == 1, "pod after restart sees %v, want one uverbs device", rep.devicePaths())
+	rep := h.startReport(ctx, t, r, ns, reportPod("after", map[string]string{prefix + "mode": "rdma-exclusive", prefix + "hcas": "1"}))
+	check(t, r, rep.uverbs() == 1, "pod after restart sees %v, want one uverbs device", rep.devicePaths())
 }
 
 // 5b: a fixture port goes down and allocatable drops, then recovers.
-func testPortDown(t *testing.T, st *state) {
-	r := h.scenario(t, "5b-fault-port-down")
-	st.needAgent(t, r)
-	ctx := ctxT(t, 4*time.Minute)
+func testPortDown(ctx context.Context, t *testing.T, r *Result) {
 	if err := fixture.SetPortState(fixtureDir, "mlx5_3", 1, "DOWN"); err != nil {
 		fail(t, r, "port down: %v", err)
 	}
@@ -448,10 +427,7 @@ func testPortDown(t *testing.T, st *state) {
 
 // 5c: one webhook replica is deleted during a burst of pod creations and
 // every pod is still admitted and mutated.
-func testWebhookReplicaDeleted(t *testing.T, st *state) {
-	r := h.scenario(t, "5c-fault-webhook-replica-deleted")
-	st.needInstall(t, r)
-	ctx := ctxT(t, 5*time.Minute)
+func testWebhookReplicaDeleted(ctx context.Context, t *testing.T, r *Result) {
 	const ns = "e2e-burst"
 	optedIn(ctx, t, ns, true)
 	pods, err := h.cs.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
@@ -461,6 +437,7 @@ func testWebhookReplicaDeleted(t *testing.T, st *state) {
 	const total = 60
 	errs := make(chan error, total)
 	done := make(chan struct{})
+	midBurst := make(chan struct{}) // closed once a sixth of the pods are created
 	go func() {
 		defer close(done)
 		for i := 0; i < total; i++ {
@@ -468,10 +445,13 @@ func testWebhookReplicaDeleted(t *testing.T, st *state) {
 			p.Spec.NodeName = "no-such-node" // admitted and stored, never run
 			_, err := h.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 			errs <- err
-			time.Sleep(50 * time.Millisecond)
+			if i == total/6 {
+				close(midBurst)
+			}
+			time.Sleep(50 * time.Millisecond) // the burst's pace
 		}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	<-midBurst
 	victim := pods.Items[0].Name
 	if err := h.cs.CoreV1().Pods(releaseNS).Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
 		fail(t, r, "delete webhook pod %s: %v", victim, err)

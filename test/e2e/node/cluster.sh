@@ -24,6 +24,8 @@
 set -euo pipefail
 
 : "${ROOT:?}" "${E2E_DIR:?}" "${K8S_BIN:?}" "${CONTAINERD_BIN:?}" "${CNI_TOOLS_BIN:?}" "${IMAGES_DIR:?}" "${FIXTUREGEN:?}"
+# shellcheck source=test/e2e/node/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # The nodes: short name -> fixture, instance type, address, pod range, GPUs
 # (a fake nvidia.com/gpu capacity, for placement only) and the stand-in for
@@ -43,24 +45,21 @@ BRIDGE=ibkc-br
 FABRIC=ibkc-ib
 CLUSTER_POD_CIDR=198.19.0.0/16
 SERVICE_CIDR=198.19.128.0/20
-CONTAINERD_MEMLOCK=${CONTAINERD_MEMLOCK:-65536:8388608}
 
-PID_DIR=$E2E_DIR/pids
-LOG_DIR=$E2E_DIR/logs
-PKI=$E2E_DIR/pki
-CONF=$E2E_DIR/conf
-HOST_STATE=$E2E_DIR/host
 NODES_DIR=$E2E_DIR/nodes
 RUN_DIR=/run/ibkc
 MNT_DIR=$RUN_DIR/mnt
 FIXTURES=/dev/ibkc-fixture
 # Where every node sees its own fixture (test/e2e/values-e2e.yaml's paths).
 NODE_FIXTURE=/dev/ibk-e2e-fixture
-KUBECONFIG_ADMIN=$E2E_DIR/kubeconfig
 GO=${GO:-go}
-export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
-KUBECTL=("$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN")
-SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+LOG_TAG=cluster
+CLUSTER_NAME=ibkc
+API_IP=$CP_IP
+APISERVER_EXTRA=(--enable-admission-plugins=NodeRestriction)
+# node-monitor-grace-period 20s (default 50s): a lost node is noticed, and
+# its pods leave the Service endpoints, within the fault scenario.
+CONTROLLER_MANAGER_EXTRA=(--node-monitor-grace-period=20s)
 # Host path -> the node's own directory, bound in the node's mount namespace.
 # $NODES_DIR/<n>/<name> on disk; run/* under $RUN_DIR/<n> (tmpfs).
 BINDS=(
@@ -79,134 +78,16 @@ BINDS=(
 HOST_DIRS=(/var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /etc/cni /etc/cni/net.d /opt/cni /opt/cni/bin
 	/var/lib/ibkube /run/containerd /run/nri /run/netns /opt/containerd "$NODE_FIXTURE" "$FIXTURES" "$RUN_DIR")
 
-log() { printf '[cluster %s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
 node_name() { echo "ibkc-$1"; }
 mntns() { echo "$MNT_DIR/$1"; }
 
-running() { # pidname
-	local f=$PID_DIR/$1.pid
-	[[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null
-}
-
-# start PIDNAME NETNS MNTNS CMD... : run CMD in network namespace NETNS (and
-# mount namespace MNTNS unless it is -), in its own session so a signal to
-# make's process group never reaches it; log to $LOG_DIR/PIDNAME.log.
-start() {
-	local name=$1 netns=$2 mnt=$3
-	shift 3
-	if running "$name"; then
-		log "$name already running (pid $(cat "$PID_DIR/$name.pid"))"
-		return
-	fi
-	local ns=(--net="/run/netns/$netns")
-	[[ $mnt == - ]] || ns+=(--mount="$mnt")
-	log "starting $name"
-	# (fd 9 is make's e2e lock: daemons must not hold it)
-	setsid nsenter "${ns[@]}" -- "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null 9>&- &
-	echo $! >"$PID_DIR/$name.pid"
-}
-
-# wait_for DESC SECONDS CMD... : poll CMD until it succeeds.
-wait_for() {
-	local desc=$1 secs=$2 i
-	shift 2
-	for ((i = 0; i < secs * 2; i++)); do
-		if "$@" >/dev/null 2>&1; then
-			return 0
-		fi
-		sleep 0.5
-	done
-	die "timed out after ${secs}s waiting for $desc (logs: $LOG_DIR)"
-}
-
-stop_pid() { # pidname [signal]
-	local f=$PID_DIR/$1.pid pid i sig=${2:-TERM}
-	[[ -f $f ]] || return 0
-	pid=$(cat "$f")
-	if kill -0 "$pid" 2>/dev/null; then
-		log "stopping $1 (pid $pid, SIG$sig)"
-		kill -"$sig" "$pid" 2>/dev/null || true
-		for ((i = 0; i < 40; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.25
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	rm -f "$f"
-}
-
-put() { # FILE: write stdin to FILE only when it differs (kube-proxy exits when its config changes)
-	local tmp=$1.tmp
-	cat >"$tmp"
-	if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv -f "$tmp" "$1"; fi
-}
-
 # ---------------------------------------------------------------- host state
-record_host_state() {
-	mkdir -p "$HOST_STATE"
-	if [[ ! -f $HOST_STATE/sysctls ]]; then
-		: >"$HOST_STATE/sysctls.tmp"
-		for s in "${SYSCTLS[@]}"; do
-			v=$(sysctl -n "$s" 2>/dev/null) && printf '%s=%s\n' "$s" "$v" >>"$HOST_STATE/sysctls.tmp"
-		done
-		mv "$HOST_STATE/sysctls.tmp" "$HOST_STATE/sysctls"
-	fi
-	if [[ ! -f $HOST_STATE/dirs ]]; then
-		: >"$HOST_STATE/dirs.tmp"
-		for d in "${HOST_DIRS[@]}"; do
-			[[ -e $d ]] || echo "$d" >>"$HOST_STATE/dirs.tmp"
-		done
-		mv "$HOST_STATE/dirs.tmp" "$HOST_STATE/dirs"
-	fi
-	# The chart mounts the host /dev with HostToContainer propagation, which
-	# needs /dev to be shared or slave; made shared before the nodes' mount
-	# namespaces are created, /dev is a slave in each of them.
-	[[ -f $HOST_STATE/dev-propagation ]] || findmnt -no PROPAGATION /dev >"$HOST_STATE/dev-propagation"
-	if [[ $(findmnt -no PROPAGATION /dev) == private ]]; then
-		log "making /dev a shared mount (restored by down)"
-		mount --make-shared /dev
-	fi
-	[[ -f $HOST_STATE/netns ]] || { ls /run/netns 2>/dev/null || true; } >"$HOST_STATE/netns"
-}
-
 restore_host_state() {
-	if [[ -f $HOST_STATE/sysctls ]]; then
-		while IFS='=' read -r k v; do
-			[[ -n $k ]] || continue
-			cur=$(sysctl -n "$k" 2>/dev/null || true)
-			if [[ $cur != "$v" ]]; then
-				log "restoring sysctl $k=$v (was $cur)"
-				sysctl -qw "$k=$v" || log "could not restore $k"
-			fi
-		done <"$HOST_STATE/sysctls"
-	fi
-	if [[ $(cat "$HOST_STATE/dev-propagation" 2>/dev/null) == private && $(findmnt -no PROPAGATION /dev) != private ]]; then
-		log "making /dev a private mount again"
-		mount --make-private /dev
-	fi
-	remove_cgroups
+	restore_sysctls_and_dev
+	remove_cgroups "${NODES[@]/#/ibkc-}"
 	unmount_under "$RUN_DIR" "$FIXTURES" "$NODE_FIXTURE" "$NODES_DIR"
-	if [[ -f $HOST_STATE/dirs ]]; then
-		# deepest first
-		sort -r "$HOST_STATE/dirs" | while read -r d; do
-			[[ -n $d && -e $d ]] || continue
-			unmount_under "$d"
-			log "removing $d (created by up)"
-			rm -rf --one-file-system "$d" || log "could not remove $d"
-		done
-	fi
+	remove_recorded_dirs
 	rm -rf "$HOST_STATE"
-}
-
-unmount_under() {
-	local p m
-	for p in "$@"; do
-		awk -v p="$p" '$2 == p || index($2, p "/") == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do
-			umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "could not unmount $m"
-		done
-	done
 }
 
 # Every kubelet gets its own cgroup root, /ibkc-<node>, in every v1
@@ -230,17 +111,6 @@ cgroup_procs() { # node: PIDs in the node's cgroups
 		[[ -d $c ]] || continue
 		find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null
 	done | sort -u
-}
-
-remove_cgroups() {
-	local c n
-	for c in /sys/fs/cgroup/*/; do
-		for n in "${NODES[@]}"; do
-			[[ -d $c/ibkc-$n ]] || continue
-			find "$c/ibkc-$n" -depth -type d -exec rmdir {} \; 2>/dev/null || true
-			if [[ -d $c/ibkc-$n ]]; then log "cgroup $c/ibkc-$n still busy"; fi
-		done
-	done
 }
 
 # ---------------------------------------------------------------- network
@@ -355,50 +225,6 @@ mntns_down() { # node
 }
 
 # ---------------------------------------------------------------- pki/config
-gen_pki() {
-	if [[ -f $PKI/done ]]; then return; fi
-	log "generating certificates and service-account keys"
-	mkdir -p "$PKI"
-	(
-		cd "$PKI"
-		openssl req -x509 -newkey rsa:2048 -nodes -days 30 -keyout ca.key -out ca.crt -subj "/CN=ibkc-ca" 2>/dev/null
-		cert() { # name subj san
-			openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
-			printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n%s' "$3" >"$1.ext"
-			openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 -out "$1.crt" -extfile "$1.ext" 2>/dev/null
-		}
-		cert apiserver "/CN=kube-apiserver" "subjectAltName=IP:$CP_IP,IP:198.19.128.1,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
-		cert admin "/O=system:masters/CN=ibkc-admin" ""
-		for n in "${NODES[@]}"; do
-			cert "kubelet-$n" "/O=system:nodes/CN=system:node:$(node_name "$n")" "subjectAltName=IP:${NODE_IP[$n]}"
-		done
-		openssl genrsa -out sa.key 2048 2>/dev/null
-		openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-		touch done
-	)
-}
-
-kubeconfig() { # file cert
-	put "$1" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: ibkc
-  cluster:
-    server: https://$CP_IP:6443
-    certificate-authority: $PKI/ca.crt
-users:
-- name: $2
-  user:
-    client-certificate: $PKI/$2.crt
-    client-key: $PKI/$2.key
-contexts:
-- name: ibkc
-  context: {cluster: ibkc, user: $2}
-current-context: ibkc
-EOF
-}
-
 write_node_configs() { # node
 	local n=$1 d=$NODES_DIR/$1 c=$CONF/$1 b
 	mkdir -p "$c" "$d/cni-conf/whereabouts.d" "$d/cni-bin" "$d/cni-ipam"
@@ -424,22 +250,7 @@ write_node_configs() { # node
   "delegates": [{
     "cniVersion": "1.0.0",
     "name": "ibkc-pods",
-    "plugins": [
-      {
-        "type": "bridge",
-        "bridge": "cni0",
-        "isGateway": true,
-        "ipMasq": false,
-        "hairpinMode": true,
-        "ipam": {
-          "type": "host-local",
-          "dataDir": "$d/cni-ipam",
-          "ranges": [[{"subnet": "${POD_CIDR[$n]}"}]],
-          "routes": [{"dst": "0.0.0.0/0"}]
-        }
-      },
-      {"type": "portmap", "capabilities": {"portMappings": true}}
-    ]
+    "plugins": $(bridge_plugins false "$d/cni-ipam" "${POD_CIDR[$n]}")
   }]
 }
 EOF
@@ -453,124 +264,10 @@ EOF
   "log_level": "verbose"
 }
 EOF
-	put "$c/containerd.toml" <<EOF
-version = 3
-root = "$d/containerd/root"
-state = "/run/containerd/state"
-
-[grpc]
-  address = "/run/containerd/containerd.sock"
-
-[ttrpc]
-  address = "/run/containerd/containerd.sock.ttrpc"
-
-[plugins."io.containerd.cri.v1.images".pinned_images]
-  sandbox = "docker.io/library/ibkube-pause:dev"
-
-[plugins."io.containerd.cri.v1.runtime"]
-  # No CAP_SYS_RESOURCE here: runc cannot write oom_score_adj -998.
-  restrict_oom_score_adj = true
-
-[plugins."io.containerd.cri.v1.runtime".cni]
-  bin_dirs = ["/opt/cni/bin"]
-  conf_dir = "/etc/cni/net.d"
-  max_conf_num = 1
-
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-  BinaryName = "/usr/sbin/runc"
-  SystemdCgroup = false
-
-[plugins."io.containerd.nri.v1.nri"]
-  disable = false
-  socket_path = "/var/run/nri/nri.sock"
-  plugin_path = "$d/nri/plugins"
-  plugin_config_path = "$d/nri/conf.d"
-EOF
-	put "$c/kubelet.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-failCgroupV1: false
-failSwapOn: false
-cgroupDriver: cgroupfs
-cgroupRoot: /ibkc-$n
-containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
-address: ${NODE_IP[$n]}
-readOnlyPort: 0
-authentication:
-  anonymous: {enabled: false}
-  webhook: {enabled: true}
-  x509: {clientCAFile: $PKI/ca.crt}
-authorization:
-  mode: Webhook
-evictionHard:
-  memory.available: 100Mi
-  nodefs.available: "1%"
-  nodefs.inodesFree: "1%"
-  imagefs.available: "1%"
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-maxPods: 250
-serializeImagePulls: false
-protectKernelDefaults: false
-resolvConf: /etc/resolv.conf
-EOF
-	put "$c/kube-proxy.yaml" <<EOF
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-clientConnection:
-  kubeconfig: $KUBECONFIG_ADMIN
-mode: iptables
-hostnameOverride: $(node_name "$n")
-clusterCIDR: $CLUSTER_POD_CIDR
-bindAddress: ${NODE_IP[$n]}
-nodePortAddresses: [primary]
-healthzBindAddress: 127.0.0.1:10256
-metricsBindAddress: 127.0.0.1:10249
-iptables:
-  masqueradeAll: true
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-EOF
-}
-
-# ---------------------------------------------------------------- control plane
-control_plane_up() {
-	start cp-etcd "$CP_NS" - /usr/bin/etcd --name ibkc --data-dir "$E2E_DIR/etcd" \
-		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
-		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-		--initial-cluster ibkc=http://127.0.0.1:2380 --quota-backend-bytes 4294967296
-	start cp-kube-apiserver "$CP_NS" - "$K8S_BIN/kube-apiserver" \
-		--etcd-servers=http://127.0.0.1:2379 \
-		--bind-address="$CP_IP" --advertise-address="$CP_IP" --secure-port=6443 \
-		--service-cluster-ip-range="$SERVICE_CIDR" \
-		--client-ca-file="$PKI/ca.crt" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
-		--kubelet-client-certificate="$PKI/admin.crt" --kubelet-client-key="$PKI/admin.key" \
-		--kubelet-preferred-address-types=InternalIP,Hostname \
-		--service-account-issuer=https://kubernetes.default.svc.cluster.local \
-		--service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-		--authorization-mode=Node,RBAC --allow-privileged=true \
-		--enable-admission-plugins=NodeRestriction \
-		--enable-aggregator-routing=true \
-		--profiling=false --v=1
-	wait_for "kube-apiserver" 120 "${KUBECTL[@]}" get --raw /readyz
-	# node-monitor-grace-period 20s (default 50s): a lost node is noticed,
-	# and its pods leave the Service endpoints, within the fault scenario.
-	start cp-kube-controller-manager "$CP_NS" - "$K8S_BIN/kube-controller-manager" \
-		--kubeconfig="$KUBECONFIG_ADMIN" --authentication-kubeconfig="$KUBECONFIG_ADMIN" --authorization-kubeconfig="$KUBECONFIG_ADMIN" \
-		--bind-address=127.0.0.1 --leader-elect=false \
-		--service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
-		--use-service-account-credentials=true --controllers='*,-nodeipam,-cloud-node-lifecycle' \
-		--node-monitor-grace-period=20s \
-		--profiling=false
-	start cp-kube-scheduler "$CP_NS" - "$K8S_BIN/kube-scheduler" \
-		--kubeconfig="$KUBECONFIG_ADMIN" --authentication-kubeconfig="$KUBECONFIG_ADMIN" --authorization-kubeconfig="$KUBECONFIG_ADMIN" \
-		--bind-address=127.0.0.1 --leader-elect=false --profiling=false
+	containerd_config "$c/containerd.toml" "$d/containerd/root" /run/containerd/state /run/containerd/containerd.sock \
+		/opt/cni/bin /etc/cni/net.d "$d/nri" "max_conf_num = 1"
+	kubelet_config "$c/kubelet.yaml" "${NODE_IP[$n]}" /run/containerd/containerd.sock "cgroupRoot: /ibkc-$n"
+	kube_proxy_config "$c/kube-proxy.yaml" "$(node_name "$n")" "$CLUSTER_POD_CIDR" "${NODE_IP[$n]}"
 }
 
 # ---------------------------------------------------------------- nodes
@@ -596,11 +293,7 @@ start_kubelet() { # node
 }
 
 import_images() { # node
-	local t
-	for t in "$IMAGES_DIR"/*.tar; do
-		[[ -e $t ]] || continue
-		ctr "$1" -n k8s.io images import "$t" >>"$LOG_DIR/$1-ctr-import.log" 2>&1 || die "ctr import $t on $1 failed"
-	done
+	import_tarballs "$LOG_DIR/$1-ctr-import.log" ctr "$1"
 	# A second tag of the same image for the helm upgrade scenario (a new
 	# image tag rolls every ibkube pod).
 	ctr "$1" -n k8s.io images tag --force docker.io/library/ibkube:dev docker.io/library/ibkube:e2e-upgrade >>"$LOG_DIR/$1-ctr-import.log" 2>&1
@@ -645,10 +338,6 @@ net_probe() {
 	wait "$lpid" 2>/dev/null || true
 	echo "$out"
 	return $rc
-}
-
-node_ready() { # node-name
-	[[ $("${KUBECTL[@]}" get node "$1" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
 }
 
 node_up() { # node
@@ -715,9 +404,12 @@ up() {
 	mkdir -p "$PID_DIR" "$LOG_DIR" "$E2E_DIR/etcd"
 	record_host_state
 	network_up
-	gen_pki
+	local pki=() n
+	for n in "${NODES[@]}"; do
+		pki+=("kubelet-$n" "/O=system:nodes/CN=system:node:$(node_name "$n")" "subjectAltName=IP:${NODE_IP[$n]}")
+	done
+	gen_pki "${pki[@]}"
 	kubeconfig "$KUBECONFIG_ADMIN" admin
-	local n
 	for n in "${NODES[@]}"; do
 		# Built before the node's mount namespace binds it: a fixture
 		# rebuilt later would be a new directory the node does not see.
@@ -727,7 +419,7 @@ up() {
 		mntns_up "$n"
 		write_node_configs "$n"
 	done
-	control_plane_up
+	control_plane_up cp- "$CP_NS"
 	apply_crds
 	for n in "${NODES[@]}"; do node_up "$n"; done
 	for n in "${NODES[@]}"; do
@@ -740,22 +432,7 @@ up() {
 
 delete_pods() {
 	running cp-kube-apiserver || return 0
-	"${KUBECTL[@]}" get --raw /readyz >/dev/null 2>&1 || return 0
-	log "deleting workloads and pods through the API"
-	"${KUBECTL[@]}" delete mutatingwebhookconfigurations,validatingwebhookconfigurations --all --wait=false >/dev/null 2>&1 || true
-	"${KUBECTL[@]}" delete daemonsets,deployments,replicasets,statefulsets,jobs --all -A --wait=false >/dev/null 2>&1 || true
-	"${KUBECTL[@]}" delete pods --all -A --grace-period=1 --wait=true --timeout=90s >/dev/null 2>&1 ||
-		log "some pods did not go away in 90s"
-}
-
-# Sandboxes the API could not delete: stopped in containerd so CNI (Multus,
-# whereabouts) releases their addresses while the API still answers.
-stop_sandboxes() { # node
-	running "$1-containerd" || return 0
-	local ids id
-	ids=$(ctr "$1" -n k8s.io tasks ls -q 2>/dev/null || true)
-	for id in $ids; do ctr "$1" -n k8s.io tasks kill -s KILL "$id" >/dev/null 2>&1 || true; done
-	for id in $ids; do ctr "$1" -n k8s.io tasks delete -f "$id" >/dev/null 2>&1 || true; done
+	delete_pods_via_api
 }
 
 down() {
@@ -765,7 +442,7 @@ down() {
 	for n in "${NODES[@]}"; do
 		stop_pid "$n-kube-proxy"
 		stop_pid "$n-kubelet"
-		stop_sandboxes "$n"
+		if running "$n-containerd"; then stop_tasks ctr "$n"; fi
 		stop_pid "$n-containerd"
 		kill_node_leftovers "$n"
 	done

@@ -2,15 +2,11 @@ package main
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/ibkube/ibkube/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 func TestRunGolden(t *testing.T) {
 	t.Parallel()
@@ -21,19 +17,7 @@ func TestRunGolden(t *testing.T) {
 			if err := run([]string{filepath.Join("testdata", name+".yaml")}, nil, &out); err != nil {
 				t.Fatal(err)
 			}
-			golden := filepath.Join("testdata", name+".golden")
-			if *update {
-				if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(string(want), out.String()); d != "" {
-				t.Errorf("view (-want +got):\n%s", d)
-			}
+			golden.Check(t, filepath.Join("testdata", name+".golden"), out.Bytes())
 		})
 	}
 }

@@ -228,10 +228,11 @@ func TestPluginWithReferenceDelegates(t *testing.T) {
 		t.Error("rdma1 is still in the host namespace after the host-device ADD")
 	}
 
-	for _, n := range []struct {
+	attached := []struct {
 		list *libcni.NetworkConfigList
 		ifn  string
-	}{{roce, "net1"}, {exclusive, "net2"}, {allocated, "net3"}} {
+	}{{roce, "net1"}, {exclusive, "net2"}, {allocated, "net3"}}
+	for _, n := range attached {
 		if err := e.cni.CheckNetworkList(ctx, n.list, e.rt(n.ifn)); err != nil {
 			t.Errorf("CHECK %s: %v", n.list.Name, err)
 		}
@@ -243,10 +244,7 @@ func TestPluginWithReferenceDelegates(t *testing.T) {
 		t.Error("CHECK succeeded after net1 was deleted in the pod")
 	}
 
-	for _, n := range []struct {
-		list *libcni.NetworkConfigList
-		ifn  string
-	}{{roce, "net1"}, {exclusive, "net2"}, {allocated, "net3"}} {
+	for _, n := range attached {
 		if err := e.cni.DelNetworkList(ctx, n.list, e.rt(n.ifn)); err != nil {
 			t.Errorf("DEL %s: %v", n.list.Name, err)
 		}

@@ -151,22 +151,6 @@ state = %[2]q
 		sandboxImage, filepath.Join(base, "cni"), runc, filepath.Join(base, "state", "runc"))
 }
 
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // teardown undoes what containerd and runc left under base, whatever state
 // the test stopped in: containers runc still knows, shims serving our
 // containerd (found by the address on their command line), mounts under

@@ -40,6 +40,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/internal/testenv"
 	"github.com/ibkube/ibkube/node/memlock"
 )
 
@@ -117,7 +118,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 	}
 	defer conn.Close()
 	rt := cri.NewRuntimeServiceClient(conn)
-	waitFor(t, 60*time.Second, "containerd's CRI service", func() error {
+	testenv.Eventually(t, 60*time.Second, "containerd's CRI service", func() error {
 		select {
 		case <-cur.exited:
 			t.Fatal("containerd exited early")
@@ -144,7 +145,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 	pdone := make(chan error)
 	go func() { pdone <- plugin.Run(pctx) }()
 	defer func() { pcancel(); <-pdone }()
-	waitFor(t, 30*time.Second, "the plugin to register with containerd's NRI", func() error {
+	testenv.Eventually(t, 30*time.Second, "the plugin to register with containerd's NRI", func() error {
 		if s := plugin.State(); s != memlock.StateConnected {
 			return fmt.Errorf("state %s", s)
 		}
@@ -216,7 +217,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 		// subtest ended: containerd relayed StopContainer and
 		// RemoveContainer through NRI, and the plugin deleted the file the
 		// container read above.
-		waitFor(t, 30*time.Second, "the root container's file to go", func() error {
+		testenv.Eventually(t, 30*time.Second, "the root container's file to go", func() error {
 			if _, err := os.Stat(filepath.Join(rankDir, id+".nccl.conf")); !os.IsNotExist(err) {
 				return fmt.Errorf("stat: %v", err)
 			}
@@ -228,7 +229,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 	// process (and learns its limits again), and keeps raising memlock.
 	t.Run("runtime-restart", func(t *testing.T) {
 		cur.stop()
-		waitFor(t, 30*time.Second, "the plugin to notice containerd is gone", func() error {
+		testenv.Eventually(t, 30*time.Second, "the plugin to notice containerd is gone", func() error {
 			if s := plugin.State(); s == memlock.StateConnected {
 				return fmt.Errorf("state %s", s)
 			}
@@ -236,7 +237,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 		})
 		t.Logf("containerd stopped: plugin state %s", plugin.State())
 		cur = start()
-		waitFor(t, 60*time.Second, "the plugin to register again", func() error {
+		testenv.Eventually(t, 60*time.Second, "the plugin to register again", func() error {
 			if s := plugin.State(); s != memlock.StateConnected {
 				return fmt.Errorf("state %s", s)
 			}
@@ -332,7 +333,7 @@ func runContainer(ctx context.Context, t *testing.T, rt cri.RuntimeServiceClient
 		t.Fatalf("StartContainer (the container must start even when memlock is clamped): %v", err)
 	}
 	var status *cri.ContainerStatus
-	waitFor(t, 30*time.Second, "the probe to exit", func() error {
+	testenv.Eventually(t, 30*time.Second, "the probe to exit", func() error {
 		st, err := rt.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: cc.ContainerId})
 		if err != nil {
 			return err

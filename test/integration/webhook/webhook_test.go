@@ -85,11 +85,8 @@ func (w *warnings) take() []string {
 func shippedWebhookConfig(t *testing.T) *admissionregistrationv1.MutatingWebhookConfiguration {
 	t.Helper()
 	data, err := os.ReadFile(manifestsFile)
-	if errors.Is(err, os.ErrNotExist) {
-		t.Skipf("%s does not exist yet (rendered from charts/ibkube by the chart's make target): nothing shipped to test against", manifestsFile)
-	}
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the shipped manifests are what this test checks: %v (render them from charts/ibkube with make manifests)", err)
 	}
 	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for {
@@ -121,22 +118,32 @@ type testCA struct {
 	pem  []byte
 }
 
-func newTestCA(t *testing.T) *testCA {
+// sign makes a P-256 key and a certificate of it from tmpl, valid from an
+// hour ago for two hours, signed by ca (self-signed when ca is nil).
+func sign(t *testing.T, tmpl *x509.Certificate, ca *testCA) ([]byte, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ibkube-test-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	parent, parentKey := tmpl, key
+	if ca != nil {
+		parent, parentKey = ca.cert, ca.key
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return der, key
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	der, key := sign(t, &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ibkube-test-ca"},
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}, nil)
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		t.Fatal(err)
@@ -148,21 +155,11 @@ func newTestCA(t *testing.T) *testCA {
 // replaced atomically as a rotating Secret mount would.
 func (ca *testCA) issue(t *testing.T, dir string, serial int64) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
+	der, key := sign(t, &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, ca)
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
@@ -198,21 +195,6 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 func httpGet(url string) (int, string, error) {
@@ -269,6 +251,17 @@ func (e *env) create(t *testing.T, ns string, p *corev1.Pod) (*corev1.Pod, []str
 		t.Fatal(gerr)
 	}
 	return stored, w, nil
+}
+
+// admit creates p in ns, failing the test if it is refused, and returns
+// the stored pod and the warnings.
+func (e *env) admit(t *testing.T, ns string, p *corev1.Pod) (*corev1.Pod, []string) {
+	t.Helper()
+	got, w, err := e.create(t, ns, p)
+	if err != nil {
+		t.Fatalf("%s/%s refused: %v", ns, p.Name, err)
+	}
+	return got, w
 }
 
 func hasCap(c corev1.Container, capName corev1.Capability) bool {
@@ -332,7 +325,7 @@ func TestWebhook(t *testing.T) {
 			t.Error("server did not stop")
 		}
 	})
-	eventually(t, time.Minute, "readyz", func() error {
+	testenv.Eventually(t, time.Minute, "readyz", func() error {
 		select {
 		case err := <-done:
 			t.Fatalf("server.Run returned early: %v", err)
@@ -351,14 +344,9 @@ func TestWebhook(t *testing.T) {
 	warn := &warnings{}
 	clientCfg := rest.CopyConfig(restCfg)
 	clientCfg.WarningHandler = warn
-	cs, err := kubernetes.NewForConfig(clientCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(restCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, _ := testenv.Clients(t, clientCfg)
+	// The dynamic client's warnings are not the admission warnings checked.
+	_, dyn := testenv.Clients(t, restCfg)
 	e := &env{cs: cs, dyn: dyn, warn: warn, envtest: te, release: release,
 		metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort), cfgDir: cd}
 
@@ -382,7 +370,7 @@ func TestWebhook(t *testing.T) {
 		t.Fatalf("install the shipped MutatingWebhookConfiguration: %v", err)
 	}
 	// The API server picks the configuration up asynchronously.
-	eventually(t, time.Minute, "webhook in effect", func() error {
+	testenv.Eventually(t, time.Minute, "webhook in effect", func() error {
 		p := pod("probe", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0)
 		got, err := cs.CoreV1().Pods("rdma").Create(bg, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
@@ -413,7 +401,7 @@ func TestWebhook(t *testing.T) {
 	})
 	t.Run("certificate rotation", func(t *testing.T) {
 		ca.issue(t, certDir, 3)
-		eventually(t, 30*time.Second, "rotated certificate served", func() error {
+		testenv.Eventually(t, 30*time.Second, "rotated certificate served", func() error {
 			serial, err := servedSerial(port)
 			if err != nil {
 				return err
@@ -424,10 +412,7 @@ func TestWebhook(t *testing.T) {
 			return nil
 		})
 		// The API server still reaches the webhook through the new certificate.
-		got, _, err := e.create(t, "rdma", pod("after-rotation", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, _ := e.admit(t, "rdma", pod("after-rotation", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0))
 		if _, ok := got.Annotations[contract.AnnotationInjected]; !ok {
 			t.Error("pod not mutated after the certificate rotated")
 		}
@@ -436,10 +421,7 @@ func TestWebhook(t *testing.T) {
 
 func (e *env) testOptedIn(t *testing.T) {
 	t.Run("rdma-shared", func(t *testing.T) {
-		got, w, err := e.create(t, "rdma", pod("shared", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, w := e.admit(t, "rdma", pod("shared", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0))
 		c := got.Spec.Containers[0]
 		if q := c.Resources.Limits["rdma/shared_ib"]; q.Value() != 1 {
 			t.Errorf("stored limits %v: want rdma/shared_ib: 1", c.Resources.Limits)
@@ -458,10 +440,7 @@ func (e *env) testOptedIn(t *testing.T) {
 		}
 	})
 	t.Run("rdma-exclusive on 8 GPUs", func(t *testing.T) {
-		got, _, err := e.create(t, "rdma", pod("exclusive", map[string]string{contract.AnnotationMode: contract.ModeExclusive}, 8))
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, _ := e.admit(t, "rdma", pod("exclusive", map[string]string{contract.AnnotationMode: contract.ModeExclusive}, 8))
 		c := got.Spec.Containers[0]
 		if q := c.Resources.Limits["rdma/ib"]; q.Value() != 8 {
 			t.Errorf("stored limits %v: want rdma/ib: 8 (one HCA per GPU)", c.Resources.Limits)
@@ -472,18 +451,13 @@ func (e *env) testOptedIn(t *testing.T) {
 	})
 	t.Run("pod without annotation or GPU is not sent", func(t *testing.T) {
 		before := e.admissions(t)
-		got, _, err := e.create(t, "rdma", pod("cpu-only", nil, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, _ := e.admit(t, "rdma", pod("cpu-only", nil, 0))
 		if after := e.admissions(t); after != before {
 			t.Errorf("the API server sent the pod to the webhook (%v admissions counted, then %v): the matchConditions should keep it away", before, after)
 		}
 		// The count does move for a pod that is sent: a GPU pod, which a
 		// namespace default mode would apply to.
-		if _, _, err := e.create(t, "rdma", pod("gpu-no-mode", nil, 8)); err != nil {
-			t.Fatal(err)
-		}
+		e.admit(t, "rdma", pod("gpu-no-mode", nil, 8))
 		if after := e.admissions(t); after != before+1 {
 			t.Errorf("GPU pod: %v admissions counted, want %v", after, before+1)
 		}
@@ -492,10 +466,7 @@ func (e *env) testOptedIn(t *testing.T) {
 		}
 	})
 	t.Run("mode none opts out", func(t *testing.T) {
-		got, _, err := e.create(t, "rdma", pod("opt-out", map[string]string{contract.AnnotationMode: contract.ModeNone}, 8))
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, _ := e.admit(t, "rdma", pod("opt-out", map[string]string{contract.AnnotationMode: contract.ModeNone}, 8))
 		if _, ok := got.Annotations[contract.AnnotationInjected]; ok {
 			t.Errorf("mode none pod was injected: %v", got.Annotations)
 		}
@@ -525,10 +496,7 @@ func (e *env) admissions(t *testing.T) float64 {
 }
 
 func (e *env) testPlain(t *testing.T) {
-	got, _, err := e.create(t, "plain", pod("shared", map[string]string{contract.AnnotationMode: contract.ModeShared}, 8))
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, _ := e.admit(t, "plain", pod("shared", map[string]string{contract.AnnotationMode: contract.ModeShared}, 8))
 	if _, ok := got.Spec.Containers[0].Resources.Limits["rdma/shared_ib"]; ok {
 		t.Errorf("pod in a namespace that did not opt in was mutated: %v", got.Spec.Containers[0].Resources.Limits)
 	}
@@ -538,10 +506,7 @@ func (e *env) testPlain(t *testing.T) {
 }
 
 func (e *env) testRelease(t *testing.T) {
-	got, _, err := e.create(t, e.release, pod("shared", map[string]string{contract.AnnotationMode: contract.ModeShared}, 8))
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, _ := e.admit(t, e.release, pod("shared", map[string]string{contract.AnnotationMode: contract.ModeShared}, 8))
 	if len(got.Annotations) != 1 || hasCap(got.Spec.Containers[0], "IPC_LOCK") {
 		t.Errorf("pod in the release namespace %s was mutated: %v", e.release, got.Annotations)
 	}
@@ -613,7 +578,7 @@ func (e *env) testNetworks(t *testing.T) {
 	if err != nil || len(crds) != 1 {
 		t.Fatalf("install NAD CRD: %v (%d CRDs)", err, len(crds))
 	}
-	eventually(t, time.Minute, "refusal naming the missing NAD", func() error {
+	testenv.Eventually(t, time.Minute, "refusal naming the missing NAD", func() error {
 		_, _, err := e.create(t, "rdma", ipoib("no-nad"))
 		if err == nil {
 			return errors.New("pod admitted without its NetworkAttachmentDefinition")
@@ -650,7 +615,7 @@ func (e *env) testConfigReload(t *testing.T) {
 	// A valid file: the shared resource of an NVIDIA Network Operator install.
 	e.cfgDir.Write(t, "apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nresources:\n  shared: rdma/rdma_shared_device_a\n  exclusive: rdma/ib\n")
 	n := 0
-	eventually(t, 30*time.Second, "new shared resource name", func() error {
+	testenv.Eventually(t, 30*time.Second, "new shared resource name", func() error {
 		n++
 		got, _, err := e.create(t, "rdma", pod(fmt.Sprintf("reload-%d", n), map[string]string{contract.AnnotationMode: contract.ModeShared}, 0))
 		if err != nil {
@@ -663,7 +628,7 @@ func (e *env) testConfigReload(t *testing.T) {
 	})
 	// A bad file keeps the last good config, and says so.
 	e.cfgDir.Write(t, "apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nresources:\n  shard: rdma/typo\n")
-	eventually(t, 30*time.Second, "bad config reported", func() error {
+	testenv.Eventually(t, 30*time.Second, "bad config reported", func() error {
 		_, body, err := httpGet(e.metrics)
 		if err != nil {
 			return err
@@ -673,16 +638,13 @@ func (e *env) testConfigReload(t *testing.T) {
 		}
 		return nil
 	})
-	got, _, err := e.create(t, "rdma", pod("after-bad-config", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, _ := e.admit(t, "rdma", pod("after-bad-config", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0))
 	if _, ok := got.Spec.Containers[0].Resources.Limits["rdma/rdma_shared_device_a"]; !ok {
 		t.Errorf("after a bad config file the last good one must stay: limits %v", got.Spec.Containers[0].Resources.Limits)
 	}
 	// A file that disappears is a failed reload too, not a switch to defaults.
 	e.cfgDir.Remove(t)
-	eventually(t, 30*time.Second, "vanished config reported", func() error {
+	testenv.Eventually(t, 30*time.Second, "vanished config reported", func() error {
 		_, body, err := httpGet(e.metrics)
 		if err != nil {
 			return err
@@ -692,10 +654,7 @@ func (e *env) testConfigReload(t *testing.T) {
 		}
 		return nil
 	})
-	got, _, err = e.create(t, "rdma", pod("after-vanished-config", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, _ = e.admit(t, "rdma", pod("after-vanished-config", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0))
 	if _, ok := got.Spec.Containers[0].Resources.Limits["rdma/rdma_shared_device_a"]; !ok {
 		t.Errorf("after the config file vanished the last good one must stay: limits %v", got.Spec.Containers[0].Resources.Limits)
 	}
@@ -812,21 +771,29 @@ func TestCertSetupGatesReadiness(t *testing.T) {
 		t.Fatal("CertSetup not called")
 	}
 	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
-	// Give the cache time to sync: only the missing certificates hold readiness back.
-	time.Sleep(3 * time.Second)
-	code, body, err := httpGet(readyz)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code == http.StatusOK {
-		t.Fatalf("/readyz is OK before any certificate exists: %s", body)
+	// Wait for the cache check to pass (readyz lists every check when one
+	// fails): from then on only the missing certificates hold readiness back.
+	var code int
+	var body string
+	testenv.Eventually(t, 30*time.Second, "readyz cache check", func() error {
+		var err error
+		if code, body, err = httpGet(readyz + "?verbose"); err != nil {
+			return err
+		}
+		if !strings.Contains(body, "[+]cache ok") {
+			return fmt.Errorf("status %d: %s", code, body)
+		}
+		return nil
+	})
+	if code == http.StatusOK || !strings.Contains(body, "[-]webhook failed") {
+		t.Fatalf("/readyz before any certificate exists: status %d, want the webhook check failing:\n%s", code, body)
 	}
 	if _, err := servedSerial(port); err == nil {
 		t.Fatal("webhook port answers TLS before CertSetup said the certificates are there")
 	}
 	newTestCA(t).issue(t, certDir, 7)
 	close(ready)
-	eventually(t, 30*time.Second, "readyz after certificates", func() error {
+	testenv.Eventually(t, 30*time.Second, "readyz after certificates", func() error {
 		code, body, err := httpGet(readyz)
 		if err != nil {
 			return err
