@@ -17,6 +17,7 @@ import (
 	"github.com/ibkube/ibkube/node/agent"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/memlock"
+	"github.com/ibkube/ibkube/node/nri"
 )
 
 func main() {
@@ -75,15 +76,15 @@ func addMemlockPlugin(a *agent.Agent, opts options, cluster *api, log logr.Logge
 	if err != nil {
 		return err
 	}
-	cfg := memlock.Config{SocketPath: opts.nriSocket, ProcRoot: opts.procRoot, Max: maxV}
+	cfg := nri.Config{SocketPath: opts.nriSocket, ProcRoot: opts.procRoot, Max: maxV}
 	if opts.ncclRankConf {
 		cfg.RankConfDir = filepath.Join(opts.stateDir, "nccl-ranks")
 	}
-	var events memlock.EventSink
+	var events nri.EventSink
 	if cluster != nil {
-		events = memlock.RecorderSink{Recorder: cluster.recorder}
+		events = nri.RecorderSink{Recorder: cluster.recorder}
 	}
-	p, err := memlock.NewPlugin(cfg, a, log, a.Registry(), events)
+	p, err := nri.NewPlugin(cfg, a, log, a.Registry(), events)
 	if err != nil {
 		return err
 	}

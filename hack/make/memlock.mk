@@ -1,4 +1,4 @@
-# Memlock through NRI and the node doctor (node/memlock, node/doctor).
+# Memlock decisions (node/memlock), the NRI plugin (node/nri) and the node doctor (node/doctor).
 # See docs/memlock.md.
 
 MEMLOCK_INTEGRATION_TIMEOUT ?= 15m

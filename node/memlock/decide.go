@@ -220,3 +220,16 @@ func FormatBytes(v uint64) string {
 func FormatLimit(l Limit) string {
 	return FormatBytes(l.Soft) + ":" + FormatBytes(l.Hard)
 }
+
+// ParseMax parses a --memlock-max value: "" (no cap beyond the runtime's),
+// "unlimited" or a quantity.
+func ParseMax(s string) (*uint64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	v, err := ParseValue(s)
+	if err != nil {
+		return nil, fmt.Errorf("--memlock-max=%q: want \"unlimited\" or a quantity such as \"64Gi\"", s)
+	}
+	return &v, nil
+}

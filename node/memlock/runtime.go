@@ -14,6 +14,10 @@ import (
 	"syscall"
 )
 
+// DefaultSocketPath is where containerd serves NRI unless configured
+// otherwise (containerd's plugins.nri socket_path default).
+const DefaultSocketPath = "/var/run/nri/nri.sock"
+
 // RuntimeNames are the process names (/proc/<pid>/comm) of container
 // runtimes that serve NRI, tried when the socket's peer is not visible.
 var RuntimeNames = []string{"containerd", "crio"}

@@ -42,6 +42,7 @@ import (
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/internal/testenv"
 	"github.com/ibkube/ibkube/node/memlock"
+	"github.com/ibkube/ibkube/node/nri"
 )
 
 const (
@@ -130,7 +131,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 
 	// The plugin, as the node agent runs it, against containerd's NRI socket.
 	rankDir := filepath.Join(base, "nccl-ranks")
-	plugin, err := memlock.NewPlugin(memlock.Config{
+	plugin, err := nri.NewPlugin(nri.Config{
 		SocketPath:  filepath.Join(base, "nri.sock"),
 		ProcRoot:    "/proc",
 		MinBackoff:  100 * time.Millisecond,
@@ -146,7 +147,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 	go func() { pdone <- plugin.Run(pctx) }()
 	defer func() { pcancel(); <-pdone }()
 	testenv.Eventually(t, 30*time.Second, "the plugin to register with containerd's NRI", func() error {
-		if s := plugin.State(); s != memlock.StateConnected {
+		if s := plugin.State(); s != nri.StateConnected {
 			return fmt.Errorf("state %s", s)
 		}
 		return nil
@@ -230,7 +231,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 	t.Run("runtime-restart", func(t *testing.T) {
 		cur.stop()
 		testenv.Eventually(t, 30*time.Second, "the plugin to notice containerd is gone", func() error {
-			if s := plugin.State(); s == memlock.StateConnected {
+			if s := plugin.State(); s == nri.StateConnected {
 				return fmt.Errorf("state %s", s)
 			}
 			return nil
@@ -238,7 +239,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 		t.Logf("containerd stopped: plugin state %s", plugin.State())
 		cur = start()
 		testenv.Eventually(t, 60*time.Second, "the plugin to register again", func() error {
-			if s := plugin.State(); s != memlock.StateConnected {
+			if s := plugin.State(); s != nri.StateConnected {
 				return fmt.Errorf("state %s", s)
 			}
 			return nil

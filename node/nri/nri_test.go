@@ -1,8 +1,9 @@
-package memlock
+package nri
 
 import (
 	"context"
 	"fmt"
+	"github.com/ibkube/ibkube/node/memlock"
 	"io"
 	"net"
 	"os"
@@ -40,7 +41,7 @@ func fakeProc(t *testing.T) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "limits"), limitsFile("65536 8388608"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "limits"), []byte("Limit                     Soft Limit           Hard Limit           Units     \nMax locked memory         65536 8388608            bytes     \n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return filepath.Dir(dir)
@@ -193,7 +194,7 @@ var uverbs0 = &api.LinuxDevice{Path: "/dev/infiniband/uverbs0", Type: "c", Major
 func memlockOf(adj *api.ContainerAdjustment) []*api.POSIXRlimit {
 	var out []*api.POSIXRlimit
 	for _, r := range adj.GetRlimits() {
-		if r.Type == RlimitType {
+		if r.Type == memlock.RlimitType {
 			out = append(out, &api.POSIXRlimit{Type: r.Type, Soft: r.Soft, Hard: r.Hard})
 		}
 	}
@@ -203,17 +204,17 @@ func memlockOf(adj *api.ContainerAdjustment) []*api.POSIXRlimit {
 type recordedEvent struct {
 	Pod       PodRef
 	Container string
-	Outcome   Outcome
+	Outcome   memlock.Outcome
 }
 
 type eventRecorder struct{ events chan recordedEvent }
 
-func (e eventRecorder) MemlockEvent(pod PodRef, container string, d Decision) {
+func (e eventRecorder) MemlockEvent(pod PodRef, container string, d memlock.Decision) {
 	e.events <- recordedEvent{pod, container, d.Outcome}
 }
 
-func (e eventRecorder) RankConfEvent(pod PodRef, container string, c RankConf) {
-	e.events <- recordedEvent{pod, container, Outcome(c.Outcome)}
+func (e eventRecorder) RankConfEvent(pod PodRef, container string, c memlock.RankConf) {
+	e.events <- recordedEvent{pod, container, memlock.Outcome(c.Outcome)}
 }
 
 func TestPluginAgainstNRIRuntime(t *testing.T) {
@@ -239,7 +240,7 @@ func TestPluginAgainstNRIRuntime(t *testing.T) {
 	if got := testutil.ToFloat64(p.metrics.state.WithLabelValues(string(StateNoSocket))); got != 0 {
 		t.Errorf(`ibkube_nri_state{state="no_socket"} = %v once connected, want 0`, got)
 	}
-	if diff := cmp.Diff(&RuntimeLimit{PID: os.Getpid(), Source: "peer", Limit: Limit{65536, 8 << 20}}, p.RuntimeLimit()); diff != "" {
+	if diff := cmp.Diff(&memlock.RuntimeLimit{PID: os.Getpid(), Source: "peer", Limit: memlock.Limit{Soft: 65536, Hard: 8 << 20}}, p.RuntimeLimit()); diff != "" {
 		t.Errorf("runtime limit learned over SO_PEERCRED (-want +got):\n%s", diff)
 	}
 
@@ -250,8 +251,8 @@ func TestPluginAgainstNRIRuntime(t *testing.T) {
 		req  *api.CreateContainerRequest
 		want []*api.POSIXRlimit
 	}{
-		{"devices and 8Mi", createRequest(map[string]string{contract.AnnotationMemlock: "8Mi"}, uverbs0), []*api.POSIXRlimit{{Type: RlimitType, Soft: 8 << 20, Hard: 8 << 20}}},
-		{"unlimited clamped", createRequest(map[string]string{contract.AnnotationMemlock: "unlimited"}, uverbs0), []*api.POSIXRlimit{{Type: RlimitType, Soft: 8 << 20, Hard: 8 << 20}}},
+		{"devices and 8Mi", createRequest(map[string]string{contract.AnnotationMemlock: "8Mi"}, uverbs0), []*api.POSIXRlimit{{Type: memlock.RlimitType, Soft: 8 << 20, Hard: 8 << 20}}},
+		{"unlimited clamped", createRequest(map[string]string{contract.AnnotationMemlock: "unlimited"}, uverbs0), []*api.POSIXRlimit{{Type: memlock.RlimitType, Soft: 8 << 20, Hard: 8 << 20}}},
 		{"no devices", createRequest(map[string]string{contract.AnnotationMemlock: "8Mi"}), nil},
 		{"bad value", createRequest(map[string]string{contract.AnnotationMemlock: "lots"}, uverbs0), nil},
 	}
@@ -274,8 +275,8 @@ func TestPluginAgainstNRIRuntime(t *testing.T) {
 		got = append(got, <-events.events)
 	}
 	want := []recordedEvent{
-		{PodRef{"ml", "rdma", "u1"}, "trainer", OutcomeClamped},
-		{PodRef{"ml", "rdma", "u1"}, "trainer", OutcomeInvalid},
+		{PodRef{"ml", "rdma", "u1"}, "trainer", memlock.OutcomeClamped},
+		{PodRef{"ml", "rdma", "u1"}, "trainer", memlock.OutcomeInvalid},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
@@ -318,7 +319,7 @@ type ulimitAdjuster struct{}
 
 func (ulimitAdjuster) CreateContainer(context.Context, *api.PodSandbox, *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	adj := &api.ContainerAdjustment{}
-	adj.AddRlimit(RlimitType, 1<<30, 1<<30)
+	adj.AddRlimit(memlock.RlimitType, 1<<30, 1<<30)
 	return adj, nil, nil
 }
 
@@ -334,8 +335,8 @@ func TestBesideUlimitAdjuster(t *testing.T) {
 	}{
 		{
 			name: "ibkube after the adjuster", ourIndex: "90",
-			want:       []*api.POSIXRlimit{{Type: RlimitType, Soft: 1 << 30, Hard: 1 << 30}},
-			wantEvents: []recordedEvent{{PodRef{"ml", "rdma", "u1"}, "trainer", OutcomeAlreadySet}},
+			want:       []*api.POSIXRlimit{{Type: memlock.RlimitType, Soft: 1 << 30, Hard: 1 << 30}},
+			wantEvents: []recordedEvent{{PodRef{"ml", "rdma", "u1"}, "trainer", memlock.OutcomeAlreadySet}},
 		},
 		{
 			name: "ibkube before the adjuster", ourIndex: "05",

@@ -1,7 +1,8 @@
-package memlock
+package nri
 
 import (
 	"context"
+	"github.com/ibkube/ibkube/node/memlock"
 	"os"
 	"path/filepath"
 	"testing"
@@ -79,7 +80,7 @@ func TestRankConfAgainstNRIRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := map[string]string{}
-	for _, kv := range ParseNCCLConf(string(b)) {
+	for _, kv := range memlock.ParseNCCLConf(string(b)) {
 		got[kv[0]] = kv[1]
 	}
 	if d := cmp.Diff(map[string]string{"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_IB_PCI_RELAXED_ORDERING": "1"}, got); d != "" {
@@ -100,13 +101,13 @@ func TestRankConfAgainstNRIRuntime(t *testing.T) {
 	}
 	select {
 	case e := <-events.events:
-		if d := cmp.Diff(recordedEvent{PodRef{"hpc", "worker-0", "u1"}, "sidecar", Outcome(RankNoHome)}, e); d != "" {
+		if d := cmp.Diff(recordedEvent{PodRef{"hpc", "worker-0", "u1"}, "sidecar", memlock.Outcome(memlock.RankNoHome)}, e); d != "" {
 			t.Errorf("event (-want +got):\n%s", d)
 		}
 	case <-time.After(5 * time.Second):
 		t.Error("no event for a container whose home is unknown")
 	}
-	if got := testutil.ToFloat64(p.metrics.rankConfs.WithLabelValues(string(RankWritten))); got != 1 {
+	if got := testutil.ToFloat64(p.metrics.rankConfs.WithLabelValues(string(memlock.RankWritten))); got != 1 {
 		t.Errorf(`ibkube_nccl_rank_conf_total{outcome="written"} = %v, want 1`, got)
 	}
 

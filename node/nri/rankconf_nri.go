@@ -1,8 +1,9 @@
-package memlock
+package nri
 
 import (
 	"errors"
 	"fmt"
+	"github.com/ibkube/ibkube/node/memlock"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -21,14 +22,14 @@ const rankConfSuffix = ".nccl.conf"
 var containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // RankInputOf turns an NRI container into DecideRankConf's input.
-func (p *Plugin) RankInputOf(pod *api.PodSandbox, ctr *api.Container) RankInput {
-	in := RankInput{
+func (p *Plugin) RankInputOf(pod *api.PodSandbox, ctr *api.Container) memlock.RankInput {
+	in := memlock.RankInput{
 		PodAnnotations: pod.GetAnnotations(),
-		IBDevices:      DevicesOf(p.inv.Inventory()),
+		IBDevices:      memlock.DevicesOf(p.inv.Inventory()),
 		Env:            ctr.GetEnv(),
 	}
 	for _, d := range ctr.GetLinux().GetDevices() {
-		in.Devices = append(in.Devices, Device{Path: d.GetPath(), Type: d.GetType(), Major: d.GetMajor(), Minor: d.GetMinor()})
+		in.Devices = append(in.Devices, memlock.Device{Path: d.GetPath(), Type: d.GetType(), Major: d.GetMajor(), Minor: d.GetMinor()})
 	}
 	if u := ctr.GetUser(); u != nil {
 		uid := u.GetUid()
@@ -47,17 +48,17 @@ func (p *Plugin) rankConf(pod *api.PodSandbox, ctr *api.Container, adj *api.Cont
 	if p.cfg.RankConfDir == "" {
 		return false
 	}
-	c := DecideRankConf(p.RankInputOf(pod, ctr))
+	c := memlock.DecideRankConf(p.RankInputOf(pod, ctr))
 	kv := []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "outcome", c.Outcome}
-	if c.Outcome == RankNoDevices {
+	if c.Outcome == memlock.RankNoDevices {
 		p.metrics.rankConfs.WithLabelValues(string(c.Outcome)).Inc()
 		return false
 	}
 	ref := PodRef{Namespace: pod.GetNamespace(), Name: pod.GetName(), UID: pod.GetUid()}
-	if c.Outcome != RankWritten {
+	if c.Outcome != memlock.RankWritten {
 		p.metrics.rankConfs.WithLabelValues(string(c.Outcome)).Inc()
 		p.log.Info(c.Reason, kv...)
-		if p.events != nil && c.Outcome != RankNothing {
+		if p.events != nil && c.Outcome != memlock.RankNothing {
 			p.events.RankConfEvent(ref, ctr.GetName(), c)
 		}
 		return false

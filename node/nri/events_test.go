@@ -1,6 +1,7 @@
-package memlock
+package nri
 
 import (
+	"github.com/ibkube/ibkube/node/memlock"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -12,9 +13,9 @@ func TestRecorderSink(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
 	sink := RecorderSink{Recorder: rec}
 	pod := PodRef{Namespace: "ml", Name: "trainer-0", UID: "u1"}
-	sink.MemlockEvent(pod, "nccl", Decision{Outcome: OutcomeClamped, Reason: "memlock set to 8Mi, clamped from the requested unlimited to the runtime's hard limit 8Mi"})
-	sink.MemlockEvent(pod, "nccl", Decision{Outcome: OutcomeInvalid, Reason: "memlock not raised: bad"})
-	sink.MemlockEvent(pod, "nccl", Decision{Outcome: OutcomeAlreadySet, Reason: "memlock left at 1Gi:1Gi"})
+	sink.MemlockEvent(pod, "nccl", memlock.Decision{Outcome: memlock.OutcomeClamped, Reason: "memlock set to 8Mi, clamped from the requested unlimited to the runtime's hard limit 8Mi"})
+	sink.MemlockEvent(pod, "nccl", memlock.Decision{Outcome: memlock.OutcomeInvalid, Reason: "memlock not raised: bad"})
+	sink.MemlockEvent(pod, "nccl", memlock.Decision{Outcome: memlock.OutcomeAlreadySet, Reason: "memlock left at 1Gi:1Gi"})
 	close(rec.Events)
 	var got []string
 	for e := range rec.Events {

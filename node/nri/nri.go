@@ -1,9 +1,10 @@
-package memlock
+package nri
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ibkube/ibkube/node/memlock"
 	"math"
 	"net"
 	"os"
@@ -25,7 +26,6 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultSocketPath = "/var/run/nri/nri.sock"
 	DefaultPluginName = "ibkube-memlock"
 	// DefaultPluginIndex orders the plugin after the usual sample plugins
 	// (containerd's ulimit-adjuster is run with index 10) so that a memlock
@@ -59,7 +59,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.SocketPath == "" {
-		c.SocketPath = DefaultSocketPath
+		c.SocketPath = memlock.DefaultSocketPath
 	}
 	if c.ProcRoot == "" {
 		c.ProcRoot = "/proc"
@@ -79,19 +79,6 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// ParseMax parses a --memlock-max value: "" (no cap beyond the runtime's),
-// "unlimited" or a quantity.
-func ParseMax(s string) (*uint64, error) {
-	if s == "" {
-		return nil, nil
-	}
-	v, err := ParseValue(s)
-	if err != nil {
-		return nil, fmt.Errorf("--memlock-max=%q: want \"unlimited\" or a quantity such as \"64Gi\"", s)
-	}
-	return &v, nil
-}
-
 // Inventory gives the node's latest hardware scan (the agent implements it).
 type Inventory interface {
 	Inventory() inventory.Node
@@ -104,8 +91,8 @@ type PodRef struct{ Namespace, Name, UID string }
 // NCCL conf file that could not be mounted). The agent may implement it with
 // an event recorder; nil means log only.
 type EventSink interface {
-	MemlockEvent(pod PodRef, container string, d Decision)
-	RankConfEvent(pod PodRef, container string, c RankConf)
+	MemlockEvent(pod PodRef, container string, d memlock.Decision)
+	RankConfEvent(pod PodRef, container string, c memlock.RankConf)
 }
 
 // State is the NRI connection state.
@@ -127,7 +114,7 @@ type Plugin struct {
 	events  EventSink
 	metrics *metrics
 
-	runtime atomic.Pointer[RuntimeLimit]
+	runtime atomic.Pointer[memlock.RuntimeLimit]
 	state   atomic.Value // State
 
 	mu        sync.Mutex
@@ -155,7 +142,7 @@ func (p *Plugin) State() State { return p.state.Load().(State) }
 
 // RuntimeLimit returns what was learned about the runtime's memlock at the
 // last connection, or nil.
-func (p *Plugin) RuntimeLimit() *RuntimeLimit { return p.runtime.Load() }
+func (p *Plugin) RuntimeLimit() *memlock.RuntimeLimit { return p.runtime.Load() }
 
 // setState records and logs (once per change) the connection state.
 func (p *Plugin) setState(s State, err error) {
@@ -176,7 +163,7 @@ func (p *Plugin) setState(s State, err error) {
 	case StateConnected:
 		kv := []any{"socket", p.cfg.SocketPath}
 		if rl := p.RuntimeLimit(); rl != nil {
-			kv = append(kv, "runtimePID", rl.PID, "runtimeMemlock", FormatLimit(rl.Limit), "found", rl.Source)
+			kv = append(kv, "runtimePID", rl.PID, "runtimeMemlock", memlock.FormatLimit(rl.Limit), "found", rl.Source)
 		}
 		p.log.Info("NRI connected: RDMA containers get RLIMIT_MEMLOCK from the pod's annotation", kv...)
 	case StateNoSocket:
@@ -305,7 +292,7 @@ func (p *Plugin) dial(path string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	rl, err := LearnRuntimeLimit(p.cfg.ProcRoot, PeerPID(c))
+	rl, err := memlock.LearnRuntimeLimit(p.cfg.ProcRoot, memlock.PeerPID(c))
 	if err != nil {
 		p.runtime.Store(nil)
 		p.metrics.runtimeLimit.Reset()
@@ -319,25 +306,25 @@ func (p *Plugin) dial(path string) (net.Conn, error) {
 }
 
 // Decide runs the pure decision for one NRI container.
-func (p *Plugin) Decide(pod *api.PodSandbox, ctr *api.Container) Decision {
-	in := Input{
+func (p *Plugin) Decide(pod *api.PodSandbox, ctr *api.Container) memlock.Decision {
+	in := memlock.Input{
 		PodAnnotations: pod.GetAnnotations(),
-		IBDevices:      DevicesOf(p.inv.Inventory()),
+		IBDevices:      memlock.DevicesOf(p.inv.Inventory()),
 		Max:            p.cfg.Max,
 	}
 	for _, d := range ctr.GetLinux().GetDevices() {
-		in.Devices = append(in.Devices, Device{Path: d.GetPath(), Type: d.GetType(), Major: d.GetMajor(), Minor: d.GetMinor()})
+		in.Devices = append(in.Devices, memlock.Device{Path: d.GetPath(), Type: d.GetType(), Major: d.GetMajor(), Minor: d.GetMinor()})
 	}
 	for _, r := range ctr.GetRlimits() {
-		if r.GetType() == RlimitType {
-			in.Existing = &Limit{Soft: r.GetSoft(), Hard: r.GetHard()}
+		if r.GetType() == memlock.RlimitType {
+			in.Existing = &memlock.Limit{Soft: r.GetSoft(), Hard: r.GetHard()}
 		}
 	}
 	if rl := p.RuntimeLimit(); rl != nil {
 		l := rl.Limit
 		in.Runtime = &l
 	}
-	return Decide(in)
+	return memlock.Decide(in)
 }
 
 func (p *Plugin) createContainer(pod *api.PodSandbox, ctr *api.Container) *api.ContainerAdjustment {
@@ -356,21 +343,21 @@ func (p *Plugin) createContainer(pod *api.PodSandbox, ctr *api.Container) *api.C
 func (p *Plugin) adjustMemlock(pod *api.PodSandbox, ctr *api.Container, adj *api.ContainerAdjustment) bool {
 	d := p.Decide(pod, ctr)
 	p.metrics.decisions.WithLabelValues(string(d.Outcome)).Inc()
-	if d.Outcome == OutcomeNoAnnotation {
+	if d.Outcome == memlock.OutcomeNoAnnotation {
 		return false
 	}
 	kv := []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "outcome", d.Outcome, "requested", d.Requested}
 	if d.Set {
-		kv = append(kv, "soft", FormatBytes(d.Limit.Soft), "hard", FormatBytes(d.Limit.Hard))
+		kv = append(kv, "soft", memlock.FormatBytes(d.Limit.Soft), "hard", memlock.FormatBytes(d.Limit.Hard))
 	}
 	p.log.Info(d.Reason, kv...)
-	if p.events != nil && d.Outcome != OutcomeNoDevices && d.Outcome != OutcomeSet && d.Outcome != OutcomeNotNeeded {
+	if p.events != nil && d.Outcome != memlock.OutcomeNoDevices && d.Outcome != memlock.OutcomeSet && d.Outcome != memlock.OutcomeNotNeeded {
 		p.events.MemlockEvent(PodRef{Namespace: pod.GetNamespace(), Name: pod.GetName(), UID: pod.GetUid()}, ctr.GetName(), d)
 	}
 	if !d.Set {
 		return false
 	}
-	adj.AddRlimit(RlimitType, d.Limit.Hard, d.Limit.Soft)
+	adj.AddRlimit(memlock.RlimitType, d.Limit.Hard, d.Limit.Soft)
 	return true
 }
 
@@ -402,7 +389,7 @@ func (h handler) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 }
 
 func gaugeValue(v uint64) float64 {
-	if v == Unlimited {
+	if v == memlock.Unlimited {
 		return math.Inf(1)
 	}
 	return float64(v)

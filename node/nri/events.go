@@ -1,6 +1,7 @@
-package memlock
+package nri
 
 import (
+	"github.com/ibkube/ibkube/node/memlock"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,15 +28,15 @@ type Recorder interface {
 type RecorderSink struct{ Recorder Recorder }
 
 // MemlockEvent implements EventSink.
-func (s RecorderSink) MemlockEvent(pod PodRef, container string, d Decision) {
+func (s RecorderSink) MemlockEvent(pod PodRef, container string, d memlock.Decision) {
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
 	typ, reason := corev1.EventTypeWarning, ReasonNotRaised
 	switch d.Outcome {
-	case OutcomeClamped:
+	case memlock.OutcomeClamped:
 		reason = ReasonClamped
-	case OutcomeInvalid:
+	case memlock.OutcomeInvalid:
 		reason = ReasonInvalid
-	case OutcomeAlreadySet:
+	case memlock.OutcomeAlreadySet:
 		typ = corev1.EventTypeNormal
 	}
 	s.Recorder.Eventf(ref, typ, reason, "container %s: %s", container, d.Reason)
@@ -43,10 +44,10 @@ func (s RecorderSink) MemlockEvent(pod PodRef, container string, d Decision) {
 
 // RankConfEvent implements EventSink: a container whose NCCL conf file for
 // processes started without its environment could not be mounted.
-func (s RecorderSink) RankConfEvent(pod PodRef, container string, c RankConf) {
+func (s RecorderSink) RankConfEvent(pod PodRef, container string, c memlock.RankConf) {
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
 	typ := corev1.EventTypeWarning
-	if c.Outcome == RankUserMount {
+	if c.Outcome == memlock.RankUserMount {
 		typ = corev1.EventTypeNormal
 	}
 	s.Recorder.Eventf(ref, typ, ReasonRankConf, "container %s: %s", container, c.Reason)
