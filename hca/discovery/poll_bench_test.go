@@ -23,7 +23,7 @@ func BenchmarkPortPollNDv5(b *testing.B) {
 	if err := fixture.Build(dir, fixture.NDv5); err != nil {
 		b.Fatal(err)
 	}
-	p := newPortPoller(fixture.SysfsRoot(dir))
+	p := newPortPoller(fixture.SysfsRoot(dir), nil)
 	p.refresh()
 	if len(p.files) != 18 {
 		b.Fatalf("polling %d files, want 18 (9 ports)", len(p.files))
