@@ -1,0 +1,142 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/ibkube/ibkube/webhook/mutate"
+)
+
+// apiServer evaluates the rendered policies in process with the API
+// server's own CEL compiler, environment and JSON patcher
+// (k8s.io/apiserver admission/plugin/policy/mutating), so a CEL mistake
+// shows up in a unit test; test/integration/policy runs them in a real
+// kube-apiserver.
+type apiServer struct {
+	objs     *Objects
+	mc       *plugincel.CompositedCompiler
+	mutator  plugincel.MutatingEvaluator
+	refusal  plugincel.ConditionEvaluator
+	compiled []error
+}
+
+func newAPIServer(t testing.TB, objs *Objects) *apiServer {
+	t.Helper()
+	opts := plugincel.OptionalVariableDeclarations{HasParams: true, HasAuthorizer: true}
+	s := &apiServer{objs: objs}
+	compile := func(vars []admissionregistrationv1.Variable) *plugincel.CompositedCompiler {
+		c, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vars {
+			if r := c.CompileAndStoreVariable(&validating.Variable{Name: v.Name, Expression: v.Expression}, opts, environment.StoredExpressions); r.Error != nil {
+				s.compiled = append(s.compiled, fmt.Errorf("variable %s: %w", v.Name, r.Error))
+			}
+		}
+		return c
+	}
+	mc := compile(objs.Mutating.Spec.Variables)
+	s.mc = mc
+	popts := opts
+	popts.HasPatchTypes = true
+	s.mutator = mc.CompileMutatingEvaluator(&patch.JSONPatchCondition{Expression: objs.Mutating.Spec.Mutations[0].JSONPatch.Expression}, popts, environment.StoredExpressions)
+	vc := compile(objs.Validating.Spec.Variables)
+	s.refusal = vc.CompileCondition([]plugincel.ExpressionAccessor{&validating.MessageExpressionCondition{MessageExpression: objs.Validating.Spec.Validations[0].MessageExpression}}, opts, environment.StoredExpressions)
+	s.compiled = append(append(s.compiled, s.mutator.CompilationErrors()...), s.refusal.CompilationErrors()...)
+	return s
+}
+
+// admitted is what the policies made of a pod.
+type admitted struct {
+	pod     *corev1.Pod
+	refusal string
+	// cost is the CEL cost of the mutation and of the refusal check, in the
+	// units of the API server's budgets.
+	mutateCost, refuseCost int64
+}
+
+var podGVK = schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
+
+func (s *apiServer) admit(ctx context.Context, pod *corev1.Pod, ns mutate.Namespace) (admitted, error) {
+	if len(s.compiled) > 0 {
+		return admitted{}, fmt.Errorf("compile: %v", s.compiled)
+	}
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name, Labels: ns.Labels, Annotations: ns.Annotations}}
+	pod = pod.DeepCopy()
+	pod.Namespace = ns.Name
+	attrs := func(p *corev1.Pod) *admission.VersionedAttributes {
+		a := admission.NewAttributesRecord(p, nil, podGVK, ns.Name, p.Name, corev1.SchemeGroupVersion.WithResource("pods"), "",
+			admission.Create, &metav1.CreateOptions{}, false, &user.DefaultInfo{Name: "test"})
+		return &admission.VersionedAttributes{Attributes: a, VersionedKind: podGVK, VersionedObject: admission.NewLazyObject(p)}
+	}
+	vars := plugincel.OptionalVariableBindings{VersionedParams: s.objs.Params}
+	gvr := metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
+	req := func(va *admission.VersionedAttributes) *admissionv1.AdmissionRequest {
+		return plugincel.CreateAdmissionRequest(va.Attributes, gvr, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"})
+	}
+	va := attrs(pod)
+	// The dispatcher evaluates each variable once per policy invocation
+	// through a composition context; without one, variables are missing.
+	_, left, err := s.mutator.ForInput(s.mc.CreateContext(ctx), va, req(va), vars, nsObj, celconfig.RuntimeCELCostBudget)
+	if err != nil {
+		return admitted{}, fmt.Errorf("mutating policy: %s", shorten(err))
+	}
+	out := admitted{mutateCost: celconfig.RuntimeCELCostBudget - left}
+	patched, err := patch.NewJSONPatcher(s.mutator).Patch(s.mc.CreateContext(ctx), patch.Request{
+		MatchedResource:     corev1.SchemeGroupVersion.WithResource("pods"),
+		VersionedAttributes: va,
+		ObjectInterfaces:    admission.NewObjectInterfacesFromScheme(scheme.Scheme),
+		OptionalVariables:   vars,
+		Namespace:           nsObj,
+	}, celconfig.RuntimeCELCostBudget)
+	if err != nil {
+		return admitted{}, fmt.Errorf("mutating policy: %s", shorten(err))
+	}
+	got, ok := patched.(*corev1.Pod)
+	if !ok {
+		return admitted{}, fmt.Errorf("patched object is %T", patched)
+	}
+	// The validating policy sees the pod as mutated, as in the API server.
+	vb := attrs(got)
+	res, left, err := s.refusal.ForInput(ctx, vb, req(vb), vars, nsObj, celconfig.RuntimeCELCostBudget)
+	if err != nil {
+		return admitted{}, fmt.Errorf("validating policy: %s", shorten(err))
+	}
+	out.refuseCost = celconfig.RuntimeCELCostBudget - left
+	if res[0].Error != nil {
+		return admitted{}, fmt.Errorf("validating policy: %s", shorten(res[0].Error))
+	}
+	msg, _ := res[0].EvalResult.Value().(string)
+	if msg != "" {
+		out.refusal = msg
+		return out, nil
+	}
+	out.pod = got
+	return out, nil
+}
+
+// shorten drops the expression text the API server repeats in a CEL error.
+func shorten(err error) string {
+	s := err.Error()
+	if _, after, ok := strings.Cut(s, "' resulted in error: "); ok {
+		return "resulted in error: " + after
+	}
+	return s
+}
