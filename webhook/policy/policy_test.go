@@ -42,6 +42,16 @@ func TestEquivalenceInProcess(t *testing.T) {
 				t.Fatalf("policy: %v", err)
 			}
 			var r *mutate.Refusal
+			if why, ok := corpus.KnownDifferences[tc.Name]; ok {
+				// The table must stay true: a listed case that no longer
+				// differs is taken out of it (and of the docs).
+				same := (merr == nil && got.refusal == "" && cmp.Equal(asJSON(t, want), asJSON(t, got.pod))) ||
+					(errors.As(merr, &r) && got.refusal == r.Msg)
+				if same {
+					t.Errorf("listed as a known difference (%s) but the results are the same: remove it from corpus.KnownDifferences and docs/admission-policy.md", why)
+				}
+				return
+			}
 			switch {
 			case errors.As(merr, &r):
 				if got.refusal != r.Msg {

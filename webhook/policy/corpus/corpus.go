@@ -236,10 +236,28 @@ func Load(root string) ([]Case, error) {
 	} {
 		add("refusal/"+r.name, withAnnos(refusable, r.kv...), r.ns)
 	}
+	// Where CEL cannot do what the Go core does (docs/admission-policy.md,
+	// "Known differences"); KnownDifferences names the results that differ.
+	add("difference/malformed-json-networks", withAnnos(refusable, m, "ipoib", "k8s.v1.cni.cncf.io/networks", `[{"name":`), optedIn("t"))
+	add("difference/interface-taken", withAnnos(refusable, m, "ipoib", "k8s.v1.cni.cncf.io/networks", "other@ib0"), optedIn("t"))
 	huge := refusable.DeepCopy()
 	huge.Spec.Containers[0].Resources.Limits["nvidia.com/gpu"] = resource.MustParse("40")
 	add("refusal/exclusive-40-gpus-2-per-gpu", withAnnos(huge, m, "rdma-exclusive", pr, "oci-h100-roce"), optedIn("t"))
 	return cases, nil
+}
+
+// KnownDifferences are the cases whose policy result differs from the
+// webhook's, and how; each is a row of docs/admission-policy.md's table.
+var KnownDifferences = map[string]string{
+	// CEL has no JSON parser: the JSON form of the Multus annotation is read
+	// with patterns, so a malformed value is not refused (Multus then fails
+	// the pod sandbox with its own error).
+	"difference/malformed-json-networks/default":      "webhook refuses the malformed JSON networks annotation; policy admits it unchanged",
+	"difference/malformed-json-networks/never+ifname": "webhook refuses the malformed JSON networks annotation; policy admits it unchanged",
+	// The IPoIB interface name (ipoib.interface) already taken by another
+	// network: the webhook refuses, the policy appends (Multus fails the
+	// sandbox on the duplicate name).
+	"difference/interface-taken/never+ifname": "webhook refuses an IPoIB interface name taken by another network; policy appends the network",
 }
 
 // mutateCopy is pod as the core stores it in ns under the default

@@ -1,0 +1,85 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+
+	"github.com/ibkube/ibkube/webhook/mutate"
+	"github.com/ibkube/ibkube/webhook/policy/corpus"
+)
+
+// widePod is a pod with n GPU containers, each with env and mounts of its
+// own, in the heaviest mode (exclusive HCAs counted per GPU, IPoIB, a
+// profile with whole-node values and env).
+func widePod(n int) *corev1.Pod {
+	p := &corev1.Pod{}
+	p.Name = "wide"
+	p.Annotations = map[string]string{
+		mutate.AnnotationMode: "rdma-exclusive,ipoib", mutate.AnnotationProfile: "ndv5",
+		"k8s.v1.cni.cncf.io/networks": "storage/storage-net@stor0",
+	}
+	for i := 0; i < n; i++ {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
+			Name: fmt.Sprintf("rank-%02d", i), Image: "nvcr.io/nvidia/pytorch:24.07-py3",
+			Env:          []corev1.EnvVar{{Name: "RANK", Value: fmt.Sprint(i)}, {Name: "WORLD_SIZE", Value: fmt.Sprint(n)}},
+			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+			Resources:    corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}},
+		})
+	}
+	return p
+}
+
+// TestCostWithinBudget admits a 16-container pod and checks the CEL cost
+// the API server charges stays below its per-expression limit (the
+// smallest budget that applies; a policy over it fails the admission). The
+// figure is logged for docs/admission-policy.md.
+func TestCostWithinBudget(t *testing.T) {
+	t.Parallel()
+	objs, err := Render(corpus.Configs()["default"], testNames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newAPIServer(t, objs)
+	for _, n := range []int{1, 16} {
+		got, err := s.admit(context.Background(), widePod(n), optedInNS())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.refusal != "" {
+			t.Fatalf("%d containers: refused: %s", n, got.refusal)
+		}
+		t.Logf("%d containers: mutation cost %d, refusal check cost %d (per-expression limit %d, per-policy budget %d)",
+			n, got.mutateCost, got.refuseCost, celconfig.PerCallLimit, celconfig.RuntimeCELCostBudget)
+		if got.mutateCost >= celconfig.PerCallLimit || got.refuseCost >= celconfig.PerCallLimit {
+			t.Errorf("%d containers: cost %d/%d reaches the API server's per-expression limit %d", n, got.mutateCost, got.refuseCost, celconfig.PerCallLimit)
+		}
+	}
+}
+
+// BenchmarkPolicy16Containers reports the CEL cost of one admission of a
+// 16-container pod, and the time the API server's evaluator takes.
+func BenchmarkPolicy16Containers(b *testing.B) {
+	objs, err := Render(corpus.Configs()["default"], testNames)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := newAPIServer(b, objs)
+	pod := widePod(16)
+	var got admitted
+	for b.Loop() {
+		if got, err = s.admit(context.Background(), pod, optedInNS()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(got.mutateCost), "mutate-cost/op")
+	b.ReportMetric(float64(got.refuseCost), "refuse-cost/op")
+}
+
+func optedInNS() mutate.Namespace {
+	return mutate.Namespace{Name: "training", Labels: map[string]string{mutate.LabelInject: mutate.InjectEnabled}}
+}
