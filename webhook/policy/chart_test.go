@@ -1,10 +1,11 @@
-package policy
+package policy_test
 
 import (
 	"path/filepath"
 	"testing"
 
 	"github.com/ibkube/ibkube/internal/golden"
+	"github.com/ibkube/ibkube/webhook/policy"
 )
 
 // TestChartDataCurrent keeps the chart's copy of the policies' CEL and of
@@ -12,7 +13,7 @@ import (
 // -update, or make policy-chart, after changing either).
 func TestChartDataCurrent(t *testing.T) {
 	t.Parallel()
-	got, err := ChartData()
+	got, err := policy.ChartData()
 	if err != nil {
 		t.Fatal(err)
 	}

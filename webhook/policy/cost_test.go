@@ -1,4 +1,4 @@
-package policy
+package policy_test
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	"github.com/ibkube/ibkube/webhook/mutate"
+	"github.com/ibkube/ibkube/webhook/policy"
 	"github.com/ibkube/ibkube/webhook/policy/corpus"
+	"github.com/ibkube/ibkube/webhook/policy/policytest"
 )
 
 // widePod is a pod with n GPU containers, each with env and mounts of its
@@ -40,23 +42,23 @@ func widePod(n int) *corev1.Pod {
 // figure is logged for docs/admission-policy.md.
 func TestCostWithinBudget(t *testing.T) {
 	t.Parallel()
-	objs, err := Render(corpus.Configs()["default"], testNames)
+	objs, err := policy.Render(corpus.Configs()["default"], testNames)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newAPIServer(t, objs)
+	s := mustServer(t, objs)
 	for _, n := range []int{1, 16} {
-		got, err := s.admit(context.Background(), widePod(n), optedInNS())
+		got, err := s.Admit(context.Background(), widePod(n), optedInNS())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.refusal != "" {
-			t.Fatalf("%d containers: refused: %s", n, got.refusal)
+		if got.Refusal != "" {
+			t.Fatalf("%d containers: refused: %s", n, got.Refusal)
 		}
 		t.Logf("%d containers: mutation cost %d, refusal check cost %d (per-expression limit %d, per-policy budget %d)",
-			n, got.mutateCost, got.refuseCost, celconfig.PerCallLimit, celconfig.RuntimeCELCostBudget)
-		if got.mutateCost >= celconfig.PerCallLimit || got.refuseCost >= celconfig.PerCallLimit {
-			t.Errorf("%d containers: cost %d/%d reaches the API server's per-expression limit %d", n, got.mutateCost, got.refuseCost, celconfig.PerCallLimit)
+			n, got.MutateCost, got.RefuseCost, celconfig.PerCallLimit, celconfig.RuntimeCELCostBudget)
+		if got.MutateCost >= celconfig.PerCallLimit || got.RefuseCost >= celconfig.PerCallLimit {
+			t.Errorf("%d containers: cost %d/%d reaches the API server's per-expression limit %d", n, got.MutateCost, got.RefuseCost, celconfig.PerCallLimit)
 		}
 	}
 }
@@ -64,20 +66,20 @@ func TestCostWithinBudget(t *testing.T) {
 // BenchmarkPolicy16Containers reports the CEL cost of one admission of a
 // 16-container pod, and the time the API server's evaluator takes.
 func BenchmarkPolicy16Containers(b *testing.B) {
-	objs, err := Render(corpus.Configs()["default"], testNames)
+	objs, err := policy.Render(corpus.Configs()["default"], testNames)
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := newAPIServer(b, objs)
+	s := mustServer(b, objs)
 	pod := widePod(16)
-	var got admitted
+	var got policytest.Admitted
 	for b.Loop() {
-		if got, err = s.admit(context.Background(), pod, optedInNS()); err != nil {
+		if got, err = s.Admit(context.Background(), pod, optedInNS()); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(got.mutateCost), "mutate-cost/op")
-	b.ReportMetric(float64(got.refuseCost), "refuse-cost/op")
+	b.ReportMetric(float64(got.MutateCost), "mutate-cost/op")
+	b.ReportMetric(float64(got.RefuseCost), "refuse-cost/op")
 }
 
 func optedInNS() mutate.Namespace {

@@ -35,6 +35,10 @@ type Names struct {
 	// ExcludeNamespaces are never admitted through the policies, besides
 	// Namespace and kube-system (as for the webhook).
 	ExcludeNamespaces []string
+	// Selector replaces the opt-in namespace selector (a test or benchmark
+	// binding the policies beside a running webhook); nil: namespaces
+	// labelled for injection, as the webhook selects them.
+	Selector *metav1.LabelSelector
 	// Version goes into the injected annotation, as the webhook writes its
 	// own version there ("": this binary's version).
 	Version string
@@ -166,6 +170,9 @@ func ValidatingPolicy(name string) *admissionregistrationv1.ValidatingAdmissionP
 // namespaces selects opted-in namespaces, never the release namespace or
 // kube-system: the webhook's namespaceSelector.
 func namespaces(n Names) *metav1.LabelSelector {
+	if n.Selector != nil {
+		return n.Selector
+	}
 	return &metav1.LabelSelector{
 		MatchLabels: map[string]string{mutate.LabelInject: mutate.InjectEnabled},
 		MatchExpressions: []metav1.LabelSelectorRequirement{{

@@ -1,4 +1,4 @@
-package policy
+package policy_test
 
 import (
 	"context"
@@ -10,10 +10,21 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ibkube/ibkube/webhook/mutate"
+	"github.com/ibkube/ibkube/webhook/policy"
 	"github.com/ibkube/ibkube/webhook/policy/corpus"
+	"github.com/ibkube/ibkube/webhook/policy/policytest"
 )
 
-var testNames = Names{Prefix: "ibkube", Namespace: corpus.ReleaseNamespace}
+var testNames = policy.Names{Prefix: "ibkube", Namespace: corpus.ReleaseNamespace}
+
+func mustServer(t testing.TB, objs *policy.Objects) *policytest.Server {
+	t.Helper()
+	s, err := policytest.New(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 // TestEquivalenceInProcess admits the whole corpus through the policies
 // with the API server's CEL machinery and compares each result with
@@ -24,20 +35,20 @@ func TestEquivalenceInProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	servers := map[string]*apiServer{}
+	servers := map[string]*policytest.Server{}
 	for name, cfg := range corpus.Configs() {
-		objs, err := Render(cfg, testNames)
+		objs, err := policy.Render(cfg, testNames)
 		if err != nil {
 			t.Fatal(err)
 		}
-		servers[name] = newAPIServer(t, objs)
+		servers[name] = mustServer(t, objs)
 	}
 	for _, tc := range cases {
 		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
 			want := tc.Pod.DeepCopy()
 			_, merr := mutate.Mutate(want, tc.NS, corpus.Configs()[tc.Config])
-			got, err := servers[tc.Config].admit(context.Background(), tc.Pod, tc.NS)
+			got, err := servers[tc.Config].Admit(context.Background(), tc.Pod, tc.NS)
 			if err != nil {
 				t.Fatalf("policy: %v", err)
 			}
@@ -45,8 +56,8 @@ func TestEquivalenceInProcess(t *testing.T) {
 			if why, ok := corpus.KnownDifferences[tc.Name]; ok {
 				// The table must stay true: a listed case that no longer
 				// differs is taken out of it (and of the docs).
-				same := (merr == nil && got.refusal == "" && cmp.Equal(asJSON(t, want), asJSON(t, got.pod))) ||
-					(errors.As(merr, &r) && got.refusal == r.Msg)
+				same := (merr == nil && got.Refusal == "" && cmp.Equal(asJSON(t, want), asJSON(t, got.Pod))) ||
+					(errors.As(merr, &r) && got.Refusal == r.Msg)
 				if same {
 					t.Errorf("listed as a known difference (%s) but the results are the same: remove it from corpus.KnownDifferences and docs/admission-policy.md", why)
 				}
@@ -54,15 +65,15 @@ func TestEquivalenceInProcess(t *testing.T) {
 			}
 			switch {
 			case errors.As(merr, &r):
-				if got.refusal != r.Msg {
-					t.Errorf("refusal\n  policy %q\n webhook %q", got.refusal, r.Msg)
+				if got.Refusal != r.Msg {
+					t.Errorf("refusal\n  policy %q\n webhook %q", got.Refusal, r.Msg)
 				}
 			case merr != nil:
 				t.Fatalf("Mutate: %v", merr)
-			case got.refusal != "":
-				t.Errorf("policy refused %q; webhook admitted", got.refusal)
+			case got.Refusal != "":
+				t.Errorf("policy refused %q; webhook admitted", got.Refusal)
 			default:
-				if diff := cmp.Diff(asJSON(t, want), asJSON(t, got.pod)); diff != "" {
+				if diff := cmp.Diff(asJSON(t, want), asJSON(t, got.Pod)); diff != "" {
 					t.Errorf("admitted pod differs (-webhook +policy):\n%s", diff)
 				}
 			}

@@ -1,10 +1,15 @@
-package policy
+// Package policytest runs ibkube's rendered admission policies in process
+// with the API server's own CEL compiler, environment, cost accounting and
+// JSON patcher (k8s.io/apiserver admission/plugin/policy/mutating), so a
+// CEL mistake shows up in a unit test and a policy's cost can be measured
+// where no API server runs; test/integration/policy runs the same policies
+// in a real kube-apiserver. Only tests import it.
+package policytest
 
 import (
 	"context"
 	"fmt"
 	"strings"
-	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -21,62 +26,70 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/ibkube/ibkube/webhook/mutate"
+	"github.com/ibkube/ibkube/webhook/policy"
 )
 
-// apiServer evaluates the rendered policies in process with the API
-// server's own CEL compiler, environment and JSON patcher
-// (k8s.io/apiserver admission/plugin/policy/mutating), so a CEL mistake
-// shows up in a unit test; test/integration/policy runs them in a real
-// kube-apiserver.
-type apiServer struct {
-	objs     *Objects
+// Server evaluates one rendered set of policies.
+type Server struct {
+	objs     *policy.Objects
 	mc       *plugincel.CompositedCompiler
 	mutator  plugincel.MutatingEvaluator
 	refusal  plugincel.ConditionEvaluator
 	compiled []error
 }
 
-func newAPIServer(t testing.TB, objs *Objects) *apiServer {
-	t.Helper()
+// New compiles objs; compile errors are returned by every Admit.
+func New(objs *policy.Objects) (*Server, error) {
 	opts := plugincel.OptionalVariableDeclarations{HasParams: true, HasAuthorizer: true}
-	s := &apiServer{objs: objs}
-	compile := func(vars []admissionregistrationv1.Variable) *plugincel.CompositedCompiler {
+	s := &Server{objs: objs}
+	compile := func(vars []admissionregistrationv1.Variable) (*plugincel.CompositedCompiler, error) {
 		c, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		for _, v := range vars {
 			if r := c.CompileAndStoreVariable(&validating.Variable{Name: v.Name, Expression: v.Expression}, opts, environment.StoredExpressions); r.Error != nil {
 				s.compiled = append(s.compiled, fmt.Errorf("variable %s: %w", v.Name, r.Error))
 			}
 		}
-		return c
+		return c, nil
 	}
-	mc := compile(objs.Mutating.Spec.Variables)
+	mc, err := compile(objs.Mutating.Spec.Variables)
+	if err != nil {
+		return nil, err
+	}
 	s.mc = mc
 	popts := opts
 	popts.HasPatchTypes = true
 	s.mutator = mc.CompileMutatingEvaluator(&patch.JSONPatchCondition{Expression: objs.Mutating.Spec.Mutations[0].JSONPatch.Expression}, popts, environment.StoredExpressions)
-	vc := compile(objs.Validating.Spec.Variables)
+	vc, err := compile(objs.Validating.Spec.Variables)
+	if err != nil {
+		return nil, err
+	}
 	s.refusal = vc.CompileCondition([]plugincel.ExpressionAccessor{&validating.MessageExpressionCondition{MessageExpression: objs.Validating.Spec.Validations[0].MessageExpression}}, opts, environment.StoredExpressions)
 	s.compiled = append(append(s.compiled, s.mutator.CompilationErrors()...), s.refusal.CompilationErrors()...)
-	return s
+	return s, nil
 }
 
-// admitted is what the policies made of a pod.
-type admitted struct {
-	pod     *corev1.Pod
-	refusal string
-	// cost is the CEL cost of the mutation and of the refusal check, in the
-	// units of the API server's budgets.
-	mutateCost, refuseCost int64
+// Admitted is what the policies made of a pod.
+type Admitted struct {
+	// Pod is the mutated pod (nil when refused).
+	Pod *corev1.Pod
+	// Refusal is the validating policy's message ("" when admitted).
+	Refusal string
+	// MutateCost and RefuseCost are the CEL cost of the mutation and of the
+	// refusal check, in the units of the API server's budgets
+	// (k8s.io/apiserver/pkg/apis/cel PerCallLimit, RuntimeCELCostBudget).
+	MutateCost, RefuseCost int64
 }
 
 var podGVK = schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
 
-func (s *apiServer) admit(ctx context.Context, pod *corev1.Pod, ns mutate.Namespace) (admitted, error) {
+// Admit runs pod, created in ns, through the mutating policy and then the
+// validating one, as the API server does.
+func (s *Server) Admit(ctx context.Context, pod *corev1.Pod, ns mutate.Namespace) (Admitted, error) {
 	if len(s.compiled) > 0 {
-		return admitted{}, fmt.Errorf("compile: %v", s.compiled)
+		return Admitted{}, fmt.Errorf("compile: %v", s.compiled)
 	}
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name, Labels: ns.Labels, Annotations: ns.Annotations}}
 	pod = pod.DeepCopy()
@@ -96,9 +109,9 @@ func (s *apiServer) admit(ctx context.Context, pod *corev1.Pod, ns mutate.Namesp
 	// through a composition context; without one, variables are missing.
 	_, left, err := s.mutator.ForInput(s.mc.CreateContext(ctx), va, req(va), vars, nsObj, celconfig.RuntimeCELCostBudget)
 	if err != nil {
-		return admitted{}, fmt.Errorf("mutating policy: %s", shorten(err))
+		return Admitted{}, fmt.Errorf("mutating policy: %s", shorten(err))
 	}
-	out := admitted{mutateCost: celconfig.RuntimeCELCostBudget - left}
+	out := Admitted{MutateCost: celconfig.RuntimeCELCostBudget - left}
 	patched, err := patch.NewJSONPatcher(s.mutator).Patch(s.mc.CreateContext(ctx), patch.Request{
 		MatchedResource:     corev1.SchemeGroupVersion.WithResource("pods"),
 		VersionedAttributes: va,
@@ -107,28 +120,28 @@ func (s *apiServer) admit(ctx context.Context, pod *corev1.Pod, ns mutate.Namesp
 		Namespace:           nsObj,
 	}, celconfig.RuntimeCELCostBudget)
 	if err != nil {
-		return admitted{}, fmt.Errorf("mutating policy: %s", shorten(err))
+		return Admitted{}, fmt.Errorf("mutating policy: %s", shorten(err))
 	}
 	got, ok := patched.(*corev1.Pod)
 	if !ok {
-		return admitted{}, fmt.Errorf("patched object is %T", patched)
+		return Admitted{}, fmt.Errorf("patched object is %T", patched)
 	}
 	// The validating policy sees the pod as mutated, as in the API server.
 	vb := attrs(got)
 	res, left, err := s.refusal.ForInput(ctx, vb, req(vb), vars, nsObj, celconfig.RuntimeCELCostBudget)
 	if err != nil {
-		return admitted{}, fmt.Errorf("validating policy: %s", shorten(err))
+		return Admitted{}, fmt.Errorf("validating policy: %s", shorten(err))
 	}
-	out.refuseCost = celconfig.RuntimeCELCostBudget - left
+	out.RefuseCost = celconfig.RuntimeCELCostBudget - left
 	if res[0].Error != nil {
-		return admitted{}, fmt.Errorf("validating policy: %s", shorten(res[0].Error))
+		return Admitted{}, fmt.Errorf("validating policy: %s", shorten(res[0].Error))
 	}
 	msg, _ := res[0].EvalResult.Value().(string)
 	if msg != "" {
-		out.refusal = msg
+		out.Refusal = msg
 		return out, nil
 	}
-	out.pod = got
+	out.Pod = got
 	return out, nil
 }
 
