@@ -2,11 +2,8 @@ package policy_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	"github.com/ibkube/ibkube/webhook/mutate"
@@ -14,27 +11,6 @@ import (
 	"github.com/ibkube/ibkube/webhook/policy/corpus"
 	"github.com/ibkube/ibkube/webhook/policy/policytest"
 )
-
-// widePod is a pod with n GPU containers, each with env and mounts of its
-// own, in the heaviest mode (exclusive HCAs counted per GPU, IPoIB, a
-// profile with whole-node values and env).
-func widePod(n int) *corev1.Pod {
-	p := &corev1.Pod{}
-	p.Name = "wide"
-	p.Annotations = map[string]string{
-		mutate.AnnotationMode: "rdma-exclusive,ipoib", mutate.AnnotationProfile: "ndv5",
-		"k8s.v1.cni.cncf.io/networks": "storage/storage-net@stor0",
-	}
-	for i := 0; i < n; i++ {
-		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
-			Name: fmt.Sprintf("rank-%02d", i), Image: "nvcr.io/nvidia/pytorch:24.07-py3",
-			Env:          []corev1.EnvVar{{Name: "RANK", Value: fmt.Sprint(i)}, {Name: "WORLD_SIZE", Value: fmt.Sprint(n)}},
-			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
-			Resources:    corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}},
-		})
-	}
-	return p
-}
 
 // TestCostWithinBudget admits a 16-container pod and checks the CEL cost
 // the API server charges stays below its per-expression limit (the
@@ -48,7 +24,7 @@ func TestCostWithinBudget(t *testing.T) {
 	}
 	s := mustServer(t, objs)
 	for _, n := range []int{1, 16} {
-		got, err := s.Admit(context.Background(), widePod(n), optedInNS())
+		got, err := s.Admit(context.Background(), policytest.WidePod(n), optedInNS())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +47,7 @@ func BenchmarkPolicy16Containers(b *testing.B) {
 		b.Fatal(err)
 	}
 	s := mustServer(b, objs)
-	pod := widePod(16)
+	pod := policytest.WidePod(16)
 	var got policytest.Admitted
 	for b.Loop() {
 		if got, err = s.Admit(context.Background(), pod, optedInNS()); err != nil {

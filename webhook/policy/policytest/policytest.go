@@ -14,6 +14,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
@@ -152,4 +153,25 @@ func shorten(err error) string {
 		return "resulted in error: " + after
 	}
 	return s
+}
+
+// WidePod is the heaviest pod the policies see often: 16 GPU containers
+// with env and mounts of their own, rdma-exclusive with IPoIB and a
+// profile with whole-node values and env.
+func WidePod(n int) *corev1.Pod {
+	p := &corev1.Pod{}
+	p.Name = "wide"
+	p.Annotations = map[string]string{
+		mutate.AnnotationMode: "rdma-exclusive,ipoib", mutate.AnnotationProfile: "ndv5",
+		"k8s.v1.cni.cncf.io/networks": "storage/storage-net@stor0",
+	}
+	for i := 0; i < n; i++ {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
+			Name: fmt.Sprintf("rank-%02d", i), Image: "nvcr.io/nvidia/pytorch:24.07-py3",
+			Env:          []corev1.EnvVar{{Name: "RANK", Value: fmt.Sprint(i)}, {Name: "WORLD_SIZE", Value: fmt.Sprint(n)}},
+			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+			Resources:    corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}},
+		})
+	}
+	return p
 }
