@@ -246,18 +246,31 @@ func Load(root string) ([]Case, error) {
 	return cases, nil
 }
 
+// Difference is how a case's policy result differs from the webhook's.
+type Difference struct {
+	Why string
+	// APIServerOnly: the policies compute the webhook's result, but the API
+	// server's order of admission steps shows another (validation runs
+	// before validating policies, after mutating webhooks).
+	APIServerOnly bool
+}
+
 // KnownDifferences are the cases whose policy result differs from the
-// webhook's, and how; each is a row of docs/admission-policy.md's table.
-var KnownDifferences = map[string]string{
+// webhook's; each is a row of docs/admission-policy.md's table.
+var KnownDifferences = map[string]Difference{
 	// CEL has no JSON parser: the JSON form of the Multus annotation is read
 	// with patterns, so a malformed value is not refused (Multus then fails
 	// the pod sandbox with its own error).
-	"difference/malformed-json-networks/default":      "webhook refuses the malformed JSON networks annotation; policy admits it unchanged",
-	"difference/malformed-json-networks/never+ifname": "webhook refuses the malformed JSON networks annotation; policy admits it unchanged",
+	"difference/malformed-json-networks/default":      {Why: "webhook refuses the malformed JSON networks annotation; policy admits it unchanged"},
+	"difference/malformed-json-networks/never+ifname": {Why: "webhook refuses the malformed JSON networks annotation; policy admits it unchanged"},
 	// The IPoIB interface name (ipoib.interface) already taken by another
 	// network: the webhook refuses, the policy appends (Multus fails the
 	// sandbox on the duplicate name).
-	"difference/interface-taken/never+ifname": "webhook refuses an IPoIB interface name taken by another network; policy appends the network",
+	"difference/interface-taken/never+ifname": {Why: "webhook refuses an IPoIB interface name taken by another network; policy appends the network"},
+	// A negative GPU count: the webhook refuses with its own message; with
+	// the policies the API server's validation refuses the pod first.
+	"fuzz-seed/negative-gpus/default":      {Why: "a negative GPU count is refused by the API server's validation, before the policy's message", APIServerOnly: true},
+	"fuzz-seed/negative-gpus/never+ifname": {Why: "a negative GPU count is refused by the API server's validation, before the policy's message", APIServerOnly: true},
 }
 
 // mutateCopy is pod as the core stores it in ns under the default
