@@ -159,7 +159,7 @@ func ValidatingPolicy(name string) *admissionregistrationv1.ValidatingAdmissionP
 			Variables:        celVariables(),
 			Validations: []admissionregistrationv1.Validation{{
 				Expression:        refusal,
-				MessageExpression: "variables.refusal",
+				MessageExpression: bound("variables.refusal", maxMessage),
 				Reason:            ptr.To(metav1.StatusReasonForbidden),
 			}},
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
