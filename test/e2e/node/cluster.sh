@@ -565,7 +565,7 @@ control_plane_up() {
 		--kubeconfig="$KUBECONFIG_ADMIN" --authentication-kubeconfig="$KUBECONFIG_ADMIN" --authorization-kubeconfig="$KUBECONFIG_ADMIN" \
 		--bind-address=127.0.0.1 --leader-elect=false \
 		--service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
-		--use-service-account-credentials=true --controllers='*,-nodeipam,-cloud-node-lifecycle' \
+		--use-service-account-credentials=true --controllers='*,-nodeipam' \
 		--node-monitor-grace-period=20s \
 		--profiling=false
 	start cp-kube-scheduler "$CP_NS" - "$K8S_BIN/kube-scheduler" \
