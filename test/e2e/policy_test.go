@@ -33,14 +33,14 @@ type admission struct {
 	Refusal string
 }
 
-// 9: `helm upgrade --set admission.mode=policy` replaces the webhook by the
+// 10: `helm upgrade --set admission.mode=policy` replaces the webhook by the
 // policies: the same pods as the webhook gave for the scenarios it supports
 // (modes, refusals, user precedence, namespace defaults), compared dry-run
 // request by request; an rdma-shared pod runs as uid 1000 under Pod
 // Security baseline with its devices and memlock raised; then the release
 // goes back to the webhook.
 func testPolicyMode(t *testing.T, st *state) {
-	r := h.scenario(t, "9-policy-mode")
+	r := h.scenario(t, "10-policy-mode")
 	st.needAgent(t, r)
 	ctx := ctxT(t, 10*time.Minute)
 	const baseNS, privNS, defNS = "e2e-pol-baseline", "e2e-pol-priv", "e2e-pol-nsdefault"
