@@ -59,7 +59,7 @@ type variable struct{ name, expr string }
 // variables are shared by the mutating and the validating policy: the
 // validating one refuses exactly where the mutating one stands back.
 func variables() []variable {
-	a := func(k string) string { return lit(k) }
+	a := lit
 	P := mutate.Prefix
 	nsName := "namespaceObject.metadata.name"
 	known := []string{"mode", "hcas", "containers", "profile", "socket-fallback", "rdma-idle-warning", "injected", "memlock", "nccl-conf"}
@@ -182,7 +182,7 @@ func variables() []variable {
 		{"variables.injectMode && variables.exclusive && variables.badCount.size() > 0",
 			"'container ' + strings.quote(variables.tgtName[variables.badCount[0]]) + ' requests ' + variables.gpuRes + ': ' + string(variables.tgtGPU[variables.badCount[0]]) + " +
 				a(fmt.Sprintf(", which gives no rdma-exclusive count from 1 to %d (", config.MaxHCAs)) + " + string(variables.perGPU) + ' HCA(s) per GPU, profile ' + variables.profileName + " +
-				a(fmt.Sprintf("); accepted: a GPU count from 1 to ")) + " + string(" + strconv.Itoa(config.MaxHCAs) + " / variables.perGPU) + " +
+				a("); accepted: a GPU count from 1 to ") + " + string(" + strconv.Itoa(config.MaxHCAs) + " / variables.perGPU) + " +
 				a(fmt.Sprintf(", or annotation %s with an integer from 1 to %d", mutate.AnnotationHCAs, config.MaxHCAs))},
 		{"variables.injectMode && variables.ipoib && variables.netBad.size() > 0",
 			a("annotation "+multus.Annotation+": invalid value ") + " + " + echo("variables.netRaw") + " + " +
