@@ -66,6 +66,7 @@ func TestE2E(t *testing.T) {
 		{"7a-nccl-one-owner", st.needAgent, 10 * time.Minute, testNCCLOneOwner},
 		{"7b-nccl-mpi-ranks", st.needAgent, 6 * time.Minute, testNCCLMPIRanks},
 		{"8-rdma-observability", st.needAgent, 8 * time.Minute, testObservability},
+		{"10-policy-mode", st.needAgent, 10 * time.Minute, testPolicyMode},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			r := h.scenario(t, sc.name)
