@@ -39,7 +39,8 @@ KUBECTL=("$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN")
 SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 # Host paths the node creates; down removes the ones that did not exist before.
 HOST_DIRS=(/var/lib/kubelet /var/log/pods /var/log/containers /var/run/nri /run/containerd /opt/containerd
-	/var/lib/ibkube /var/lib/cni /etc/cni /opt/cni /opt/nri /etc/nri "$RUN_DIR" /dev/ibk-e2e-fixture /run/netns)
+	/var/lib/ibkube /var/lib/cni /etc/cni /opt/cni /opt/nri /etc/nri "$RUN_DIR" /dev/ibk-e2e-fixture /run/netns
+	/var/run/cdi)
 CGROUP_NAMES=(kubepods)
 
 log() { printf '[e2e %s] %s\n' "$(date +%T)" "$*" >&2; }
@@ -294,8 +295,14 @@ state = "$RUN_DIR/containerd/state"
   sandbox = "docker.io/library/ibkube-pause:dev"
 
 [plugins."io.containerd.cri.v1.runtime"]
+  # DRA drivers (ibkube's agent in dra mode, test/e2e/fakegpu) hand devices
+  # to containers as CDI specs in /var/run/cdi. containerd 2.x has CDI on and
+  # reads these two directories by default; spelled out so the e2e node does
+  # not hang on that default.
   # No CAP_SYS_RESOURCE here: runc cannot write oom_score_adj -998.
   restrict_oom_score_adj = true
+  enable_cdi = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
 
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = ["/usr/lib/cni"]
@@ -388,6 +395,12 @@ up() {
 		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
 		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
 		--initial-cluster ibk-e2e=http://127.0.0.1:2380 --quota-backend-bytes 4294967296
+	# DRA needs no flag on 1.37.2: resource.k8s.io/v1 is served by default,
+	# and every gate ibkube's DRA mode and the e2e's DRA scenarios use is on by
+	# default in every component (pkg/features/kube_features.go:
+	# DRAExtendedResource and DRADeviceTaints GA, DRAConsumableCapacity and
+	# ResourceHealthStatus beta and on), so the node tests the defaults a
+	# cluster ships with. docs/dra.md lists them.
 	start kube-apiserver "$K8S_BIN/kube-apiserver" \
 		--etcd-servers=http://127.0.0.1:2379 \
 		--bind-address="$NODE_IP" --advertise-address="$NODE_IP" --secure-port=6443 \
