@@ -60,6 +60,7 @@ func TestE2E(t *testing.T) {
 	t.Run("7a-nccl-one-owner", func(t *testing.T) { testNCCLOneOwner(t, &st) })
 	t.Run("7b-nccl-mpi-ranks", func(t *testing.T) { testNCCLMPIRanks(t, &st) })
 	t.Run("8-rdma-observability", func(t *testing.T) { testObservability(t, &st) })
+	t.Run("9-dra", func(t *testing.T) { testDRA(t, &st) })
 }
 
 // 0: the node runs a plain pod with the test image, and the runtime's own
