@@ -182,7 +182,7 @@ func TestDRAAgentMounts(t *testing.T) {
 		t.Errorf("DRA agent mounts the device-plugin directory: it must never register a device plugin")
 	}
 	args := strings.Join(dra.Spec.Template.Spec.Containers[0].Args, " ")
-	for _, w := range []string{"--allocation=dra", "--cdi-dir=/run/cdi"} {
+	for _, w := range []string{"--allocation=dra", "--cdi-dir=/run/cdi", "--kubelet-plugin-dir=/var/lib/kubelet/plugins/rdma.infiniband.azure.com", "--kubelet-registry-dir=/var/lib/kubelet/plugins_registry"} {
 		if !strings.Contains(args, w) {
 			t.Errorf("DRA agent args %q lack %s", args, w)
 		}
@@ -199,7 +199,7 @@ func TestDRAAgentMounts(t *testing.T) {
 	for _, r := range role.Rules {
 		if strings.Contains(strings.Join(r.Resources, ","), "resourceslices") {
 			found = true
-			if d := cmp.Diff([]string{"get", "list", "watch", "create", "update", "delete"}, r.Verbs); d != "" {
+			if d := cmp.Diff([]string{"get", "list", "watch", "create", "update", "patch", "delete"}, r.Verbs); d != "" {
 				t.Errorf("resourceslices verbs (-want +got):\n%s", d)
 			}
 		}
