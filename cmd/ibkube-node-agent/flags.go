@@ -31,6 +31,7 @@ type options struct {
 	logLevel         string
 	help             bool
 	observe          observeOptions
+	dra              draOptions
 }
 
 // observeOptions configure the counters monitor (node/counters).
@@ -69,6 +70,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.Uint64Var(&o.observe.idleMinBytes, "rdma-idle-min-bytes", 1<<20, "traffic (bytes, both directions, all the container's HCAs) below which a window counts as idle")
 	fs.StringVar(&o.observe.podResourcesSocket, "pod-resources-socket", counters.PodResourcesSocket, "the kubelet's PodResources API socket (which container holds which device); empty: no attribution, no idle warning")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: error, info or debug")
+	addDRAFlags(fs, &o.dra, getenv)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			o.help = true
@@ -86,6 +88,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 		return o, fmt.Errorf("--rdma-idle-window %s: want at least two --counters-period (%s), else no window holds two readings", o.observe.idleWindow, 2*o.observe.period)
 	}
 	if _, err := logging.ParseLevel(o.logLevel); err != nil {
+		return o, err
+	}
+	if err := o.dra.validate(); err != nil {
 		return o, err
 	}
 	return o, nil

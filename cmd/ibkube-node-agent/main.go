@@ -42,6 +42,9 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := addDRAServer(ctx, a, opts, log); err != nil {
+		return err
+	}
 	stopEvents, err := addMemlockPlugin(a, opts, log)
 	if err != nil {
 		return err

@@ -30,8 +30,10 @@ func TestParseFlagsDefaults(t *testing.T) {
 		netlink: true, nri: true, ncclRankConf: true, nriSocket: "/var/run/nri/nri.sock", metricsAddr: ":8090", healthAddr: ":8091", logLevel: "info",
 		observe: observeOptions{counters: true, period: 15 * time.Second, idleWindow: 10 * time.Minute, idleMinBytes: 1 << 20,
 			podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock"},
+		dra: draOptions{allocation: "deviceplugin", cdiDir: "/var/run/cdi",
+			pluginDir: "/var/lib/kubelet/plugins/rdma.infiniband.azure.com", registryDir: "/var/lib/kubelet/plugins_registry"},
 	}
-	if d := cmp.Diff(want, got, cmp.AllowUnexported(options{}, observeOptions{})); d != "" {
+	if d := cmp.Diff(want, got, cmp.AllowUnexported(options{}, observeOptions{}, draOptions{})); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}
 }
@@ -47,6 +49,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		{[]string{"--no-such-flag"}, `flag provided but not defined: -no-such-flag`},
 		{[]string{"--counters-period=0s"}, `--counters-period 0s: want a positive duration such as 15s`},
 		{[]string{"--rdma-idle-window=20s"}, `--rdma-idle-window 20s: want at least two --counters-period (30s), else no window holds two readings`},
+		{[]string{"--allocation=both"}, `--allocation "both": want deviceplugin or dra`},
 	} {
 		_, err := parseFlags(tc.args, func(string) string { return "" }, io.Discard)
 		if err == nil || err.Error() != tc.want {

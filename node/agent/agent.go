@@ -55,6 +55,26 @@ type Config struct {
 	MetricsAddr, HealthAddr string
 	// Runnables run beside the agent (e.g. the NRI memlock plugin).
 	Runnables []Runnable
+	// Server hands the pools to the kubelet; nil: the device plugin
+	// servers. The DRA driver (node/dra) is the other one; a node never
+	// runs both for one resource.
+	Server Server
+}
+
+// Server serves the resource model to the kubelet: Update gets every new
+// model (the first before Run), Run serves until ctx ends.
+type Server interface {
+	Update(m *resource.Model)
+	Run(ctx context.Context) error
+}
+
+// devicePlugins is the device plugin manager as a Server.
+type devicePlugins struct{ *deviceplugin.Manager }
+
+func (d devicePlugins) Update(m *resource.Model) {
+	for _, p := range m.Pools {
+		d.Manager.Update(p.Resource, p)
+	}
 }
 
 // Agent is one node agent.
@@ -103,6 +123,10 @@ func New(cfg Config, log logr.Logger) (*Agent, error) {
 // which needs the agent's Inventory and Registry and so is built after New.
 func (a *Agent) Add(r Runnable) { a.cfg.Runnables = append(a.cfg.Runnables, r) }
 
+// Serve makes s the kubelet server instead of the device plugin servers
+// (call before Run).
+func (a *Agent) Serve(s Server) { a.cfg.Server = s }
+
 // Registry is where components running beside the agent register their
 // metrics; /metrics serves it.
 func (a *Agent) Registry() prometheus.Registerer { return a.reg }
@@ -124,14 +148,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.resolveProfile(ctx)
 
 	a.rescan(ctx, "start")
-	model := a.Model()
-	var specs []deviceplugin.Spec
-	for _, p := range model.Pools {
-		specs = append(specs, deviceplugin.Spec{Resource: p.Resource, Exclusive: p.Exclusive(), Pool: p})
+	srv := a.cfg.Server
+	if srv == nil {
+		var specs []deviceplugin.Spec
+		for _, p := range a.Model().Pools {
+			specs = append(specs, deviceplugin.Spec{Resource: p.Resource, Exclusive: p.Exclusive(), Pool: p})
+		}
+		srv = devicePlugins{deviceplugin.NewManager(deviceplugin.Options{
+			SocketDir: a.cfg.KubeletSocketDir, Logger: a.log.WithName("server"), Observer: a.metrics,
+		}, specs)}
+	} else {
+		srv.Update(a.Model())
 	}
-	mgr := deviceplugin.NewManager(deviceplugin.Options{
-		SocketDir: a.cfg.KubeletSocketDir, Logger: a.log.WithName("server"), Observer: a.metrics,
-	}, specs)
 
 	hints, err := a.cfg.Scanner.Watch(ctx)
 	if err != nil {
@@ -149,7 +177,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	launch("device plugin server", mgr.Run)
+	launch("kubelet server", srv.Run)
 	if addr := a.cfg.MetricsAddr; addr != "" && addr != "0" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
@@ -179,9 +207,9 @@ loop:
 				hints = nil
 				continue
 			}
-			a.rescanAndUpdate(ctx, mgr, "event")
+			a.rescanAndUpdate(ctx, srv, "event")
 		case <-ticker.C:
-			a.rescanAndUpdate(ctx, mgr, "periodic")
+			a.rescanAndUpdate(ctx, srv, "periodic")
 		}
 	}
 	a.ready.Store(false)
@@ -235,13 +263,11 @@ func (a *Agent) rescan(ctx context.Context, trigger string) bool {
 	return true
 }
 
-func (a *Agent) rescanAndUpdate(ctx context.Context, mgr *deviceplugin.Manager, trigger string) {
+func (a *Agent) rescanAndUpdate(ctx context.Context, srv Server, trigger string) {
 	if !a.rescan(ctx, trigger) {
 		return
 	}
-	for _, p := range a.Model().Pools {
-		mgr.Update(p.Resource, p)
-	}
+	srv.Update(a.Model())
 }
 
 func (a *Agent) logChanges(old, cur inventory.Node) {

@@ -255,37 +255,71 @@ func topology(nodes ...int) *pluginapi.TopologyInfo {
 // profile's topology file (NCCL_TOPO_FILE). Node facts only: tunings come
 // from the pod's profile.
 func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
-	var hcas []inventory.HCA
 	if p.Exclusive() {
-		for _, id := range ids {
-			i := slices.IndexFunc(p.HCAs, func(h inventory.HCA) bool { return h.Name == id })
-			if i < 0 {
-				return nil, fmt.Errorf("%s: unknown device %q; this node offers %s", p.Resource, id, strings.Join(p.deviceIDs(), ", "))
-			}
-			hcas = append(hcas, p.HCAs[i])
-		}
-	} else {
-		for _, id := range ids {
-			if n, ok := slotIndex(id); !ok || n >= p.Slots {
-				return nil, fmt.Errorf("%s: unknown device %q; this node offers %s to %s", p.Resource, id, SlotID(0), SlotID(p.Slots-1))
-			}
-		}
-		for _, h := range p.HCAs {
-			if p.healthy(h) {
-				hcas = append(hcas, h)
-			}
-		}
-		if len(hcas) == 0 {
-			return nil, fmt.Errorf("%s: no healthy HCA on this node", p.Resource)
+		return p.AllocateHCAs(ids)
+	}
+	for _, id := range ids {
+		if n, ok := slotIndex(id); !ok || n >= p.Slots {
+			return nil, fmt.Errorf("%s: unknown device %q; this node offers %s to %s", p.Resource, id, SlotID(0), SlotID(p.Slots-1))
 		}
 	}
+	var hcas []inventory.HCA
+	for _, h := range p.HCAs {
+		if p.healthy(h) {
+			hcas = append(hcas, h)
+		}
+	}
+	if len(hcas) == 0 {
+		return nil, fmt.Errorf("%s: no healthy HCA on this node", p.Resource)
+	}
+	return p.allocate(hcas), nil
+}
+
+// AllocateHCAs answers for the named HCAs of the pool whatever its mode, as
+// Allocate does for an exclusive pool: the DRA driver hands out a shared
+// pool's HCAs one by one too.
+func (p *Pool) AllocateHCAs(names []string) (*pluginapi.ContainerAllocateResponse, error) {
+	hcas := make([]inventory.HCA, 0, len(names))
+	for _, id := range names {
+		i := slices.IndexFunc(p.HCAs, func(h inventory.HCA) bool { return h.Name == id })
+		if i < 0 {
+			return nil, fmt.Errorf("%s: unknown device %q; this node offers %s", p.Resource, id, strings.Join(p.deviceIDs(), ", "))
+		}
+		hcas = append(hcas, p.HCAs[i])
+	}
+	return p.allocate(hcas), nil
+}
+
+// Health is h's health as this pool sees it and, when unhealthy, why.
+func (p *Pool) Health(h inventory.HCA) (healthy bool, reason string) {
+	var parts []string
+	if !h.Healthy {
+		parts = append(parts, h.HealthReason)
+	}
+	if why := p.missing(h); why != "" {
+		parts = append(parts, why)
+	}
+	return len(parts) == 0, strings.Join(parts, "; ")
+}
+
+// Ports are h's ports that this pool's link layers take: the ones named in
+// NCCL_IB_HCA.
+func (p *Pool) Ports(h inventory.HCA) []inventory.Port {
+	var out []inventory.Port
+	for _, port := range h.Ports {
+		if len(p.linkLayers) == 0 || slices.Contains(p.linkLayers, port.LinkLayer) {
+			out = append(out, port)
+		}
+	}
+	return out
+}
+
+func (p *Pool) allocate(hcas []inventory.HCA) *pluginapi.ContainerAllocateResponse {
 	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
 	var ports []string
 	for _, h := range hcas {
-		for _, port := range h.Ports {
-			if len(p.linkLayers) == 0 || slices.Contains(p.linkLayers, port.LinkLayer) {
-				ports = append(ports, fmt.Sprintf("%s:%d", h.Name, port.Number))
-			}
+		for _, port := range p.Ports(h) {
+			ports = append(ports, fmt.Sprintf("%s:%d", h.Name, port.Number))
 		}
 		for _, c := range h.CharDevices {
 			if c.Present && slices.Contains(p.charKinds, c.Kind()) {
@@ -302,7 +336,7 @@ func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, err
 		resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: TopologyContainerPath, HostPath: f, ReadOnly: true})
 		resp.Envs[EnvNCCLTopoFile] = TopologyContainerPath
 	}
-	return resp, nil
+	return resp
 }
 
 func (p *Pool) deviceSpec(name string) *pluginapi.DeviceSpec {

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/node/agent"
+	"github.com/ibkube/ibkube/node/dra"
+	"github.com/ibkube/ibkube/node/resource"
+)
+
+// draOptions choose how the kubelet gets the pools: device plugins or the
+// DRA driver (docs/dra-driver.md).
+type draOptions struct {
+	allocation  string
+	cdiDir      string
+	pluginDir   string
+	registryDir string
+	podUID      string
+	kubeconfig  string
+}
+
+func addDRAFlags(fs *flag.FlagSet, o *draOptions, getenv func(string) string) {
+	fs.StringVar(&o.allocation, "allocation", contract.AllocationDevicePlugin, "how the kubelet gets the HCAs: "+contract.AllocationDevicePlugin+" (kubelet device plugins) or "+contract.AllocationDRA+" (a DRA driver publishing ResourceSlices; Kubernetes "+dra.MinKubernetes+"+); never both on one node")
+	fs.StringVar(&o.cdiDir, "cdi-dir", dra.DefaultCDIDir, "with --allocation=dra: where prepared claims' CDI specs are written; the container runtime must read CDI specs there")
+	fs.StringVar(&o.pluginDir, "kubelet-plugin-dir", kubeletplugin.KubeletPluginsDir+"/"+contract.DRADriverName, "with --allocation=dra: the DRA driver's socket directory under the kubelet's plugins directory")
+	fs.StringVar(&o.registryDir, "kubelet-registry-dir", kubeletplugin.KubeletRegistryDir, "with --allocation=dra: the kubelet's plugin registration directory")
+	fs.StringVar(&o.podUID, "pod-uid", getenv("POD_UID"), "with --allocation=dra: this agent pod's UID (default $POD_UID, from the downward API); set, two agent pods can serve a node during a rolling update")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "with --allocation=dra: kubeconfig file for the API server (default: in-cluster)")
+}
+
+func (o draOptions) validate() error {
+	switch o.allocation {
+	case contract.AllocationDevicePlugin, contract.AllocationDRA:
+		return nil
+	}
+	return fmt.Errorf("--allocation %q: want %s or %s", o.allocation, contract.AllocationDevicePlugin, contract.AllocationDRA)
+}
+
+// addDRAServer makes the DRA driver the agent's kubelet server when
+// --allocation=dra, after checking that the API server keeps the fields DRA
+// mode relies on; the device plugin servers then do not start.
+func addDRAServer(ctx context.Context, a *agent.Agent, opts options, log logr.Logger) error {
+	if opts.dra.allocation != contract.AllocationDRA {
+		return nil
+	}
+	log = log.WithName("dra")
+	cfg, err := restConfig(opts.dra.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("API client: %w", err)
+	}
+	if err := dra.CheckGates(ctx, cs.ResourceV1().DeviceClasses(), cs.ResourceV1().ResourceSlices(), opts.nodeName, hasShared(a.Model())); err != nil {
+		return err
+	}
+	sysfs := opts.sysfsRoot
+	d, err := dra.New(dra.Config{
+		NodeName: opts.nodeName,
+		CDIDir:   opts.dra.cdiDir,
+		PCIeRoot: func(addr string) (string, error) { return dra.PCIeRoot(sysfs, addr) },
+		Plugin:   dra.PluginOptions{Client: cs, PodUID: opts.dra.podUID, PluginDir: opts.dra.pluginDir, RegistryDir: opts.dra.registryDir},
+	}, log)
+	if err != nil {
+		return err
+	}
+	a.Serve(d)
+	return nil
+}
+
+func hasShared(m *resource.Model) bool {
+	for _, p := range m.Pools {
+		if !p.Exclusive() {
+			return true
+		}
+	}
+	return false
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+		}
+		return c, nil
+	}
+	c, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("--allocation=%s needs the API server: %w (outside a pod, pass --kubeconfig)", contract.AllocationDRA, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,66 @@
+// Package contract holds the names that the node agent, the chart, the
+// webhook and the tests must agree on. It imports nothing, so every side can
+// use it.
+package contract
+
+// DRADriverName is the DRA driver's name: the ResourceSlices' spec.driver,
+// the domain of the device attributes below and the vendor of the CDI
+// devices Prepare hands out. A DeviceClass selects the driver's devices with
+// `device.driver == "rdma.infiniband.azure.com"`.
+const DRADriverName = "rdma.infiniband.azure.com"
+
+// DeviceClasses the chart renders (cluster-scoped) and the extended resource
+// names they serve (KEP-5004 spec.extendedResourceName): a pod asking
+// `rdma/ib: 2` on a node in DRA mode gets two devices of DeviceClassIB.
+const (
+	DeviceClassIB       = "ibkube-rdma-ib"
+	DeviceClassSharedIB = "ibkube-rdma-shared-ib"
+	DeviceClassRoCE     = "ibkube-rdma-roce"
+
+	ExtendedResourceIB       = "rdma/ib"
+	ExtendedResourceSharedIB = "rdma/shared_ib"
+	ExtendedResourceRoCE     = "rdma/roce"
+)
+
+// Device attributes in the driver's domain (written without the domain in
+// the ResourceSlice, `device.attributes["rdma.infiniband.azure.com"].pool`
+// in CEL). The standard ones (resource.kubernetes.io/pciBusID, pcieRoot,
+// numaNode) are published too.
+const (
+	// DRAAttrPool is the agent config pool the device belongs to, by its
+	// resource name ("rdma/ib", "rdma/shared_ib"): what a DeviceClass
+	// selects on, besides the driver.
+	DRAAttrPool = "pool"
+	// DRAAttrMode is the pool's mode, "shared" or "exclusive".
+	DRAAttrMode       = "mode"
+	DRAAttrLinkLayer  = "linkLayer"  // "InfiniBand" or "Ethernet", as the kernel spells it
+	DRAAttrRate       = "rate"       // the port's rate in Gb/s (int): 400 for NDR
+	DRAAttrPortState  = "portState"  // "ACTIVE", "DOWN", "INIT", "ARMED"
+	DRAAttrRDMADevice = "rdmaDevice" // the kernel's RDMA device name, "mlx5_0"
+	DRAAttrNetdev     = "netdev"     // the IPoIB or RoCE interface of the port, if any
+	DRAAttrNodeGUID   = "nodeGUID"
+	DRAAttrFirmware   = "firmware"
+	DRAAttrVendorID   = "vendorID" // "15b3", no 0x prefix
+	DRAAttrDeviceID   = "deviceID" // "101e"
+)
+
+// DRACapacitySlots is the consumable capacity of a shared pool's device
+// (KEP-5075): the pool's slot count; a request takes one slot unless it asks
+// for more.
+const DRACapacitySlots = "slots"
+
+// DRATaintUnhealthy is the key of the NoSchedule device taint an unhealthy
+// HCA carries in the ResourceSlice (port down, char device missing); it goes
+// when the HCA is healthy again.
+const DRATaintUnhealthy = DRADriverName + "/unhealthy"
+
+// Allocation modes of the node agent (--allocation, the chart's
+// node.allocation and the node label below).
+const (
+	AllocationDevicePlugin = "deviceplugin"
+	AllocationDRA          = "dra"
+)
+
+// AllocationNodeLabel moves one node between the two modes: the chart's two
+// DaemonSets select nodes by it; absent means the chart's default.
+const AllocationNodeLabel = "infiniband.azure.com/allocation"

@@ -1,0 +1,266 @@
+package dra
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/node/resource"
+)
+
+// CDI names. A CDI device ID is "<kind>=<name>" (the CDI spec's
+// "vendor.com/class=name"); the driver's name is the vendor.
+const (
+	CDIClass = "hca"
+	CDIKind  = contract.DRADriverName + "/" + CDIClass
+	// DefaultCDIDir is where containerd and CRI-O look for CDI specs that
+	// change at run time (containerd's cdi_spec_dirs default is
+	// /etc/cdi and /var/run/cdi).
+	DefaultCDIDir = "/var/run/cdi"
+)
+
+// Annotations of a claim's CDI spec: what Unprepare and the next Prepare
+// need after the claim object and this process are gone.
+const (
+	annotationClaim = contract.DRADriverName + "/claim"
+	// annotationExclusive lists the claim's exclusive devices, so that
+	// Prepare refuses to hand one to a second claim.
+	annotationExclusive = contract.DRADriverName + "/exclusive-devices"
+)
+
+// Request is one request of a claim with the devices allocated to it.
+type Request struct {
+	// Name is the request's name as the allocation result spells it
+	// ("gpu-nic" or, for a subrequest, "gpu-nic/ib").
+	Name    string
+	Devices []Device
+}
+
+// CDIDeviceName is the CDI device of one request of a claim: unique per
+// claim, so a runtime's cached spec of an earlier claim never matches.
+func CDIDeviceName(claim types.UID, request string) string {
+	return string(claim) + "-" + strings.ReplaceAll(request, "/", "_")
+}
+
+// CDIDeviceID is the fully qualified CDI device ID the kubelet hands the
+// runtime.
+func CDIDeviceID(claim types.UID, request string) string {
+	return CDIKind + "=" + CDIDeviceName(claim, request)
+}
+
+// ClaimSpec is a claim's CDI spec: one CDI device per request holding
+// exactly that request's HCAs (their uverbs and the pool's management char
+// devices, rdma_cm), NCCL_IB_HCA and UCX_NET_DEVICES naming them, and the
+// node's NCCL topology file, as the device plugin's Allocate gives them.
+func ClaimSpec(claim types.UID, ref string, reqs []Request) (*cdispec.Spec, error) {
+	spec := &cdispec.Spec{Kind: CDIKind, Annotations: map[string]string{annotationClaim: ref}}
+	var exclusive []string
+	for _, r := range reqs {
+		edits, err := requestEdits(r.Devices)
+		if err != nil {
+			return nil, fmt.Errorf("request %q: %w", r.Name, err)
+		}
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: CDIDeviceName(claim, r.Name), ContainerEdits: edits})
+		for _, d := range r.Devices {
+			if d.Pool.Exclusive() && !slices.Contains(exclusive, d.Name) {
+				exclusive = append(exclusive, d.Name)
+			}
+		}
+	}
+	if len(exclusive) > 0 {
+		sort.Strings(exclusive)
+		spec.Annotations[annotationExclusive] = strings.Join(exclusive, ",")
+	}
+	v, err := cdispec.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, err
+	}
+	spec.Version = v
+	return spec, nil
+}
+
+// requestEdits merges what each pool hands out for its part of the devices;
+// a request normally draws from one pool (its DeviceClass selects one).
+func requestEdits(devs []Device) (cdispec.ContainerEdits, error) {
+	var pools []*resource.Pool
+	byPool := map[*resource.Pool][]string{}
+	for _, d := range devs {
+		if _, ok := byPool[d.Pool]; !ok {
+			pools = append(pools, d.Pool)
+		}
+		if !slices.Contains(byPool[d.Pool], d.HCA.Name) {
+			byPool[d.Pool] = append(byPool[d.Pool], d.HCA.Name)
+		}
+	}
+	var e cdispec.ContainerEdits
+	env := map[string][]string{}
+	var envOrder []string
+	for _, p := range pools {
+		resp, err := p.AllocateHCAs(byPool[p])
+		if err != nil {
+			return e, err
+		}
+		for _, ds := range resp.Devices {
+			if !slices.ContainsFunc(e.DeviceNodes, func(n *cdispec.DeviceNode) bool { return n.Path == ds.ContainerPath }) {
+				e.DeviceNodes = append(e.DeviceNodes, &cdispec.DeviceNode{Path: ds.ContainerPath, HostPath: ds.HostPath, Type: "c", Permissions: ds.Permissions})
+			}
+		}
+		for _, m := range resp.Mounts {
+			if !slices.ContainsFunc(e.Mounts, func(x *cdispec.Mount) bool { return x.ContainerPath == m.ContainerPath }) {
+				e.Mounts = append(e.Mounts, &cdispec.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Options: []string{"ro", "nosuid", "nodev", "bind"}})
+			}
+		}
+		keys := make([]string, 0, len(resp.Envs))
+		for k := range resp.Envs {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if _, ok := env[k]; !ok {
+				envOrder = append(envOrder, k)
+			}
+			env[k] = append(env[k], resp.Envs[k])
+		}
+	}
+	for _, k := range envOrder {
+		e.Env = append(e.Env, k+"="+mergeEnv(k, env[k]))
+	}
+	return e, nil
+}
+
+// mergeEnv joins one variable's values from several pools: the port lists
+// concatenate (NCCL_IB_HCA keeps its leading "=", exact match), anything
+// else takes the first value.
+func mergeEnv(key string, vals []string) string {
+	if len(vals) == 1 {
+		return vals[0]
+	}
+	switch key {
+	case resource.EnvNCCLIBHCA, resource.EnvUCXNetDevices:
+	default:
+		return vals[0]
+	}
+	prefix := ""
+	var items []string
+	for _, v := range vals {
+		if rest, ok := strings.CutPrefix(v, "="); ok {
+			prefix, v = "=", rest
+		}
+		for _, it := range strings.Split(v, ",") {
+			if it != "" && !slices.Contains(items, it) {
+				items = append(items, it)
+			}
+		}
+	}
+	return prefix + strings.Join(items, ",")
+}
+
+// specStore keeps one CDI spec file per claim UID in a directory: the
+// driver's only state, so a restarted agent (or the other instance of a
+// rolling update) sees what is prepared.
+type specStore struct{ dir string }
+
+const specPrefix = contract.DRADriverName + "-" + CDIClass + "_"
+
+func (s specStore) path(claim types.UID) string {
+	return filepath.Join(s.dir, specPrefix+string(claim)+".json")
+}
+
+// write replaces the claim's spec atomically: a runtime reading the
+// directory sees the old file or the new one, never a part.
+func (s specStore) write(claim types.UID, spec *cdispec.Spec) error {
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("encode CDI spec of claim %s: %w", claim, err)
+	}
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return fmt.Errorf("CDI directory: %w", err)
+	}
+	// The temporary name does not end in .json, so a runtime scanning the
+	// directory skips it.
+	tmp, err := os.CreateTemp(s.dir, "."+specPrefix+string(claim)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("write CDI spec of claim %s: %w", claim, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write CDI spec of claim %s: %w", claim, err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write CDI spec of claim %s: %w", claim, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write CDI spec of claim %s: %w", claim, err)
+	}
+	if err := os.Rename(tmp.Name(), s.path(claim)); err != nil {
+		return fmt.Errorf("write CDI spec of claim %s: %w", claim, err)
+	}
+	return nil
+}
+
+// read returns the claim's spec, or nil when there is none.
+func (s specStore) read(claim types.UID) (*cdispec.Spec, error) {
+	data, err := os.ReadFile(s.path(claim))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read CDI spec of claim %s: %w", claim, err)
+	}
+	var spec cdispec.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.path(claim), err)
+	}
+	return &spec, nil
+}
+
+func (s specStore) remove(claim types.UID) error {
+	if err := os.Remove(s.path(claim)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove CDI spec of claim %s: %w", claim, err)
+	}
+	return nil
+}
+
+// exclusiveHolders maps each exclusive device held by a prepared claim to
+// that claim's UID.
+func (s specStore) exclusiveHolders() (map[string]types.UID, error) {
+	entries, err := os.ReadDir(s.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list CDI specs: %w", err)
+	}
+	out := map[string]types.UID{}
+	for _, e := range entries {
+		uid, ok := strings.CutPrefix(e.Name(), specPrefix)
+		if !ok {
+			continue
+		}
+		uid, ok = strings.CutSuffix(uid, ".json")
+		if !ok {
+			continue
+		}
+		spec, err := s.read(types.UID(uid))
+		if err != nil || spec == nil {
+			continue // gone meanwhile, or not ours to judge
+		}
+		for _, d := range strings.Split(spec.Annotations[annotationExclusive], ",") {
+			if d != "" {
+				out[d] = types.UID(uid)
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,76 @@
+package dra
+
+import (
+	"os"
+	"slices"
+	"testing"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/ibkube/ibkube/hca/fixture"
+)
+
+// TestCDISpecAcceptedByRuntime reads the prepared specs with the CDI
+// library containerd 2.4 builds with (tags.cncf.io/container-device-interface
+// v1.1.1, containerd's go.mod) and injects the devices into an OCI spec as
+// containerd does before it starts a container. With real char devices
+// (root: fixture.WithCharDevices) the runtime's stat fills in major:minor,
+// which the NRI memlock plugin then matches against the node's devices.
+func TestCDISpecAcceptedByRuntime(t *testing.T) {
+	t.Parallel()
+	var opts []fixture.Option
+	root := os.Geteuid() == 0
+	if root {
+		opts = append(opts, fixture.WithCharDevices())
+	}
+	h := newHost(t, fixture.NDv5, nil, opts...)
+	h.hostDevRoot = fixture.DevRoot(h.dir)
+	h.topology = h.dir + "/nccl-topo.xml"
+	dir := t.TempDir()
+	d := newDriver(t, h, dir)
+	c := gpuNIC()
+	if r := prepare(t, d, c)[c.UID]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := cache.GetErrors(); len(errs) > 0 {
+		t.Fatalf("the CDI library refuses the spec: %v", errs)
+	}
+	nics, ipoib := CDIDeviceID(c.UID, "nics"), CDIDeviceID(c.UID, "ipoib")
+	for _, id := range []string{nics, ipoib} {
+		if cache.GetDevice(id) == nil {
+			t.Errorf("CDI device %s not found; the cache has %v", id, cache.ListDevices())
+		}
+	}
+	if !root {
+		t.Skip("injection needs real char devices (mknod): run as root")
+	}
+	spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+	if unresolved, err := cache.InjectDevices(spec, nics); err != nil {
+		t.Fatalf("inject %s: %v (unresolved %v)", nics, err, unresolved)
+	}
+	type dev struct {
+		path         string
+		major, minor int64
+	}
+	var got []dev
+	for _, x := range spec.Linux.Devices {
+		got = append(got, dev{x.Path, x.Major, x.Minor})
+	}
+	// uverbs: major 231, minors from 192 (drivers/infiniband/core/uverbs_main.c);
+	// rdma_cm: misc major 10, the fixture's minor 58.
+	want := []dev{{"/dev/infiniband/uverbs0", 231, 192}, {"/dev/infiniband/uverbs1", 231, 193}, {"/dev/infiniband/rdma_cm", 10, 58}}
+	if !slices.Equal(want, got) {
+		t.Errorf("injected devices = %v, want %v", got, want)
+	}
+	if !slices.Contains(spec.Process.Env, "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1") {
+		t.Errorf("injected env %v lacks NCCL_IB_HCA", spec.Process.Env)
+	}
+	if !slices.ContainsFunc(spec.Mounts, func(m oci.Mount) bool { return m.Destination == "/etc/ibkube/nccl-topo.xml" && slices.Contains(m.Options, "ro") }) {
+		t.Errorf("injected mounts %v lack the read-only topology file", spec.Mounts)
+	}
+}

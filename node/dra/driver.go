@@ -1,0 +1,299 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/node/resource"
+)
+
+// Publisher is where the driver's ResourceSlice content goes
+// (*kubeletplugin.Helper).
+type Publisher interface {
+	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error
+}
+
+// Config is what the driver needs from the agent.
+type Config struct {
+	// NodeName is the Kubernetes node: the ResourceSlice pool's name.
+	NodeName string
+	// CDIDir is where Prepare writes the claims' CDI specs (DefaultCDIDir);
+	// the container runtime must read CDI specs from it.
+	CDIDir string
+	// PCIeRoot resolves an HCA's PCI address to its PCIe root complex;
+	// nil publishes no pcieRoot.
+	PCIeRoot func(pciAddress string) (string, error)
+	// Now is the clock of the health reports; nil is time.Now.
+	Now func() time.Time
+	// Plugin is what Run needs to serve the kubelet.
+	Plugin PluginOptions
+}
+
+// Driver is the DRA plugin: Update feeds it the agent's resource model after
+// every scan, and kubeletplugin calls it to prepare claims and watch health.
+type Driver struct {
+	cfg   Config
+	log   logr.Logger
+	store specStore
+
+	mu        sync.Mutex
+	model     *resource.Model
+	pcieRoots map[string]string
+	publisher Publisher
+	health    kubeletplugin.DeviceHealthReport
+	// healthChanged is closed, and replaced, when health changes.
+	healthChanged chan struct{}
+	// fatal receives errors HandleError deems fatal; Run returns the first.
+	fatal chan error
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// New returns a driver with an empty model; Update gives it one.
+func New(cfg Config, log logr.Logger) (*Driver, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("DRA driver: no node name (--node-name or $NODE_NAME); the ResourceSlice pool is named after the node")
+	}
+	if cfg.CDIDir == "" {
+		cfg.CDIDir = DefaultCDIDir
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Driver{
+		cfg: cfg, log: log, store: specStore{dir: cfg.CDIDir},
+		model: &resource.Model{}, pcieRoots: map[string]string{},
+		healthChanged: make(chan struct{}), fatal: make(chan error, 1),
+	}, nil
+}
+
+// Update takes a new resource model: it republishes the slices when a
+// publisher is attached, and wakes the health watchers when a device's
+// health changed.
+func (d *Driver) Update(m *resource.Model) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.model = m
+	d.resolvePCIeRoots(m)
+	health := Health(m, d.cfg.NodeName, d.cfg.Now())
+	if !sameHealth(d.health, health) {
+		close(d.healthChanged)
+		d.healthChanged = make(chan struct{})
+	}
+	d.health = health
+	d.publishLocked()
+}
+
+// resolvePCIeRoots reads the PCIe root of HCAs not seen before: the sysfs
+// link does not change while the device exists.
+func (d *Driver) resolvePCIeRoots(m *resource.Model) {
+	if d.cfg.PCIeRoot == nil {
+		return
+	}
+	for _, s := range m.HCAs {
+		addr := s.HCA.PCIAddress
+		if _, ok := d.pcieRoots[addr]; ok || addr == "" {
+			continue
+		}
+		root, err := d.cfg.PCIeRoot(addr)
+		if err != nil {
+			d.log.V(1).Info("no PCIe root for the HCA; it publishes no pcieRoot", "hca", s.HCA.Name, "pciAddress", addr, "reason", err.Error())
+			continue
+		}
+		d.pcieRoots[addr] = root
+	}
+}
+
+func (d *Driver) publishLocked() {
+	if d.publisher == nil {
+		return
+	}
+	res := Resources(d.model, NodeFacts{Name: d.cfg.NodeName, PCIeRoots: d.pcieRoots})
+	if err := d.publisher.PublishResources(context.Background(), res); err != nil {
+		d.log.Error(err, "publish ResourceSlices")
+	}
+}
+
+// attach publishes the current model through p and every later one.
+func (d *Driver) attach(p Publisher) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.publisher = p
+	d.publishLocked()
+}
+
+func (d *Driver) snapshot() *resource.Model {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.model
+}
+
+// sameHealth compares reports without their timestamps.
+func sameHealth(a, b kubeletplugin.DeviceHealthReport) bool {
+	return slices.EqualFunc(a.Devices, b.Devices, func(x, y kubeletplugin.DeviceHealth) bool {
+		return x.PoolName == y.PoolName && x.DeviceName == y.DeviceName && x.Health == y.Health && x.Message == y.Message
+	})
+}
+
+// PrepareResourceClaims writes each claim's CDI spec and returns its CDI
+// device IDs. A claim whose spec is already there (the kubelet asks again
+// after a restart of either side) gets the same answer without a rewrite,
+// even if its HCAs have since gone from the model.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	m := d.snapshot()
+	for _, c := range claims {
+		devs, err := d.prepare(m, c)
+		if err != nil {
+			d.log.Error(err, "prepare claim", "claim", klogRef(c), "uid", c.UID)
+		}
+		out[c.UID] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
+	}
+	return out, nil
+}
+
+func (d *Driver) prepare(m *resource.Model, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	if c.Status.Allocation == nil {
+		return nil, fmt.Errorf("claim %s is not allocated", klogRef(c))
+	}
+	var results []resourceapi.DeviceRequestAllocationResult
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver == contract.DRADriverName {
+			results = append(results, r)
+		}
+	}
+	answer := make([]kubeletplugin.Device, 0, len(results))
+	for _, r := range results {
+		answer = append(answer, kubeletplugin.Device{
+			Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,
+			CDIDeviceIDs: []string{CDIDeviceID(c.UID, r.Request)}, ShareID: r.ShareID,
+		})
+	}
+	existing, err := d.store.read(c.UID)
+	if err != nil {
+		return nil, err
+	}
+	if existing != nil {
+		return answer, nil
+	}
+	var reqs []Request
+	for _, r := range results {
+		if r.Pool != d.cfg.NodeName {
+			return nil, fmt.Errorf("claim %s: device %s is in pool %q; this node's pool is %q", klogRef(c), r.Device, r.Pool, d.cfg.NodeName)
+		}
+		dev, err := lookup(m, r.Device)
+		if err != nil {
+			return nil, fmt.Errorf("claim %s: %w", klogRef(c), err)
+		}
+		i := slices.IndexFunc(reqs, func(q Request) bool { return q.Name == r.Request })
+		if i < 0 {
+			reqs = append(reqs, Request{Name: r.Request})
+			i = len(reqs) - 1
+		}
+		reqs[i].Devices = append(reqs[i].Devices, dev)
+	}
+	if err := d.checkExclusive(c, reqs); err != nil {
+		return nil, err
+	}
+	spec, err := ClaimSpec(c.UID, klogRef(c), reqs)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", klogRef(c), err)
+	}
+	if err := d.store.write(c.UID, spec); err != nil {
+		return nil, err
+	}
+	return answer, nil
+}
+
+// checkExclusive refuses an exclusive device another prepared claim holds:
+// the scheduler should never allocate one twice, and the driver is the last
+// place that can notice.
+func (d *Driver) checkExclusive(c *resourceapi.ResourceClaim, reqs []Request) error {
+	var wanted []string
+	for _, r := range reqs {
+		for _, dev := range r.Devices {
+			if dev.Pool.Exclusive() {
+				wanted = append(wanted, dev.Name)
+			}
+		}
+	}
+	if len(wanted) == 0 {
+		return nil
+	}
+	holders, err := d.store.exclusiveHolders()
+	if err != nil {
+		return err
+	}
+	for _, w := range wanted {
+		if uid, ok := holders[w]; ok && uid != c.UID {
+			return fmt.Errorf("claim %s: exclusive device %s is already prepared for claim %s", klogRef(c), w, uid)
+		}
+	}
+	return nil
+}
+
+func klogRef(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + c.Name }
+
+// UnprepareResourceClaims removes the claims' CDI specs; a claim never
+// prepared here, or already unprepared, is fine.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		out[c.UID] = d.store.remove(c.UID)
+	}
+	return out, nil
+}
+
+// HandleError logs errors of the background work (publishing slices, the
+// gRPC servers); a fatal one stops Run. A slice the API server stored
+// without some fields names the feature gates that are off.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		d.log.Error(err, msg)
+		return
+	}
+	select {
+	case d.fatal <- fmt.Errorf("%s: %w", msg, err):
+	default:
+	}
+}
+
+// WatchHealthStatus sends the health of every device now, again whenever
+// it changes, and every HealthResend in between so the kubelet's view does
+// not go stale.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	tick := time.NewTicker(HealthResend)
+	defer tick.Stop()
+	for {
+		d.mu.Lock()
+		report, changed := d.health, d.healthChanged
+		d.mu.Unlock()
+		report.Devices = slices.Clone(report.Devices)
+		now := d.cfg.Now()
+		for i := range report.Devices {
+			report.Devices[i].LastUpdated = now
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case reports <- report:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package dra
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ibkube/ibkube/hca/discovery"
+	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/hca/selector"
+	"github.com/ibkube/ibkube/node/config"
+	"github.com/ibkube/ibkube/node/resource"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// host is a fixture tree and what the agent makes of it.
+type host struct {
+	dir string
+	cfg *config.AgentConfig
+	// topology is the NCCL topology file the node profile hands out, "" for none.
+	topology string
+	// hostDevRoot is the dev tree as the runtime sees it ("/dev").
+	hostDevRoot string
+}
+
+// newHost builds fixture name in a temp dir.
+func newHost(t testing.TB, name string, cfg *config.AgentConfig, opts ...fixture.Option) *host {
+	t.Helper()
+	dir := t.TempDir()
+	if err := fixture.Build(dir, name, opts...); err != nil {
+		t.Fatal(err)
+	}
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	return &host{dir: dir, cfg: cfg, hostDevRoot: "/dev"}
+}
+
+// scan reads the fixture as the agent does, without netlink.
+func (h *host) scan(t testing.TB) inventory.Node {
+	t.Helper()
+	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(h.dir), DevRoot: fixture.DevRoot(h.dir), PortPoll: -1})
+	n, err := s.Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (h *host) model(t testing.TB) *resource.Model {
+	t.Helper()
+	return resource.Build(h.cfg, h.scan(t), resource.Options{
+		HostDevRoot: h.hostDevRoot, Profile: resource.Profile{Name: "test", TopologyFile: h.topology},
+	})
+}
+
+// facts resolves the PCIe roots on the fixture's sysfs as the agent does on /sys.
+func (h *host) facts(t testing.TB, m *resource.Model) NodeFacts {
+	t.Helper()
+	roots := map[string]string{}
+	for _, s := range m.HCAs {
+		root, err := PCIeRoot(fixture.SysfsRoot(h.dir), s.HCA.PCIAddress)
+		if err != nil {
+			t.Fatalf("pcieRoot of %s: %v", s.HCA.Name, err)
+		}
+		roots[s.HCA.PCIAddress] = root
+	}
+	return NodeFacts{Name: "node-0", PCIeRoots: roots}
+}
+
+// roceConfig is an OCI node's config: its ConnectX-7 ports run RoCEv2.
+func roceConfig() *config.AgentConfig {
+	c := config.Default()
+	c.Pools = []config.Pool{{
+		ResourceName: "rdma/roce", Mode: config.ModeExclusive,
+		Selector: selector.Selector{Match: selector.Match{Vendors: []string{"15b3"}, LinkLayers: []string{inventory.LinkLayerEthernet}}},
+	}}
+	return c
+}
+
+// golden compares got, as indented JSON, with testdata/name; -update
+// rewrites the file.
+func golden(t *testing.T, name string, got any) {
+	t.Helper()
+	data, err := json.MarshalIndent(got, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = append(data, '\n')
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if d := cmp.Diff(string(want), string(data)); d != "" {
+		t.Errorf("%s differs (-want +got; go test -update rewrites it):\n%s", path, d)
+	}
+}

@@ -1,0 +1,68 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/ibkube/ibkube/contract"
+)
+
+// PluginOptions say where the kubelet finds the plugin and how it is
+// deployed.
+type PluginOptions struct {
+	Client kubernetes.Interface
+	// PodUID is the agent pod's UID (downward API): with it two agent pods
+	// can serve one node during a DaemonSet rolling update
+	// (kubeletplugin.RollingUpdate, kubelet 1.33+). Empty: no rolling
+	// update, the DaemonSet must replace pods OnDelete or maxSurge 0.
+	PodUID string
+	// PluginDir is the kubelet's plugin data directory for this driver
+	// (kubeletplugin.KubeletPluginsDir/<driver>); RegistryDir is the
+	// kubelet's plugin registration directory. Empty: the kubelet's
+	// defaults.
+	PluginDir, RegistryDir string
+}
+
+// Run serves the kubelet until ctx ends: it starts the registration and
+// DRA gRPC services (health included), publishes the current model and
+// every later Update, and stops them cleanly, so that a rolling update's
+// next pod does not find stale sockets.
+func (d *Driver) Run(ctx context.Context) error {
+	o := d.cfg.Plugin
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(contract.DRADriverName),
+		kubeletplugin.KubeClient(o.Client),
+		kubeletplugin.NodeName(d.cfg.NodeName),
+		kubeletplugin.HealthService(true),
+	}
+	if o.PodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(o.PodUID)))
+	}
+	if o.PluginDir != "" {
+		opts = append(opts, kubeletplugin.PluginDataDirectoryPath(o.PluginDir))
+	}
+	if o.RegistryDir != "" {
+		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(o.RegistryDir))
+	}
+	helper, err := kubeletplugin.Start(klog.NewContext(ctx, d.log), d, opts...)
+	if err != nil {
+		return fmt.Errorf("start the DRA kubelet plugin: %w", err)
+	}
+	defer func() {
+		d.attach(nil)
+		helper.Stop()
+	}()
+	d.attach(helper)
+	d.log.Info("DRA kubelet plugin started", "driver", contract.DRADriverName, "node", d.cfg.NodeName, "cdiDir", d.cfg.CDIDir, "rollingUpdate", o.PodUID != "")
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-d.fatal:
+		return err
+	}
+}
