@@ -4,6 +4,7 @@ package chart
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -13,10 +14,14 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/ibkube/ibkube/contract"
 )
 
+// The chart spells the agent's names out (templates cannot import Go);
+// these tests hold them to contract/dra.go.
 const (
-	allocLabel = "infiniband.azure.com/allocation"
+	allocLabel = contract.AllocationNodeLabel
 	dpAgent    = "ibkube-node-agent"
 	draAgent   = "ibkube-node-agent-dra"
 )
@@ -182,7 +187,7 @@ func TestDRAAgentMounts(t *testing.T) {
 		t.Errorf("DRA agent mounts the device-plugin directory: it must never register a device plugin")
 	}
 	args := strings.Join(dra.Spec.Template.Spec.Containers[0].Args, " ")
-	for _, w := range []string{"--allocation=dra", "--cdi-dir=/run/cdi", "--kubelet-plugin-dir=/var/lib/kubelet/plugins/rdma.infiniband.azure.com", "--kubelet-registry-dir=/var/lib/kubelet/plugins_registry"} {
+	for _, w := range []string{"--allocation=" + contract.AllocationDRA, "--cdi-dir=/run/cdi", "--kubelet-plugin-dir=/var/lib/kubelet/plugins/" + contract.DRADriverName, "--kubelet-registry-dir=/var/lib/kubelet/plugins_registry"} {
 		if !strings.Contains(args, w) {
 			t.Errorf("DRA agent args %q lack %s", args, w)
 		}
@@ -225,12 +230,16 @@ func TestDRADeviceClasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, res := range map[string]string{"ibkube-rdma-ib": "rdma/ib", "ibkube-rdma-shared-ib": "rdma/shared_ib", "ibkube-rdma-roce": "rdma/roce"} {
+	for name, res := range map[string]string{
+		contract.DeviceClassIB:       contract.ExtendedResourceIB,
+		contract.DeviceClassSharedIB: contract.ExtendedResourceSharedIB,
+		contract.DeviceClassRoCE:     contract.ExtendedResourceRoCE,
+	} {
 		dc := typed[resourceapi.DeviceClass](t, m, "DeviceClass/"+name)
 		if dc.Spec.ExtendedResourceName == nil || *dc.Spec.ExtendedResourceName != res {
 			t.Errorf("%s extendedResourceName %v, want %s", name, dc.Spec.ExtendedResourceName, res)
 		}
-		want := `device.driver == "rdma.infiniband.azure.com" && device.attributes["rdma.infiniband.azure.com"].pool == "` + res + `"`
+		want := fmt.Sprintf(`device.driver == %q && device.attributes[%q].%s == %q`, contract.DRADriverName, contract.DRADriverName, contract.DRAAttrPool, res)
 		if len(dc.Spec.Selectors) != 1 || dc.Spec.Selectors[0].CEL == nil || dc.Spec.Selectors[0].CEL.Expression != want {
 			t.Errorf("%s selectors %+v, want one CEL %s", name, dc.Spec.Selectors, want)
 		}

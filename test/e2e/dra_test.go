@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/nccl"
 	"github.com/ibkube/ibkube/test/e2e/fakegpu"
@@ -32,12 +33,12 @@ import (
 // scenarios: the node moves to the DRA agent by its label, pods are served
 // by ResourceSlices, DeviceClasses and CDI, and it moves back.
 const (
-	draDriver      = "rdma.infiniband.azure.com"
-	allocLabel     = "infiniband.azure.com/allocation"
+	draDriver      = contract.DRADriverName
+	allocLabel     = contract.AllocationNodeLabel
 	draAgentDS     = "ibkube-node-agent-dra"
 	dpAgentDS      = "ibkube-node-agent"
-	classIB        = "ibkube-rdma-ib"
-	classSharedIB  = "ibkube-rdma-shared-ib"
+	classIB        = contract.DeviceClassIB
+	classSharedIB  = contract.DeviceClassSharedIB
 	cdiDir         = "/var/run/cdi"
 	draNS          = "e2e-dra"
 	draClaimNS     = "e2e-dra-claims"
@@ -165,7 +166,7 @@ func devInt(d resourceapi.Device, name string) int64 {
 func poolDevices(devs map[string]resourceapi.Device, pool string) []resourceapi.Device {
 	var out []resourceapi.Device
 	for _, d := range devs {
-		if devString(d, "pool") == pool {
+		if devString(d, contract.DRAAttrPool) == pool {
 			out = append(out, d)
 		}
 	}
@@ -245,13 +246,13 @@ func freeHCAs(ctx context.Context) ([]string, error) {
 		}
 		for _, r := range c.Status.Allocation.Devices.Results {
 			if r.Driver == draDriver {
-				held[devString(devs[r.Device], "rdmaDevice")] = true
+				held[devString(devs[r.Device], contract.DRAAttrRDMADevice)] = true
 			}
 		}
 	}
 	var out []string
 	for _, d := range poolDevices(devs, string(exclusiveRes)) {
-		if n := devString(d, "rdmaDevice"); !held[n] {
+		if n := devString(d, contract.DRAAttrRDMADevice); !held[n] {
 			out = append(out, n)
 		}
 	}
@@ -432,11 +433,11 @@ func testDRAMigrate(t *testing.T, st *state, d *draState) {
 	check(t, r, err == nil, "allocatable %s is %d after the switch, want 0", exclusiveRes, n)
 	// Each device carries the attributes the DeviceClasses and claims use.
 	for _, dev := range devs {
-		check(t, r, devString(dev, "linkLayer") == "InfiniBand", "device %s linkLayer %q, want InfiniBand", dev.Name, devString(dev, "linkLayer"))
-		check(t, r, devInt(dev, "rate") == 400, "device %s rate %d, want 400 (Gb/s, the fixture's NDR)", dev.Name, devInt(dev, "rate"))
+		check(t, r, devString(dev, contract.DRAAttrLinkLayer) == "InfiniBand", "device %s linkLayer %q, want InfiniBand", dev.Name, devString(dev, contract.DRAAttrLinkLayer))
+		check(t, r, devInt(dev, contract.DRAAttrRate) == 400, "device %s rate %d, want 400 (Gb/s, the fixture's NDR)", dev.Name, devInt(dev, contract.DRAAttrRate))
 		numa := devInt(dev, "resource.kubernetes.io/numaNode")
-		want, _ := hcaNUMA(devString(dev, "rdmaDevice"))
-		check(t, r, numa == want, "device %s numaNode %d, the fixture has %d for %s", dev.Name, numa, want, devString(dev, "rdmaDevice"))
+		want, _ := hcaNUMA(devString(dev, contract.DRAAttrRDMADevice))
+		check(t, r, numa == want, "device %s numaNode %d, the fixture has %d for %s", dev.Name, numa, want, devString(dev, contract.DRAAttrRDMADevice))
 		check(t, r, devString(dev, "resource.kubernetes.io/pciBusID") != "", "device %s has no pciBusID", dev.Name)
 	}
 	// The running pod is left alone.
@@ -555,7 +556,7 @@ func testDRAExtendedResource(t *testing.T, st *state, d *draState) {
 	all, _ := draDevices(ctx)
 	var want []string
 	for _, dev := range devs {
-		want = append(want, devString(all[dev], "rdmaDevice"))
+		want = append(want, devString(all[dev], contract.DRAAttrRDMADevice))
 	}
 	sort.Strings(want)
 	check(t, r, slices.Equal(hcas, want), "container got the devices of %v, the claim allocated %v", hcas, want)
@@ -616,7 +617,7 @@ func testDRAAttributes(t *testing.T, st *state, d *draState) {
 	check(t, r, err == nil && len(devs) == 1, "claim devices %v (%v), want 1", devs, err)
 	all, _ := draDevices(ctx)
 	for _, dev := range devs {
-		check(t, r, devString(all[dev], "linkLayer") == "InfiniBand" && devInt(all[dev], "rate") >= 400, "allocated %s is %s at %d Gb/s", dev, devString(all[dev], "linkLayer"), devInt(all[dev], "rate"))
+		check(t, r, devString(all[dev], contract.DRAAttrLinkLayer) == "InfiniBand" && devInt(all[dev], contract.DRAAttrRate) >= 400, "allocated %s is %s at %d Gb/s", dev, devString(all[dev], contract.DRAAttrLinkLayer), devInt(all[dev], contract.DRAAttrRate))
 	}
 	if _, err := h.cs.CoreV1().Pods(draClaimNS).Create(ctx, claimPod("ib-800", "ib-800"), metav1.CreateOptions{}); err != nil {
 		fail(t, r, "%v", err)
@@ -661,7 +662,7 @@ func testDRAPortDown(t *testing.T, st *state, d *draState) {
 			return false, err
 		}
 		for _, dev := range devs {
-			if devString(dev, "rdmaDevice") == hca && devString(dev, "pool") == string(exclusiveRes) {
+			if devString(dev, contract.DRAAttrRDMADevice) == hca && devString(dev, contract.DRAAttrPool) == string(exclusiveRes) {
 				for _, tn := range dev.Taints {
 					if tn.Effect == resourceapi.DeviceTaintEffectNoSchedule {
 						return true, nil
