@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -804,7 +804,10 @@ func testDRAAligned(t *testing.T, st *state, d *draState) {
 	if err != nil {
 		fail(t, r, "%v", err)
 	}
-	drv, err := fakegpu.Start(ctx, fakegpu.Config{Client: h.cs, NodeName: nodeName, GPUs: gpus, CDIDir: cdiDir, Log: testr.New(t)})
+	// Logs to stderr, not t: the kubelet plugin's goroutines may log while
+	// stopping, after the test's own logger is closed.
+	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, "fakegpu:", prefix, args) }, funcr.Options{})
+	drv, err := fakegpu.Start(ctx, fakegpu.Config{Client: h.cs, NodeName: nodeName, GPUs: gpus, CDIDir: cdiDir, Log: log})
 	if err != nil {
 		fail(t, r, "%v", err)
 	}
