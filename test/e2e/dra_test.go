@@ -229,7 +229,7 @@ func allocated(ctx context.Context, p *corev1.Pod) (devices []string, uids []str
 }
 
 // freeHCAs are the HCAs (RDMA device names) of the rdma/ib pool that no
-// ResourceClaim in the cluster holds, sorted.
+// ResourceClaim in the cluster holds exclusively, sorted.
 func freeHCAs(ctx context.Context) ([]string, error) {
 	devs, err := draDevices(ctx)
 	if err != nil {
@@ -245,8 +245,8 @@ func freeHCAs(ctx context.Context) ([]string, error) {
 			continue
 		}
 		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.Driver == draDriver {
-				held[devString(devs[r.Device], contract.DRAAttrRDMADevice)] = true
+			if d, ok := devs[r.Device]; ok && r.Driver == draDriver && devString(d, contract.DRAAttrPool) == string(exclusiveRes) {
+				held[devString(d, contract.DRAAttrRDMADevice)] = true
 			}
 		}
 	}
@@ -593,6 +593,8 @@ func testDRAShared(t *testing.T, st *state, d *draState) {
 		hcas, _ := uverbsHCAs(rep)
 		check(t, r, slices.Equal(hcas, []string{"mlx5_0"}), "%s got the devices of %v, want mlx5_0 (shared)", name, hcas)
 	}
+	// Later scenarios count free HCAs by exclusive claims only.
+	check(t, r, deletePodsNow(ctx, draClaimNS, "share-a", "share-b") == nil, "shared pods did not go away")
 }
 
 // 9d: a claim selecting by attribute (InfiniBand, at least 400 Gb/s) gets a
@@ -721,6 +723,7 @@ func testDRAPortDown(t *testing.T, st *state, d *draState) {
 	if err == nil {
 		r.Figures["port_up_to_recovered_seconds"] = time.Since(start).Seconds()
 	}
+	check(t, r, deletePodsNow(ctx, draClaimNS, "holder") == nil, "the holder pod did not go away")
 }
 
 // 9f: the DRA agent restarts: running pods keep their devices (and their
