@@ -10,11 +10,17 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/node/dra"
 )
 
 // The DeviceClasses of the DRA render, created (dry-run) on a real API
@@ -119,5 +125,65 @@ func TestAPIServerHelmInstallWithoutDRA(t *testing.T) {
 		if strings.Contains(out, unwanted) {
 			t.Errorf("default install on a cluster without DRA renders %q", unwanted)
 		}
+	}
+}
+
+// The DRA agent's ServiceAccount, installed from manifests/ibkube.yaml, can
+// run the agent's startup gate check (dry-run creates) against a real API
+// server with its default gates, and keep its node's ResourceSlice; the
+// device-plugin agent's cannot touch ResourceSlices.
+func TestAPIServerDRARBAC(t *testing.T) {
+	cfg := startAPIServer(t)
+	c := newCluster(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	manifests, err := os.ReadFile("../../manifests/ibkube.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range decodeAll(t, string(manifests)) {
+		if err := c.apply(ctx, obj, "kubectl", false); err != nil {
+			t.Fatalf("apply %s %s: %v", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nd-0"}}
+	if _, err := c.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	agent, err := kubernetes.NewForConfig(impersonate(cfg, namespace, "ibkube-node-agent-dra"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dra.CheckGates(ctx, agent.ResourceV1().DeviceClasses(), agent.ResourceV1().ResourceSlices(), "nd-0", true); err != nil {
+		t.Errorf("the DRA agent's gate check as its ServiceAccount: %v", err)
+	}
+	slice := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "nd-0-" + contract.DRADriverName},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: contract.DRADriverName, NodeName: ptr.To("nd-0"),
+			Pool:    resourceapi.ResourcePool{Name: "nd-0", ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{Name: "ib-mlx5-0"}},
+		},
+	}
+	got, err := agent.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the DRA agent creates its node's ResourceSlice: %v", err)
+	}
+	got.Spec.Pool.Generation++
+	if _, err := agent.ResourceV1().ResourceSlices().Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("update: %v", err)
+	}
+	if _, err := agent.ResourceV1().ResourceClaims("default").Get(ctx, "none", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("get a claim: %v, want not found (allowed)", err)
+	}
+	dp, err := kubernetes.NewForConfig(impersonate(cfg, namespace, "ibkube-node-agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.ResourceV1().ResourceSlices().Delete(ctx, got.Name, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the device-plugin agent deletes a ResourceSlice: %v, want forbidden", err)
+	}
+	if err := agent.ResourceV1().ResourceSlices().Delete(ctx, got.Name, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("delete: %v", err)
 	}
 }
