@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -167,7 +169,23 @@ func mergeEnv(key string, vals []string) string {
 // specStore keeps one CDI spec file per claim UID in a directory: the
 // driver's only state, so a restarted agent (or the other instance of a
 // rolling update) sees what is prepared.
-type specStore struct{ dir string }
+type specStore struct {
+	dir string
+	// seen caches the exclusive devices of spec files by name, valid while
+	// the file's size and modification time stay; nil disables it.
+	seen *holderCache
+}
+
+type holderCache struct {
+	mu    sync.Mutex
+	files map[string]cachedHolders
+}
+
+type cachedHolders struct {
+	size    int64
+	modTime time.Time
+	devices []string
+}
 
 const specPrefix = contract.DRADriverName + "-" + CDIClass + "_"
 
@@ -242,7 +260,15 @@ func (s specStore) exclusiveHolders() (map[string]types.UID, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list CDI specs: %w", err)
 	}
+	if s.seen != nil {
+		s.seen.mu.Lock()
+		defer s.seen.mu.Unlock()
+		if s.seen.files == nil {
+			s.seen.files = map[string]cachedHolders{}
+		}
+	}
 	out := map[string]types.UID{}
+	present := map[string]bool{}
 	for _, e := range entries {
 		uid, ok := strings.CutPrefix(e.Name(), specPrefix)
 		if !ok {
@@ -252,15 +278,49 @@ func (s specStore) exclusiveHolders() (map[string]types.UID, error) {
 		if !ok {
 			continue
 		}
-		spec, err := s.read(types.UID(uid))
-		if err != nil || spec == nil {
+		present[e.Name()] = true
+		devs, ok := s.exclusiveOf(e, types.UID(uid))
+		if !ok {
 			continue // gone meanwhile, or not ours to judge
 		}
-		for _, d := range strings.Split(spec.Annotations[annotationExclusive], ",") {
-			if d != "" {
-				out[d] = types.UID(uid)
+		for _, d := range devs {
+			out[d] = types.UID(uid)
+		}
+	}
+	if s.seen != nil {
+		for name := range s.seen.files {
+			if !present[name] {
+				delete(s.seen.files, name)
 			}
 		}
 	}
 	return out, nil
+}
+
+// exclusiveOf returns the exclusive devices the spec file e holds, from
+// the cache when the file has not changed since it was read.
+func (s specStore) exclusiveOf(e os.DirEntry, uid types.UID) ([]string, bool) {
+	info, err := e.Info()
+	if err != nil {
+		return nil, false
+	}
+	if s.seen != nil {
+		if c, ok := s.seen.files[e.Name()]; ok && c.size == info.Size() && c.modTime.Equal(info.ModTime()) {
+			return c.devices, true
+		}
+	}
+	spec, err := s.read(uid)
+	if err != nil || spec == nil {
+		return nil, false
+	}
+	var devs []string
+	for _, d := range strings.Split(spec.Annotations[annotationExclusive], ",") {
+		if d != "" {
+			devs = append(devs, d)
+		}
+	}
+	if s.seen != nil {
+		s.seen.files[e.Name()] = cachedHolders{size: info.Size(), modTime: info.ModTime(), devices: devs}
+	}
+	return devs, true
 }

@@ -9,6 +9,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/node/memlock"
 )
 
 // TestCDISpecAcceptedByRuntime reads the prepared specs with the CDI
@@ -67,10 +68,30 @@ func TestCDISpecAcceptedByRuntime(t *testing.T) {
 	if !slices.Equal(want, got) {
 		t.Errorf("injected devices = %v, want %v", got, want)
 	}
+	// The NRI memlock plugin sees the container after this injection
+	// (containerd builds the OCI spec, CDI included, before NRI's
+	// CreateContainer), and its rule keys on /dev/infiniband char devices
+	// by major:minor: a DRA-prepared container qualifies as a device-plugin
+	// one does, with no marker of its own.
+	var ctrDevs []memlock.Device
+	for _, x := range spec.Linux.Devices {
+		ctrDevs = append(ctrDevs, memlock.Device{Path: x.Path, Type: x.Type, Major: x.Major, Minor: x.Minor})
+	}
+	decision := memlock.Decide(memlock.Input{
+		PodAnnotations: map[string]string{memlock.AnnotationKey: "unlimited"},
+		Devices:        ctrDevs,
+		IBDevices:      memlock.DevicesOf(h.scan(t)),
+		Runtime:        &memlock.Limit{Soft: 8 << 20, Hard: memlock.Unlimited},
+	})
+	if decision.Outcome != memlock.OutcomeSet {
+		t.Errorf("memlock for a DRA-prepared container: %s (%s), want %s", decision.Outcome, decision.Reason, memlock.OutcomeSet)
+	}
 	if !slices.Contains(spec.Process.Env, "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1") {
 		t.Errorf("injected env %v lacks NCCL_IB_HCA", spec.Process.Env)
 	}
-	if !slices.ContainsFunc(spec.Mounts, func(m oci.Mount) bool { return m.Destination == "/etc/ibkube/nccl-topo.xml" && slices.Contains(m.Options, "ro") }) {
+	if !slices.ContainsFunc(spec.Mounts, func(m oci.Mount) bool {
+		return m.Destination == "/etc/ibkube/nccl-topo.xml" && slices.Contains(m.Options, "ro")
+	}) {
 		t.Errorf("injected mounts %v lack the read-only topology file", spec.Mounts)
 	}
 }

@@ -72,7 +72,7 @@ func New(cfg Config, log logr.Logger) (*Driver, error) {
 		cfg.Now = time.Now
 	}
 	return &Driver{
-		cfg: cfg, log: log, store: specStore{dir: cfg.CDIDir},
+		cfg: cfg, log: log, store: specStore{dir: cfg.CDIDir, seen: &holderCache{}},
 		model: &resource.Model{}, pcieRoots: map[string]string{},
 		healthChanged: make(chan struct{}), fatal: make(chan error, 1),
 	}, nil
@@ -156,7 +156,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	for _, c := range claims {
 		devs, err := d.prepare(m, c)
 		if err != nil {
-			d.log.Error(err, "prepare claim", "claim", klogRef(c), "uid", c.UID)
+			d.log.Error(err, "prepare claim", "claim", claimRef(c), "uid", c.UID)
 		}
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
 	}
@@ -165,7 +165,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 
 func (d *Driver) prepare(m *resource.Model, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	if c.Status.Allocation == nil {
-		return nil, fmt.Errorf("claim %s is not allocated", klogRef(c))
+		return nil, fmt.Errorf("claim %s is not allocated", claimRef(c))
 	}
 	var results []resourceapi.DeviceRequestAllocationResult
 	for _, r := range c.Status.Allocation.Devices.Results {
@@ -180,6 +180,9 @@ func (d *Driver) prepare(m *resource.Model, c *resourceapi.ResourceClaim) ([]kub
 			CDIDeviceIDs: []string{CDIDeviceID(c.UID, r.Request)}, ShareID: r.ShareID,
 		})
 	}
+	if len(results) == 0 {
+		return answer, nil // nothing of this driver's: no spec to write
+	}
 	existing, err := d.store.read(c.UID)
 	if err != nil {
 		return nil, err
@@ -190,11 +193,11 @@ func (d *Driver) prepare(m *resource.Model, c *resourceapi.ResourceClaim) ([]kub
 	var reqs []Request
 	for _, r := range results {
 		if r.Pool != d.cfg.NodeName {
-			return nil, fmt.Errorf("claim %s: device %s is in pool %q; this node's pool is %q", klogRef(c), r.Device, r.Pool, d.cfg.NodeName)
+			return nil, fmt.Errorf("claim %s: device %s is in pool %q; this node's pool is %q", claimRef(c), r.Device, r.Pool, d.cfg.NodeName)
 		}
 		dev, err := lookup(m, r.Device)
 		if err != nil {
-			return nil, fmt.Errorf("claim %s: %w", klogRef(c), err)
+			return nil, fmt.Errorf("claim %s: %w", claimRef(c), err)
 		}
 		i := slices.IndexFunc(reqs, func(q Request) bool { return q.Name == r.Request })
 		if i < 0 {
@@ -206,9 +209,9 @@ func (d *Driver) prepare(m *resource.Model, c *resourceapi.ResourceClaim) ([]kub
 	if err := d.checkExclusive(c, reqs); err != nil {
 		return nil, err
 	}
-	spec, err := ClaimSpec(c.UID, klogRef(c), reqs)
+	spec, err := ClaimSpec(c.UID, claimRef(c), reqs)
 	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", klogRef(c), err)
+		return nil, fmt.Errorf("claim %s: %w", claimRef(c), err)
 	}
 	if err := d.store.write(c.UID, spec); err != nil {
 		return nil, err
@@ -237,13 +240,13 @@ func (d *Driver) checkExclusive(c *resourceapi.ResourceClaim, reqs []Request) er
 	}
 	for _, w := range wanted {
 		if uid, ok := holders[w]; ok && uid != c.UID {
-			return fmt.Errorf("claim %s: exclusive device %s is already prepared for claim %s", klogRef(c), w, uid)
+			return fmt.Errorf("claim %s: exclusive device %s is already prepared for claim %s", claimRef(c), w, uid)
 		}
 	}
 	return nil
 }
 
-func klogRef(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + c.Name }
+func claimRef(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + c.Name }
 
 // UnprepareResourceClaims removes the claims' CDI specs; a claim never
 // prepared here, or already unprepared, is fine.

@@ -15,7 +15,9 @@ import (
 )
 
 // recordingPublisher keeps what the driver publishes, in order.
-type recordingPublisher struct{ ch chan resourceslice.DriverResources }
+type recordingPublisher struct {
+	ch chan resourceslice.DriverResources
+}
 
 func newRecordingPublisher() *recordingPublisher {
 	return &recordingPublisher{ch: make(chan resourceslice.DriverResources, 64)}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ibkube/ibkube/hca/discovery"
@@ -109,3 +110,5 @@ func golden(t *testing.T, name string, got any) {
 		t.Errorf("%s differs (-want +got; go test -update rewrites it):\n%s", path, d)
 	}
 }
+
+func discardLogger() logr.Logger { return logr.Discard() }

@@ -114,8 +114,9 @@ func TestResourcesValid(t *testing.T) {
 	t.Parallel()
 	cIdent := regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,31}$`)
 	for _, name := range fixture.Names() {
+		h := newHost(t, name, nil)
 		for _, cfg := range []*config.AgentConfig{config.Default(), roceConfig()} {
-			h := newHost(t, name, cfg)
+			h.cfg = cfg
 			m := h.model(t)
 			res := Resources(m, h.facts(t, m))
 			seen := map[string]bool{}

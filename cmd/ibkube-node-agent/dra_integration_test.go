@@ -1,0 +1,106 @@
+//go:build integration
+
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/internal/testenv"
+)
+
+// TestRunDRA runs the whole agent as main does with --allocation=dra against
+// a real kube-apiserver: it passes the gate check, publishes the ND v5
+// node's ResourceSlice, registers with the kubelet's plugin registry, never
+// opens a device plugin socket, and removes its sockets when it stops (the
+// next pod of a rolling update must not find stale ones).
+func TestRunDRA(t *testing.T) {
+	restCfg, env := testenv.Start(t, "test-integration-dra")
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nd-0"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := fixture.Build(dir, fixture.NDv5); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Unix socket paths are limited to 108 bytes: keep them short.
+	sockets, err := os.MkdirTemp("", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockets)
+	devicePlugins, plugin, registry := filepath.Join(sockets, "dp"), filepath.Join(sockets, "p"), filepath.Join(sockets, "r")
+	for _, d := range []string{devicePlugins, plugin, registry} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(runCtx, []string{
+			"--allocation=dra", "--node-name=nd-0", "--kubeconfig", kubeconfig, "--pod-uid=0b1c2d3e-agent-pod",
+			"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir), "--netlink=false",
+			"--config", filepath.Join(dir, "missing.yaml"), "--state-dir", t.TempDir(), "--nri=false", "--counters=false",
+			"--kubelet-socket-dir", devicePlugins, "--kubelet-plugin-dir", plugin, "--kubelet-registry-dir", registry,
+			"--cdi-dir", t.TempDir(), "--metrics-bind-address=0", "--health-probe-bind-address=0", "--log-level=error",
+		})
+	}()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err == nil && len(list.Items) == 1 {
+			s := list.Items[0].Spec
+			if s.Driver != contract.DRADriverName || len(s.Devices) != 16 {
+				t.Errorf("slice: driver %s, %d devices; want %s, 16", s.Driver, len(s.Devices), contract.DRADriverName)
+			}
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("agent stopped: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ResourceSlice: %v, %v", list, err)
+		}
+	}
+	entries := func(d string) []string {
+		es, _ := os.ReadDir(d)
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	if got := entries(devicePlugins); len(got) != 0 {
+		t.Errorf("device plugin sockets in DRA mode: %v", got)
+	}
+	if got := entries(registry); len(got) != 1 {
+		t.Errorf("registry dir holds %v, want one registration socket (rolling-update name)", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
+	if got := append(entries(registry), entries(plugin)...); len(got) != 0 {
+		t.Errorf("sockets left after a clean stop: %v", got)
+	}
+}

@@ -1,0 +1,21 @@
+# DRA driver (node/dra, contract, the agent's --allocation=dra). See docs/dra-driver.md.
+
+.PHONY: test-dra
+test-dra: ## DRA driver unit tests (slices, CDI specs, prepare/unprepare, health, gate check, the gRPC socket).
+	$(GO) test -count=1 ./node/dra/... ./contract/...
+
+.PHONY: test-integration-dra
+test-integration-dra: envtest-assets ## DRA driver against a real kube-apiserver + etcd (envtest): gate check, slices validated server-side, the whole agent in DRA mode.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -tags integration -timeout 10m ./test/integration/dra/...
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestRunDRA$$' ./cmd/ibkube-node-agent/
+TEST_TARGETS += test-integration-dra
+
+BENCH_TARGETS += bench-dra
+
+.PHONY: bench-dra
+bench-dra: ## DRA driver benchmarks: Prepare p50/p99, port change to ResourceSlice through the agent.
+	$(GO) test -run '^$$' -bench . -benchtime 100x ./node/dra/
+
+.PHONY: update-dra-golden
+update-dra-golden: ## Rewrite the DRA golden ResourceSlices and CDI spec (node/dra/testdata); review the diff.
+	$(GO) test ./node/dra/ -run 'Golden' -update

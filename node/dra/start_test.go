@@ -1,0 +1,146 @@
+package dra
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/hca/fixture"
+)
+
+// TestRunServesKubelet runs the driver as the agent does, against a fake API
+// server and talking to it over its gRPC socket as the kubelet does: the
+// ResourceSlice appears in the API, NodePrepareResources fetches the claim
+// and writes its CDI spec, the health stream reports every device, and
+// NodeUnprepareResources removes the spec.
+func TestRunServesKubelet(t *testing.T) {
+	t.Parallel()
+	h := newHost(t, fixture.NDv5, nil)
+	c := gpuNIC()
+	client := fake.NewClientset(
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0", UID: "node-uid"}},
+		c,
+	)
+	// Unix socket paths are limited to 108 bytes: keep them short.
+	sockets, err := os.MkdirTemp("", "dra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockets) })
+	cdi := t.TempDir()
+	d, err := New(Config{NodeName: "node-0", CDIDir: cdi, Plugin: PluginOptions{
+		Client: client, PluginDir: filepath.Join(sockets, "plugin"), RegistryDir: filepath.Join(sockets, "registry"),
+	}}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"plugin", "registry"} {
+		if err := os.MkdirAll(filepath.Join(sockets, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Update(h.model(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	var slice resourceapi.ResourceSlice
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err == nil && len(list.Items) == 1 {
+			slice = list.Items[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ResourceSlice published: %v, %v", list, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if slice.Spec.Driver != contract.DRADriverName || slice.Spec.Pool.Name != "node-0" || slice.Spec.NodeName == nil || *slice.Spec.NodeName != "node-0" || len(slice.Spec.Devices) != 16 {
+		t.Errorf("slice: driver %s, pool %s, node %v, %d devices; want %s, node-0, node-0, 16", slice.Spec.Driver, slice.Spec.Pool.Name, slice.Spec.NodeName, len(slice.Spec.Devices), contract.DRADriverName)
+	}
+
+	conn := dial(t, filepath.Join(sockets, "plugin", "dra.sock"))
+	dra := drapbv1.NewDRAPluginClient(conn)
+	ref := []*drapbv1.Claim{{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}}
+	resp, err := dra.NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{Claims: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.Claims[string(c.UID)]
+	if got == nil || got.Error != "" || len(got.Devices) != 3 {
+		t.Fatalf("prepare: %v", resp)
+	}
+	if want := []string{CDIDeviceID(c.UID, "nics")}; !slices.Equal(got.Devices[0].CdiDeviceIds, want) {
+		t.Errorf("CDI IDs of %s = %v, want %v", got.Devices[0].DeviceName, got.Devices[0].CdiDeviceIds, want)
+	}
+	spec := specStore{dir: cdi}.path(c.UID)
+	if _, err := os.Stat(spec); err != nil {
+		t.Errorf("no CDI spec after prepare: %v", err)
+	}
+
+	stream, err := drahealthv1.NewDRAResourceHealthClient(conn).NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	health, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var healthy []string
+	for _, dh := range health.Devices {
+		if dh.Health == drahealthv1.HealthStatus_HEALTHY {
+			healthy = append(healthy, dh.Device.DeviceName)
+		}
+	}
+	if len(healthy) != 16 {
+		t.Errorf("health stream: %d healthy devices (%v), want 16", len(healthy), healthy)
+	}
+
+	// The claim is gone from the API by the time the pod is; unprepare
+	// needs only its UID.
+	if err := client.ResourceV1().ResourceClaims(c.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	un, err := dra.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff("", un.Claims[string(c.UID)].GetError()); diff != "" {
+		t.Errorf("unprepare error: %s", diff)
+	}
+	if _, err := os.Stat(spec); !os.IsNotExist(err) {
+		t.Errorf("CDI spec left after unprepare: %v", err)
+	}
+}
+
+func dial(t *testing.T, socket string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
