@@ -418,7 +418,7 @@ up() {
 		--kubeconfig="$KUBECONFIG_ADMIN" --authentication-kubeconfig="$KUBECONFIG_ADMIN" --authorization-kubeconfig="$KUBECONFIG_ADMIN" \
 		--bind-address=127.0.0.1 --leader-elect=false \
 		--service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
-		--use-service-account-credentials=true --controllers='*,-nodeipam,-cloud-node-lifecycle' \
+		--use-service-account-credentials=true --controllers='*,-nodeipam' \
 		--profiling=false
 	start kube-scheduler "$K8S_BIN/kube-scheduler" \
 		--kubeconfig="$KUBECONFIG_ADMIN" --authentication-kubeconfig="$KUBECONFIG_ADMIN" --authorization-kubeconfig="$KUBECONFIG_ADMIN" \
