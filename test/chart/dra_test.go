@@ -175,7 +175,7 @@ func TestDRAAgentMounts(t *testing.T) {
 	}
 	dra := typed[appsv1.DaemonSet](t, m, "DaemonSet/"+draAgent)
 	dp := typed[appsv1.DaemonSet](t, m, "DaemonSet/"+dpAgent)
-	for _, p := range []string{"/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry", "/run/cdi"} {
+	for _, p := range []string{"/var/lib/kubelet/plugins/" + contract.DRADriverName, "/var/lib/kubelet/plugins_registry", "/run/cdi"} {
 		if !paths(dra)[p] {
 			t.Errorf("DRA agent does not mount %s (has %v)", p, paths(dra))
 		}
