@@ -53,9 +53,16 @@ func Start(ctx context.Context, c Config) (*Driver, error) {
 		// GPUs of this fake never change health.
 		kubeletplugin.HealthService(false),
 	}
+	pluginDir := kubeletplugin.KubeletPluginsDir
 	if c.PluginDir != "" {
-		opts = append(opts, kubeletplugin.PluginDataDirectoryPath(filepath.Join(c.PluginDir, DriverName)))
+		pluginDir = c.PluginDir
 	}
+	// kubeletplugin listens in its data directory but does not create it.
+	dataDir := filepath.Join(pluginDir, DriverName)
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("plugin directory: %w", err)
+	}
+	opts = append(opts, kubeletplugin.PluginDataDirectoryPath(dataDir))
 	if c.RegistryDir != "" {
 		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(c.RegistryDir))
 	}
