@@ -463,14 +463,9 @@ func sameContainers(a, b *corev1.Pod) bool {
 
 // schedulingRate creates throughputPods pods that cannot start (their image
 // is never pulled), by 8 clients at once, and returns pods bound per second
-// from the first creation to the last binding seen on a watch; then deletes
-// them.
+// from the first creation to the last binding seen (the namespace's pods
+// listed every 50 ms); then deletes them.
 func schedulingRate(ctx context.Context, ns, prefix string, mk func(string) *corev1.Pod) (float64, error) {
-	w, err := h.cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		return 0, err
-	}
-	defer w.Stop()
 	names := make([]string, throughputPods)
 	for i := range names {
 		names[i] = fmt.Sprintf("%s-%02d", prefix, i)
@@ -502,21 +497,21 @@ func schedulingRate(ctx context.Context, ns, prefix string, mk func(string) *cor
 	}
 	bound := map[string]bool{}
 	var last time.Time
-	deadline := time.After(3 * time.Minute)
-	for len(bound) < throughputPods {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return 0, fmt.Errorf("pod watch closed with %d of %d bound", len(bound), throughputPods)
-			}
-			p, isPod := ev.Object.(*corev1.Pod)
-			if isPod && strings.HasPrefix(p.Name, prefix+"-") && p.Spec.NodeName != "" && !bound[p.Name] {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := h.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range list.Items {
+			if strings.HasPrefix(p.Name, prefix+"-") && p.Spec.NodeName != "" && !bound[p.Name] {
 				bound[p.Name] = true
 				last = time.Now()
 			}
-		case <-deadline:
-			return 0, fmt.Errorf("%d of %d pods bound within 3 minutes", len(bound), throughputPods)
 		}
+		return len(bound) == throughputPods, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%d of %d pods bound: %w", len(bound), throughputPods, err)
 	}
 	return round3(float64(throughputPods) / last.Sub(start).Seconds()), nil
 }
