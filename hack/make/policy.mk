@@ -7,12 +7,12 @@ policy-chart: ## Regenerate charts/ibkube/files/admission-policy.yaml from webho
 	@mv -f $(CHART_DIR)/files/admission-policy.yaml.tmp $(CHART_DIR)/files/admission-policy.yaml
 
 .PHONY: test-chart-policy
-test-chart-policy: $(CHART_HELM_DEP) ## The chart's policy mode against the Go renderer for the same values.
-	HELM=$(CHART_HELM) $(GO) test -count=1 -tags chart ./test/integration/policy/...
+test-chart-policy: helm ## The chart's policy mode against the Go renderer for the same values.
+	HELM=$(HELM) $(GO) test -count=1 -tags chart ./test/integration/policy/...
 
 .PHONY: test-integration-policy
-test-integration-policy: $(CHART_HELM_DEP) envtest-assets ## The chart's policies in a real kube-apiserver admit webhook/mutate's corpus as the Go core does.
-	HELM=$(CHART_HELM) KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -tags integration -timeout 15m -v -run . ./test/integration/policy/...
+test-integration-policy: helm envtest-assets ## The chart's policies in a real kube-apiserver admit webhook/mutate's corpus as the Go core does.
+	HELM=$(HELM) KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -tags integration -timeout 15m -v -run . ./test/integration/policy/...
 TEST_TARGETS += test-chart-policy test-integration-policy
 
 .PHONY: bench-policy
