@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -196,6 +198,18 @@ type plugin struct {
 
 	srv  *grpc.Server  // owned by Manager.Run's goroutine
 	kick chan struct{} // asks the registrar to (re-)register now
+
+	// serving counts the servers start has opened; registered is the
+	// registration (kubelet.sock instance, server) the kubelet last
+	// accepted. The registrar sends no second Register for one pair: the
+	// kubelet (1.37) refuses it as "device plugin already connected" and,
+	// in refusing, forgets the live connection for that socket, so when
+	// that connection ends the resource is never marked unhealthy and every
+	// later registration on the socket is refused until the kubelet
+	// restarts (pkg/kubelet/cm/devicemanager/plugin/v1beta1/handler.go
+	// connectClient -> deregisterClient, manager.go PluginConnected).
+	serving    atomic.Uint64
+	registered string // registrar goroutine only
 }
 
 // kickRegistration asks the registrar to register now, dropping any backoff
@@ -281,6 +295,7 @@ func (p *plugin) start() error {
 		return fmt.Errorf("listen on %s: %w", p.socket, err)
 	}
 	p.srv = grpc.NewServer()
+	p.serving.Add(1)
 	pluginapi.RegisterDevicePluginServer(p.srv, p)
 	go func(srv *grpc.Server) {
 		if err := srv.Serve(lis); err != nil {
@@ -334,11 +349,18 @@ func (p *plugin) register(ctx context.Context, kubeletSocket string) (err error)
 			// kubelet.sock re-created meanwhile: start over without waiting
 		case <-time.After(backoff):
 		}
-		if _, serr := os.Stat(kubeletSocket); serr != nil {
+		fi, serr := os.Stat(kubeletSocket)
+		if serr != nil {
 			// gone (again): its next creation kicks registration
 			return fmt.Errorf("register %s: %w", p.resource, errNoKubelet)
 		}
+		key := registrationKey(fi, p.serving.Load())
+		if key == p.registered {
+			p.log.V(1).Info("already registered with this kubelet for this server")
+			return nil
+		}
 		if err = p.registerOnce(ctx, kubeletSocket, req); err == nil {
+			p.registered = key
 			p.log.Info("registered with kubelet", "attempt", i+1)
 			return nil
 		}
@@ -357,6 +379,16 @@ func (p *plugin) registerOnce(ctx context.Context, kubeletSocket string, req *pl
 	defer cancel()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, req)
 	return err
+}
+
+// registrationKey names one kubelet instance (its kubelet.sock file: a
+// restarted kubelet creates a new one) and one server of the plugin.
+func registrationKey(kubeletSock os.FileInfo, serving uint64) string {
+	ino := uint64(0)
+	if st, ok := kubeletSock.Sys().(*syscall.Stat_t); ok {
+		ino = st.Ino
+	}
+	return fmt.Sprintf("%d/%d/%d", ino, kubeletSock.ModTime().UnixNano(), serving)
 }
 
 // registerBackoff are the waits before each registration attempt.

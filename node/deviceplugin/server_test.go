@@ -403,3 +403,44 @@ func TestStaleKubeletSocket(t *testing.T) {
 		}
 	}
 }
+
+// TestNoSecondRegistrationForOneServer: a kick while this kubelet already
+// holds this server (a kubelet restart both removes the plugin sockets and
+// creates kubelet.sock, two kicks) sends no second Register. The kubelet
+// 1.37 refuses one as "already connected" and, in refusing, loses track of
+// the live connection, which leaves the resource stuck until it restarts.
+func TestNoSecondRegistrationForOneServer(t *testing.T) {
+	t.Parallel()
+	stub, m, obs := start(t, testNode())
+	if _, err := stub.WaitRegistration("rdma/ib", wait); err != nil {
+		t.Fatal(err)
+	}
+	calls := func() int {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		return obs.registered["rdma/ib"] + obs.failed["rdma/ib"]
+	}
+	until := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(wait)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	until("the first registration to be observed", func() bool { return calls() >= 1 })
+	before := calls()
+	for _, p := range m.plugins {
+		if p.resource == "rdma/ib" {
+			p.kickRegistration()
+		}
+	}
+	until("the kicked registration attempt", func() bool { return calls() > before })
+	select {
+	case r := <-stub.Registrations("rdma/ib"):
+		t.Fatalf("a second Register reached the kubelet for the same kubelet and server: %v", r.Request)
+	default:
+	}
+}
