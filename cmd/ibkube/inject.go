@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/inject"
 )
@@ -32,8 +33,7 @@ flags:
 
 // runInject implements "ibkube inject".
 func runInject(_ context.Context, args []string, s stdio) error {
-	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
-	fs.SetOutput(s.err)
+	fs := cmdline.NewFlagSet("inject", s.err)
 	file := fs.String("f", "", "YAML file to read, - for stdin (required)")
 	cfgPath := fs.String("config", "", "WebhookConfig YAML (default: built-in defaults)")
 	labels := fs.String("namespace-labels", "", "the namespace's labels, k=v,... (default: "+contract.LabelInject+"="+contract.InjectEnabled+"); include pod-security.kubernetes.io/enforce=... to model Pod Security")
