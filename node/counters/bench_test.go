@@ -75,16 +75,7 @@ func BenchmarkStepAndScrapeNDv5(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		m.Step(context.Background())
-		mfs, err := reg.Gather()
-		if err != nil {
-			b.Fatal(err)
-		}
-		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
-		for _, mf := range mfs {
-			if err := enc.Encode(mf); err != nil {
-				b.Fatal(err)
-			}
-		}
+		scrape(b, reg)
 	}
 }
 
@@ -106,15 +97,22 @@ func BenchmarkScrapeNDv5(b *testing.B) {
 	reg.MustRegister(m)
 	b.ReportAllocs()
 	for b.Loop() {
-		mfs, err := reg.Gather()
-		if err != nil {
+		scrape(b, reg)
+	}
+}
+
+// scrape gathers reg and writes it in the text format, as a Prometheus
+// scrape of /metrics does.
+func scrape(b *testing.B, reg *prometheus.Registry) {
+	b.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
 			b.Fatal(err)
-		}
-		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
-		for _, mf := range mfs {
-			if err := enc.Encode(mf); err != nil {
-				b.Fatal(err)
-			}
 		}
 	}
 }
