@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
@@ -25,14 +23,9 @@ import (
 // next pod of a rolling update must not find stale ones).
 func TestRunDRA(t *testing.T) {
 	restCfg, env := testenv.Start(t, "test-integration-dra")
-	cs, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testenv.Clientset(t, restCfg)
 	ctx := context.Background()
-	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nd-0"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.CreateNode(ctx, t, cs, "nd-0")
 	dir := t.TempDir()
 	if err := fixture.Build(dir, fixture.NDv5); err != nil {
 		t.Fatal(err)

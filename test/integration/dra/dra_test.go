@@ -16,10 +16,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/discovery"
@@ -32,16 +30,11 @@ import (
 
 func TestDriverAgainstAPIServer(t *testing.T) {
 	restCfg, _ := testenv.Start(t, "test-integration-dra")
-	cs, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testenv.Clientset(t, restCfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const node = "nd-0"
-	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.CreateNode(ctx, t, cs, node)
 
 	t.Run("gates", func(t *testing.T) {
 		if err := dra.CheckGates(ctx, cs.ResourceV1().DeviceClasses(), cs.ResourceV1().ResourceSlices(), node, true); err != nil {
