@@ -8,10 +8,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// specName is a file name as the DRA driver's CDI store writes it.
+const specName = "spec.json"
+
 func TestWrite(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	path := filepath.Join(dir, "spec.json")
+	path := filepath.Join(dir, specName)
 	for _, tc := range []struct {
 		data string
 		perm os.FileMode
@@ -42,7 +45,7 @@ func TestWrite(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if diff := cmp.Diff([]string{"spec.json"}, names); diff != "" {
+	if diff := cmp.Diff([]string{specName}, names); diff != "" {
 		t.Errorf("directory after two writes (-want +got):\n%s", diff)
 	}
 }

@@ -33,19 +33,15 @@ func TestRegister(t *testing.T) {
 
 func TestConstructors(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		c    prometheus.Collector
-		want string
-	}{
-		{promreg.Gauge("ibkube_test_up", "up help"), `Desc{fqName: "ibkube_test_up", help: "up help", unit: "", constLabels: {}, variableLabels: {}}`},
-		{promreg.GaugeVec("ibkube_test_state", "state help", "state"), `Desc{fqName: "ibkube_test_state", help: "state help", unit: "", constLabels: {}, variableLabels: {state}}`},
-		{promreg.CounterVec("ibkube_test_total", "total help", "a", "b"), `Desc{fqName: "ibkube_test_total", help: "total help", unit: "", constLabels: {}, variableLabels: {a,b}}`},
-	}
-	for _, tc := range tests {
+	for want, c := range map[string]prometheus.Collector{
+		`Desc{fqName: "ibkube_test_up", help: "up help", unit: "", constLabels: {}, variableLabels: {}}`:            promreg.Gauge("ibkube_test_up", "up help"),
+		`Desc{fqName: "ibkube_test_state", help: "state help", unit: "", constLabels: {}, variableLabels: {state}}`: promreg.GaugeVec("ibkube_test_state", "state help", "state"),
+		`Desc{fqName: "ibkube_test_total", help: "total help", unit: "", constLabels: {}, variableLabels: {a,b}}`:   promreg.CounterVec("ibkube_test_total", "total help", "a", "b"),
+	} {
 		ch := make(chan *prometheus.Desc, 1)
-		tc.c.Describe(ch)
-		if got := (<-ch).String(); got != tc.want {
-			t.Errorf("descriptor %s, want %s", got, tc.want)
+		c.Describe(ch)
+		if got := (<-ch).String(); got != want {
+			t.Errorf("descriptor %s, want %s", got, want)
 		}
 	}
 }
