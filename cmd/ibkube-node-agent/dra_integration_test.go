@@ -26,10 +26,7 @@ func TestRunDRA(t *testing.T) {
 	cs := testenv.Clientset(t, restCfg)
 	ctx := context.Background()
 	testenv.CreateNode(ctx, t, cs, "nd-0")
-	dir := t.TempDir()
-	if err := fixture.Build(dir, fixture.NDv5); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixture.BuildTemp(t, fixture.NDv5)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		t.Fatal(err)

@@ -41,10 +41,7 @@ func ndv5Targets(b *testing.B, sys, dev string) []Target {
 // BenchmarkReadNDv5 reads every counter of the 9-HCA ND H100 v5 fixture
 // once: the sysfs cost of one reading (issue goal: <= 1 ms per scrape).
 func BenchmarkReadNDv5(b *testing.B) {
-	dir := b.TempDir()
-	if err := fixture.Build(dir, fixture.NDv5); err != nil {
-		b.Fatal(err)
-	}
+	dir := fixture.BuildTemp(b, fixture.NDv5)
 	ts := ndv5Targets(b, fixture.SysfsRoot(dir), fixture.DevRoot(dir))
 	r := Reader{SysfsRoot: fixture.SysfsRoot(dir)}
 	b.ReportAllocs()
@@ -56,10 +53,7 @@ func BenchmarkReadNDv5(b *testing.B) {
 // BenchmarkStepAndScrapeNDv5 is a reading folded into the totals plus one
 // Prometheus scrape rendered as text: reading and exporting every counter.
 func BenchmarkStepAndScrapeNDv5(b *testing.B) {
-	dir := b.TempDir()
-	if err := fixture.Build(dir, fixture.NDv5); err != nil {
-		b.Fatal(err)
-	}
+	dir := fixture.BuildTemp(b, fixture.NDv5)
 	sys, dev := fixture.SysfsRoot(dir), fixture.DevRoot(dir)
 	node, err := discovery.NewScanner(discovery.Options{SysfsRoot: sys, DevRoot: dev, Logger: logr.Discard()}).Scan(context.Background())
 	if err != nil {
@@ -82,10 +76,7 @@ func BenchmarkStepAndScrapeNDv5(b *testing.B) {
 // BenchmarkScrapeNDv5 is what a Prometheus scrape costs with the monitor's
 // cache: formatting the last reading of the 9 HCAs, no sysfs read.
 func BenchmarkScrapeNDv5(b *testing.B) {
-	dir := b.TempDir()
-	if err := fixture.Build(dir, fixture.NDv5); err != nil {
-		b.Fatal(err)
-	}
+	dir := fixture.BuildTemp(b, fixture.NDv5)
 	sys := fixture.SysfsRoot(dir)
 	m, err := NewMonitor(MonitorConfig{Reader: Reader{SysfsRoot: sys}, Source: fakeSource{scanned(b, dir)},
 		Period: time.Second, Idle: IdleRule{Window: time.Minute}}, logr.Discard())

@@ -49,10 +49,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 
 	// A broken HCA (port down) carries a taint, which the API server must
 	// accept too.
-	dir := t.TempDir()
-	if err := fixture.Build(dir, fixture.Broken); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixture.BuildTemp(t, fixture.Broken)
 	sysfs := fixture.SysfsRoot(dir)
 	scanner := discovery.NewScanner(discovery.Options{SysfsRoot: sysfs, DevRoot: fixture.DevRoot(dir), PortPoll: -1})
 	inv, err := scanner.Scan(ctx)
