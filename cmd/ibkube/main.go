@@ -36,6 +36,7 @@ func subcommands() []subcommand {
 		{"inject", "apply ibkube's admission mutation to YAML offline", runInject},
 		{"node", "print the node's HCA inventory as the agent sees it", runNode},
 		{"doctor", "check this node for the RDMA problems users hit most", runDoctor},
+		{"policy", "write the admission as API server policies (no webhook)", runPolicy},
 		{"version", "print the ibkube version", runVersion},
 	}
 }

@@ -20,7 +20,7 @@ import (
 // phys_state), so read the figure as a floor, not a ceiling.
 func BenchmarkPortPollNDv5(b *testing.B) {
 	dir := fixture.BuildTemp(b, fixture.NDv5)
-	p := newPortPoller(fixture.SysfsRoot(dir))
+	p := newPortPoller(fixture.SysfsRoot(dir), nil)
 	p.refresh()
 	if len(p.files) != 18 {
 		b.Fatalf("polling %d files, want 18 (9 ports)", len(p.files))

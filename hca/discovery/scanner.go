@@ -71,6 +71,40 @@ type Scanner struct {
 	// netlinkState remembers what was last logged about RDMA netlink, so the
 	// "unavailable, using sysfs" note is said once (and again only if it changes).
 	netlinkState string
+	// scanned holds the port states the last Scan reported, keyed by
+	// portKey, so that Watch's port poll hints when the ports differ from
+	// what the consumer last saw, not only from its own previous poll: a
+	// rescan for another reason can see a port in a state the poll never
+	// read (down and back up between two polls), and without this the
+	// consumer would keep the stale state until its next periodic rescan.
+	scanned map[string]string
+}
+
+// portKey names one port file ("state" or "phys_state") of one HCA.
+func portKey(hca string, port int, file string) string {
+	return fmt.Sprintf("%s/%d/%s", hca, port, file)
+}
+
+// noteScanned records the port states of a finished Scan.
+func (s *Scanner) noteScanned(node inventory.Node) {
+	m := make(map[string]string, 2*len(node.HCAs))
+	for _, h := range node.HCAs {
+		for _, p := range h.Ports {
+			m[portKey(h.Name, p.Number, "state")] = p.State
+			m[portKey(h.Name, p.Number, "phys_state")] = p.PhysState
+		}
+	}
+	s.mu.Lock()
+	s.scanned = m
+	s.mu.Unlock()
+}
+
+// scannedPort returns the state the last Scan reported for a port file.
+func (s *Scanner) scannedPort(key string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.scanned[key]
+	return v, ok
 }
 
 // NewScanner returns a Scanner for the given host paths.
@@ -122,6 +156,7 @@ func (s *Scanner) Scan(ctx context.Context) (inventory.Node, error) {
 	}
 	sort.Slice(node.HCAs, func(i, j int) bool { return inventory.NaturalLess(node.HCAs[i].Name, node.HCAs[j].Name) })
 	node.RDMACM = s.rdmaCM()
+	s.noteScanned(node)
 	return node, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -41,7 +42,7 @@ func (s *Scanner) Watch(ctx context.Context) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watch: %w", err)
 	}
-	w := &watcher{s: s, fw: fw, out: make(chan struct{}, 1), ports: newPortPoller(s.opts.SysfsRoot)}
+	w := &watcher{s: s, fw: fw, out: make(chan struct{}, 1), ports: newPortPoller(s.opts.SysfsRoot, s.scannedPort)}
 	w.sync()
 
 	var links chan netlink.LinkUpdate
@@ -191,20 +192,32 @@ func (w *watcher) sync() {
 type portPoller struct {
 	sysfsRoot string
 	files     []string
+	keys      []string // portKey of each file
 	last      []string
+	// scanned answers what the consumer's last Scan reported for a port
+	// file (nil in tests of the poll alone).
+	scanned func(key string) (string, bool)
 }
 
-func newPortPoller(sysfsRoot string) *portPoller {
-	return &portPoller{sysfsRoot: sysfsRoot}
+func newPortPoller(sysfsRoot string, scanned func(string) (string, bool)) *portPoller {
+	return &portPoller{sysfsRoot: sysfsRoot, scanned: scanned}
 }
 
 // refresh re-lists the port files and takes their current content as the
 // baseline.
 func (p *portPoller) refresh() {
 	ports, _ := filepath.Glob(filepath.Join(p.sysfsRoot, "class", "infiniband", "*", "ports", "*"))
-	p.files = p.files[:0]
+	p.files, p.keys = p.files[:0], p.keys[:0]
 	for _, port := range ports {
-		p.files = append(p.files, filepath.Join(port, "state"), filepath.Join(port, "phys_state"))
+		hca := filepath.Base(filepath.Dir(filepath.Dir(port)))
+		n, err := strconv.Atoi(filepath.Base(port))
+		if err != nil {
+			n = -1 // not a port number: never matches a scanned port
+		}
+		for _, f := range []string{"state", "phys_state"} {
+			p.files = append(p.files, filepath.Join(port, f))
+			p.keys = append(p.keys, portKey(hca, n, f))
+		}
 	}
 	p.last = make([]string, len(p.files))
 	for i, f := range p.files {
@@ -213,16 +226,31 @@ func (p *portPoller) refresh() {
 }
 
 // poll reads every port file once and reports whether any differs from the
-// last read.
+// last read, or from what the consumer's last Scan reported.
 func (p *portPoller) poll() bool {
 	changed := false
 	for i, f := range p.files {
-		if v := readState(f); v != p.last[i] {
+		v := readState(f)
+		if v != p.last[i] {
 			p.last[i] = v
 			changed = true
 		}
+		if p.scanned != nil && !changed {
+			if seen, ok := p.scanned(p.keys[i]); ok && seen != stateName(v) {
+				changed = true
+			}
+		}
 	}
 	return changed
+}
+
+// stateName is the name Scan reports for a port file's content ("4:
+// ACTIVE" is ACTIVE), "" when it does not parse, as Scan leaves it.
+func stateName(v string) string {
+	if _, name, err := ParseNumberedState(v); err == nil {
+		return name
+	}
+	return ""
 }
 
 // readState is a port file's content, or a marker of why it cannot be read,

@@ -138,7 +138,9 @@ func (p *Plugin) removeStaleRankConfs(ctrs []*api.Container) {
 	removed := 0
 	for _, e := range entries {
 		name := e.Name()
-		stale := atomicfile.IsTemp(name) || (strings.HasSuffix(name, rankConfSuffix) && !live[name])
+		// ".tmp-" is how agents before internal/atomicfile named their
+		// temporary files; a crash of one may have left some behind.
+		stale := atomicfile.IsTemp(name) || strings.HasPrefix(name, ".tmp-") || (strings.HasSuffix(name, rankConfSuffix) && !live[name])
 		if e.IsDir() || !stale {
 			continue
 		}

@@ -51,6 +51,8 @@ func TestAPIServerHelmInstall(t *testing.T) {
 		"infiniband.azure.com/mode=rdma-shared",
 		"failurePolicy is Fail",
 		"install Multus and upgrade the release",
+		// Kubernetes 1.37 serves resource.k8s.io/v1: the DRA agent is there for relabelled nodes.
+		"kubectl label node <node> infiniband.azure.com/allocation=dra",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("install NOTES lack %q:\n%s", want, out)

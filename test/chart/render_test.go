@@ -95,6 +95,8 @@ var renderCases = []renderCase{
 	{name: "hardened-extras"},
 	// The PrometheusRule forced on, the Grafana dashboard ConfigMap, counters tuned.
 	{name: "observability"},
+	// DRA the default mode, with a RoCE pool: three DeviceClasses.
+	{name: "dra"},
 }
 
 func (c renderCase) args() []string {
@@ -159,6 +161,8 @@ func TestSchemaRejects(t *testing.T) {
 		{name: "NetworkPolicy without the API server's peers", set: []string{"webhook.networkPolicy.enabled=true"}, want: []string{"webhook.networkPolicy.admissionFrom", "konnectivity-agent"}},
 		{name: "no request in flight", set: []string{"webhook.maxRequestsInFlight=0"}, want: []string{"maxRequestsInFlight"}},
 		{name: "bad PDB eviction policy", set: []string{"webhook.podDisruptionBudget.unhealthyPodEvictionPolicy=Never"}, want: []string{"unhealthyPodEvictionPolicy"}},
+		{name: "bad allocation mode", set: []string{"node.allocation=cdi"}, want: []string{"allocation"}},
+		{name: "misspelt dra key", set: []string{"node.dra.cdiDirectory=/run/cdi"}, want: []string{"cdiDirectory"}},
 		{name: "removed master key", set: []string{"networks.ipoib.master=ib0"}, want: []string{"master"}},
 		{name: "IPoIB range in Azure's reserved space", set: []string{"networks.ipoib.enabled=true", "networks.ipoib.ipam.range=172.16.0.0/16"}, want: []string{"172.16.0.0/16", "Azure"}},
 		{name: "IPoIB range with host bits", set: []string{"networks.ipoib.enabled=true", "networks.ipoib.ipam.range=192.168.1.0/16"}, want: []string{"host bits"}},

@@ -129,7 +129,9 @@ func testClusterInstall(t *testing.T, st *clusterState) {
 	// node's agent Ready.
 	var ready int32
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		ds, err := h.cs.AppsV1().DaemonSets(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node-agent"})
+		// The device-plugin agent's DaemonSet (the DRA agent's runs on no
+		// node here: none is labelled infiniband.azure.com/allocation=dra).
+		ds, err := h.cs.AppsV1().DaemonSets(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node-agent,infiniband.azure.com/allocation=deviceplugin"})
 		if err != nil || len(ds.Items) != 1 {
 			return false, nil
 		}

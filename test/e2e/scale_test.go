@@ -26,10 +26,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/mutate"
+	"github.com/ibkube/ibkube/webhook/policy"
+	"github.com/ibkube/ibkube/webhook/policy/policytest"
 )
 
 const (
@@ -51,7 +54,9 @@ type scaleSetup struct {
 
 // 6: 600 annotated pods created through the API by 8 concurrent clients, in
 // rounds interleaving the setups, under no admission, a no-op webhook, ibkube
-// and a MutatingAdmissionPolicy; plus unannotated pods in an opted-in
+// as a webhook, ibkube as policies (admission.mode policy: webhook/policy
+// rendered from the webhook's own configuration) and a hand-written
+// MutatingAdmissionPolicy anchor; plus unannotated pods in an opted-in
 // namespace (which must never reach the webhook), and, as a reference, pods
 // created already mutated with no admission (what storing the bigger pod
 // costs, which ibkube and the MAP both pay and the no-op does not). Pods are
@@ -63,6 +68,7 @@ func testScale(ctx context.Context, t *testing.T, r *Result) {
 		{name: "noop-webhook", ns: "e2e-scale-noop", labels: map[string]string{"e2e-noop": "true"}, annotated: true},
 		{name: "ibkube", ns: "e2e-scale-ibkube", labels: map[string]string{prefix + "inject": "enabled"}, annotated: true},
 		{name: "map", ns: "e2e-scale-map", labels: map[string]string{"e2e-map": "true"}, annotated: true},
+		{name: "ibkube-policy", ns: "e2e-scale-policy", labels: map[string]string{scalePolicyLabel: "true"}, annotated: true},
 		{name: "ibkube-unannotated", ns: "e2e-scale-plain", labels: map[string]string{prefix + "inject": "enabled"}},
 		{name: "none-premutated", ns: "e2e-scale-premut", annotated: true, premutated: true},
 	}
@@ -76,6 +82,14 @@ func testScale(ctx context.Context, t *testing.T, r *Result) {
 		setups = dropSetup(setups, "map")
 	}
 	defer h.kubectlRun(context.Background(), "delete", "--ignore-not-found", "-f", filepath.Join(h.root, "test/e2e/testdata/map.yaml"))
+	policyFile, err := installScalePolicy(ctx)
+	if err != nil {
+		r.Notes = append(r.Notes, "ibkube policies not installed: "+firstLine(err.Error()))
+		setups = dropSetup(setups, "ibkube-policy")
+	} else {
+		defer h.kubectlRun(context.Background(), "delete", "--ignore-not-found", "-f", policyFile)
+	}
+	costFigures(r)
 	for _, s := range setups {
 		h.namespace(ctx, t, s.ns, s.labels, nil)
 	}
@@ -83,7 +97,7 @@ func testScale(ctx context.Context, t *testing.T, r *Result) {
 	// webhook configuration or policy takes a moment to reach the API server's
 	// cache).
 	for _, s := range setups {
-		want := s.name == "ibkube" || s.name == "map" || s.premutated
+		want := s.name == "ibkube" || s.name == "map" || s.name == "ibkube-policy" || s.premutated
 		var mutated bool
 		err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 			got, err := h.cs.CoreV1().Pods(s.ns).Create(ctx, s.pod("probe"), metav1.CreateOptions{})
@@ -152,6 +166,13 @@ func testScale(ctx context.Context, t *testing.T, r *Result) {
 		r.Figures["ratio_map_vs_none"] = ratio("map", "none")
 		r.Figures["ratio_ibkube_vs_map"] = ratio("ibkube", "map")
 	}
+	if _, ok := med["ibkube-policy"]; ok {
+		r.Figures["ratio_policy_vs_none"] = ratio("ibkube-policy", "none")
+		r.Figures["ratio_policy_vs_ibkube"] = ratio("ibkube-policy", "ibkube")
+		if _, ok := med["map"]; ok {
+			r.Figures["ratio_policy_vs_map"] = ratio("ibkube-policy", "map")
+		}
+	}
 	// The admission-latency goals (docs/e2e.md, scenario 6): reported, and
 	// noted when missed; timing on a shared 2-core machine is too noisy to
 	// fail the suite on.
@@ -165,6 +186,83 @@ func testScale(ctx context.Context, t *testing.T, r *Result) {
 	if v, ok := r.Figures["ratio_ibkube_vs_map"]; ok {
 		goal("ibkube/MAP", v, 1.0)
 	}
+	// admission.mode policy: no slower than the hand-written anchor doing
+	// less, and faster than the webhook.
+	if v, ok := r.Figures["ratio_policy_vs_map"]; ok {
+		goal("ibkube policy/MAP anchor", v, 1.0)
+	}
+	if v, ok := r.Figures["ratio_policy_vs_ibkube"]; ok {
+		goal("ibkube policy/ibkube webhook", v, 0.999)
+	}
+}
+
+// scalePolicyLabel selects the namespaces the scale scenario's ibkube
+// policies apply to: not the opt-in label, which the webhook selects.
+const scalePolicyLabel = "e2e-policy"
+
+// installScalePolicy renders ibkube's policies (webhook/policy) from the
+// WebhookConfig the installed chart gives the webhook, bound to namespaces
+// labelled scalePolicyLabel, and applies them; it returns the file to
+// delete them with.
+func installScalePolicy(ctx context.Context) (string, error) {
+	cm, err := h.cs.CoreV1().ConfigMaps(releaseNS).Get(ctx, release+"-webhook-config", metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("the webhook's configuration: %w", err)
+	}
+	cfg, err := config.Parse([]byte(cm.Data["webhook.yaml"]))
+	if err != nil {
+		return "", fmt.Errorf("the webhook's configuration: %w", err)
+	}
+	cfg.ReleaseNamespace = releaseNS
+	objs, err := policy.Render(cfg, policy.Names{Prefix: "e2e-scale", Namespace: releaseNS,
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{scalePolicyLabel: "true"}}})
+	if err != nil {
+		return "", err
+	}
+	y, err := objs.YAML()
+	if err != nil {
+		return "", err
+	}
+	f := filepath.Join(h.e2eDir, "scale-policy.yaml")
+	if err := os.WriteFile(f, y, 0o644); err != nil {
+		return "", err
+	}
+	if out, err := h.kubectlRun(ctx, "apply", "--server-side", "-f", f); err != nil {
+		return "", fmt.Errorf("apply: %v %s", err, out)
+	}
+	return f, nil
+}
+
+// costFigures reports the CEL cost the API server charges ibkube's
+// policies for a 16-container pod (measured with its own evaluator, which
+// the server's metrics do not expose), against its per-expression limit
+// and per-policy budget.
+func costFigures(r *Result) {
+	objs, err := policy.Render(corpusConfig(), policy.Names{Prefix: "ibkube", Namespace: releaseNS})
+	if err != nil {
+		r.Notes = append(r.Notes, "CEL cost not measured: "+err.Error())
+		return
+	}
+	s, err := policytest.New(objs)
+	if err != nil {
+		r.Notes = append(r.Notes, "CEL cost not measured: "+err.Error())
+		return
+	}
+	got, err := s.Admit(context.Background(), policytest.WidePod(16), mutate.Namespace{Name: "training", Labels: map[string]string{contract.LabelInject: contract.InjectEnabled}})
+	if err != nil || got.Refusal != "" {
+		r.Notes = append(r.Notes, fmt.Sprintf("CEL cost not measured: %v %s", err, got.Refusal))
+		return
+	}
+	r.Figures["policy_cel_cost_16_containers_mutation"] = float64(got.MutateCost)
+	r.Figures["policy_cel_cost_16_containers_refusal_check"] = float64(got.RefuseCost)
+	r.Figures["policy_cel_cost_16_containers_share_of_per_policy_budget"] = round3(float64(got.MutateCost) / float64(celconfig.RuntimeCELCostBudget))
+	r.Figures["policy_cel_cost_16_containers_share_of_per_expression_limit"] = round3(float64(got.MutateCost) / float64(celconfig.PerCallLimit))
+}
+
+func corpusConfig() *config.Config {
+	c := config.Default()
+	c.ReleaseNamespace = releaseNS
+	return c
 }
 
 // pod is the pod this setup creates: scalePod, mutated in advance by

@@ -66,7 +66,14 @@ func TestE2E(t *testing.T) {
 		{"7a-nccl-one-owner", st.needAgent, 10 * time.Minute, testNCCLOneOwner},
 		{"7b-nccl-mpi-ranks", st.needAgent, 6 * time.Minute, testNCCLMPIRanks},
 		{"8-rdma-observability", st.needAgent, 8 * time.Minute, testObservability},
+		{"9-dra", nil, 0, nil},
+		{"10-policy-mode", st.needAgent, 10 * time.Minute, testPolicyMode},
 	} {
+		if sc.run == nil {
+			// DRA mode is a group of subtests sharing what the node moved to.
+			t.Run(sc.name, func(t *testing.T) { testDRA(t, &st) })
+			continue
+		}
 		t.Run(sc.name, func(t *testing.T) {
 			r := h.scenario(t, sc.name)
 			sc.need(t, r)

@@ -195,3 +195,79 @@ ranges are left to ibkube-cni's own check.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+DRA (docs/dra.md). The driver name and the node label are the agent's
+(contract/dra.go); the DeviceClass names follow from the pool's resource name
+the same way (ibkube-<resource name with / _ . as ->).
+*/}}
+{{- define "ibkube.dra.driver" -}}rdma.infiniband.azure.com{{- end -}}
+{{- define "ibkube.dra.nodeLabel" -}}infiniband.azure.com/allocation{{- end -}}
+{{- define "ibkube.agent.draName" -}}{{ include "ibkube.fullname" . | trunc 48 | trimSuffix "-" }}-node-agent-dra{{- end -}}
+{{- define "ibkube.dra.className" -}}ibkube-{{ . | lower | replace "/" "-" | replace "_" "-" | replace "." "-" }}{{- end -}}
+
+{{/*
+ibkube.dra.enabled is "true" when the DRA agent and DeviceClasses are
+rendered. Asked for (node.allocation dra or node.dra.enabled true), the render
+fails on a cluster that cannot run them: resource.k8s.io/v1 must be served and
+Kubernetes must be at least 1.36, where the features the agent relies on are
+on by default (DRAExtendedResource, DRAConsumableCapacity, DRADeviceTaints and
+ResourceHealthStatus: beta and on in 1.36; the first and third GA in 1.37).
+Not asked for (null), they are rendered only where the cluster can run them.
+*/}}
+{{- define "ibkube.dra.enabled" -}}
+{{- $dra := .Values.node.dra -}}
+{{- $asked := or (eq .Values.node.allocation "dra") (eq (toString $dra.enabled) "true") -}}
+{{- $served := .Capabilities.APIVersions.Has "resource.k8s.io/v1" -}}
+{{- $recent := semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version -}}
+{{- if and (eq .Values.node.allocation "dra") (eq (toString $dra.enabled) "false") -}}
+{{- fail "node.allocation is dra but node.dra.enabled is false: set node.dra.enabled to null or true, or node.allocation to deviceplugin" -}}
+{{- end -}}
+{{- if and $asked (not $served) -}}
+{{- fail (printf "node.allocation dra (or node.dra.enabled true) needs the API resource.k8s.io/v1, which this cluster (Kubernetes %s) does not serve; accepted: Kubernetes >= 1.36 with resource.k8s.io/v1, or node.allocation deviceplugin" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- if and $asked (not $recent) -}}
+{{- fail (printf "node.allocation dra (or node.dra.enabled true) needs Kubernetes >= 1.36 (DRAExtendedResource, DRAConsumableCapacity, DRADeviceTaints and ResourceHealthStatus on by default), this cluster is %s; accepted: node.allocation deviceplugin on older clusters" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- if or $asked (and (kindIs "invalid" $dra.enabled) $served $recent) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+ibkube.agent.pools: the pools the agent serves, as YAML (a list under
+"pools"): agent.config.pools, else the agent's defaults named after
+rdmaResources. The DeviceClasses follow them.
+*/}}
+{{- define "ibkube.agent.pools" -}}
+{{- $pools := .Values.agent.config.pools -}}
+{{- if kindIs "invalid" $pools -}}
+{{- $r := .Values.rdmaResources -}}
+{{- $pools = list
+      (dict "resourceName" (default "rdma/shared_ib" $r.shared) "mode" "shared")
+      (dict "resourceName" (default "rdma/ib" $r.exclusive) "mode" "exclusive") -}}
+{{- end -}}
+{{- toYaml (dict "pools" $pools) -}}
+{{- end -}}
+
+{{/*
+ibkube.agent.affinity: agent.affinity with a node-label requirement added to
+every required node selector term (terms are ORed, a term's expressions
+ANDed), so the two agents' DaemonSets split the nodes by the allocation
+label whatever else the user's affinity asks. Call with (list $ctx $expr).
+*/}}
+{{- define "ibkube.agent.affinity" -}}
+{{- $ctx := index . 0 -}}{{- $expr := index . 1 -}}
+{{- $aff := deepCopy (default dict $ctx.Values.agent.affinity) -}}
+{{- $na := default dict $aff.nodeAffinity -}}
+{{- $req := default dict $na.requiredDuringSchedulingIgnoredDuringExecution -}}
+{{- $terms := default (list dict) $req.nodeSelectorTerms -}}
+{{- $out := list -}}
+{{- range $terms -}}
+{{- $t := deepCopy . -}}
+{{- $_ := set $t "matchExpressions" (append (default list $t.matchExpressions) $expr) -}}
+{{- $out = append $out $t -}}
+{{- end -}}
+{{- $_ := set $req "nodeSelectorTerms" $out -}}
+{{- $_ := set $na "requiredDuringSchedulingIgnoredDuringExecution" $req -}}
+{{- $_ := set $aff "nodeAffinity" $na -}}
+{{- toYaml $aff -}}
+{{- end -}}

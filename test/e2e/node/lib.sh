@@ -263,6 +263,12 @@ state = "$3"
 [plugins."io.containerd.cri.v1.runtime"]
   # No CAP_SYS_RESOURCE here: runc cannot write oom_score_adj -998.
   restrict_oom_score_adj = true
+  # DRA drivers (ibkube's agent in dra mode, test/e2e/fakegpu) hand devices
+  # to containers as CDI specs in /var/run/cdi. containerd 2.x has CDI on and
+  # reads these two directories by default; spelled out so the node does not
+  # hang on that default.
+  enable_cdi = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
 
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = ["$5"]

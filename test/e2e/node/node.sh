@@ -32,7 +32,8 @@ APISERVER_EXTRA=()
 CONTROLLER_MANAGER_EXTRA=()
 # Host paths the node creates; down removes the ones that did not exist before.
 HOST_DIRS=(/var/lib/kubelet /var/log/pods /var/log/containers /var/run/nri /run/containerd /opt/containerd
-	/var/lib/ibkube /var/lib/cni /etc/cni /opt/cni /opt/nri /etc/nri "$RUN_DIR" /dev/ibk-e2e-fixture /run/netns)
+	/var/lib/ibkube /var/lib/cni /etc/cni /opt/cni /opt/nri /etc/nri "$RUN_DIR" /dev/ibk-e2e-fixture /run/netns
+	/var/run/cdi)
 CGROUP_NAMES=(kubepods)
 
 # ---------------------------------------------------------------- host state

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/webhook/policy"
+)
+
+const policyUsage = `usage: ibkube policy [--config FILE] [--release-namespace NS] [--prefix NAME] [--exclude-namespaces a,b] [--chart-data]
+
+Writes ibkube's admission as API server policies to stdout, for clusters that
+run no webhook: the ConfigMap of parameters rendered from the WebhookConfig,
+a MutatingAdmissionPolicy doing the injection, a ValidatingAdmissionPolicy
+refusing what the webhook refuses, and their bindings (opted-in namespaces,
+never the release namespace or kube-system). Apply them with
+kubectl apply --server-side -f -. A changed profile needs only the ConfigMap
+re-applied. docs/admission-policy.md lists what the policies do not do.
+
+--chart-data writes instead the chart's copy of the policies' CEL and of the
+built-in profiles (charts/ibkube/files/admission-policy.yaml).
+
+flags:
+`
+
+// runPolicy implements "ibkube policy".
+func runPolicy(_ context.Context, args []string, s stdio) error {
+	fs := flag.NewFlagSet("policy", flag.ContinueOnError)
+	fs.SetOutput(s.err)
+	cfgPath := fs.String("config", "", "WebhookConfig YAML (default: built-in defaults)")
+	release := fs.String("release-namespace", "ibkube-system", "namespace ibkube is installed in: holds the parameter ConfigMap, default namespace of the IPoIB network")
+	prefix := fs.String("prefix", "ibkube", "start of every object name")
+	exclude := fs.String("exclude-namespaces", "", "namespaces never admitted through the policies, a,b,... (besides the release namespace and kube-system)")
+	chartData := fs.Bool("chart-data", false, "write the chart's data file instead of the objects")
+	fs.Usage = func() {
+		fmt.Fprint(s.err, policyUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitError{code: 2}
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("policy: unexpected argument %q; accepted: flags only", fs.Arg(0))
+	}
+	if *chartData {
+		out, err := policy.ChartData()
+		if err != nil {
+			return fmt.Errorf("policy: %w", err)
+		}
+		_, err = s.out.Write(out)
+		return err
+	}
+	cfg := config.Default()
+	if *cfgPath != "" {
+		data, err := os.ReadFile(*cfgPath)
+		if err != nil {
+			return fmt.Errorf("policy: %w", err)
+		}
+		if cfg, err = config.Parse(data); err != nil {
+			return fmt.Errorf("policy: config %s: %w", *cfgPath, err)
+		}
+	}
+	cfg.ReleaseNamespace = *release
+	names := policy.Names{Prefix: *prefix, Namespace: *release}
+	if *exclude != "" {
+		for _, n := range strings.Split(*exclude, ",") {
+			names.ExcludeNamespaces = append(names.ExcludeNamespaces, strings.TrimSpace(n))
+		}
+	}
+	objs, err := policy.Render(cfg, names)
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	out, err := objs.YAML()
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	_, err = s.out.Write(out)
+	return err
+}

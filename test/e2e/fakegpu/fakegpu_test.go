@@ -1,0 +1,86 @@
+package fakegpu
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ibkube/ibkube/nccl"
+)
+
+// The fake GPUs sit where an ND H100 v5's do: four on each NUMA node, at
+// the PCI addresses azhpc-images' topology/ndv5-topo.xml gives them (the
+// topology ibkube renders, nccl/testdata/ndv5-topo.xml.golden).
+func TestGPUsOfNDv5(t *testing.T) {
+	topo, err := nccl.Topology("ndv5-topo.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := GPUs(topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []GPU{
+		{0, "0001:00:00.0", 0}, {1, "0002:00:00.0", 0}, {2, "0003:00:00.0", 0}, {3, "0008:00:00.0", 0},
+		{4, "0009:00:00.0", 1}, {5, "000a:00:00.0", 1}, {6, "000b:00:00.0", 1}, {7, "000c:00:00.0", 1},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("GPUs (-want +got):\n%s", d)
+	}
+}
+
+func TestGPUsRefusesATopologyWithoutGPUs(t *testing.T) {
+	for name, xml := range map[string]string{
+		"no GPU":       `<system><cpu numaid="0"><pci busid="0101:00:00.0" class="0x020700"/></cpu></system>`,
+		"no NUMA node": `<system><pci busid="0001:00:00.0" class="0x030200"/></system>`,
+		"bad numaid":   `<system><cpu numaid="x"><pci busid="0001:00:00.0" class="0x030200"/></cpu></system>`,
+	} {
+		if _, err := GPUs([]byte(xml)); err == nil {
+			t.Errorf("%s: GPUs accepted %s", name, xml)
+		}
+	}
+}
+
+func TestDevicesCarryTheStandardAttributes(t *testing.T) {
+	devs := Devices([]GPU{{Index: 5, PCIBusID: "000a:00:00.0", NUMANode: 1}})
+	if len(devs) != 1 || devs[0].Name != "gpu-5" {
+		t.Fatalf("devices %+v, want one named gpu-5", devs)
+	}
+	a := devs[0].Attributes
+	if n := a["resource.kubernetes.io/numaNode"].IntValue; n == nil || *n != 1 {
+		t.Errorf("numaNode %v, want 1", n)
+	}
+	if s := a["resource.kubernetes.io/pciBusID"].StringValue; s == nil || *s != "000a:00:00.0" {
+		t.Errorf("pciBusID %v, want 000a:00:00.0", s)
+	}
+}
+
+func TestCDISpec(t *testing.T) {
+	data, ids, err := CDISpec("uid-1", []GPU{{Index: 0, PCIBusID: "0001:00:00.0"}, {Index: 4, PCIBusID: "0009:00:00.0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"cdiVersion": "0.6.0",
+		"kind":       "e2e.ibkube.io/gpu",
+		"devices": []any{
+			map[string]any{"name": "uid-1-gpu-0", "containerEdits": map[string]any{"env": []any{"FAKE_GPU_0=0001:00:00.0"}}},
+			map[string]any{"name": "uid-1-gpu-4", "containerEdits": map[string]any{"env": []any{"FAKE_GPU_4=0009:00:00.0"}}},
+		},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("spec (-want +got):\n%s", d)
+	}
+	wantIDs := map[string]string{"gpu-0": "e2e.ibkube.io/gpu=uid-1-gpu-0", "gpu-4": "e2e.ibkube.io/gpu=uid-1-gpu-4"}
+	if d := cmp.Diff(wantIDs, ids); d != "" {
+		t.Errorf("CDI IDs (-want +got):\n%s", d)
+	}
+	if f := CDIFile("uid-1"); f != "e2e.ibkube.io-gpu_uid-1.json" {
+		t.Errorf("CDI file %q", f)
+	}
+}

@@ -1,0 +1,334 @@
+package policy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/ibkube/ibkube/cni/multus"
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/memlockvalue"
+	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/webhook/mutate"
+)
+
+// The CEL below mirrors webhook/mutate step by step; each variable names
+// the Go function it stands for. Keys, modes and paths are written in from
+// the mutate package, so the policy and the webhook cannot disagree on a
+// name. Everything a site configures comes from params.data (see Params).
+
+// lit is s as a CEL string literal.
+func lit(s string) string { return strconv.Quote(s) }
+
+// list is ss as a CEL list of string literals.
+func list(ss ...string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = lit(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// maxEcho and maxMessage are webhook/mutate's bounds on what a refusal
+// repeats of the pod.
+const (
+	maxEcho    = 256
+	maxMessage = 4096
+)
+
+// bound is mutate's bound(s, n) over a CEL string expression: s cut to n
+// characters plus a marker naming how many were cut.
+func bound(s string, n int) string {
+	return fmt.Sprintf("(%[1]s.size() <= %[2]d ? %[1]s : %[1]s.substring(0, %[2]d) + '...[' + string(%[1]s.size() - %[2]d) + ' more bytes]')", s, n)
+}
+
+// echo is mutate's echo: the value bounded and quoted.
+func echo(s string) string { return "strings.quote(" + bound(s, maxEcho) + ")" }
+
+// gpuCount is mutate's gpuCount for container expression c and resource
+// expression r: the limit, else the request, rounded up to an integer.
+// Values beyond a million GPUs read as a million: refused all the same.
+func gpuCount(c, r string) string {
+	q := fmt.Sprintf("%[1]s.?resources.?limits[?%[2]s].or(%[1]s.?resources.?requests[?%[2]s])", c, r)
+	v := "quantity(" + q + ".value())"
+	return fmt.Sprintf("(%[1]s.hasValue() ? (%[2]s.compareTo(quantity('1000000')) > 0 ? 1000000 : "+
+		"%[2]s.isInteger() ? %[2]s.asInteger() : int(%[2]s.asApproximateFloat()) + 1) : 0)", q, v)
+}
+
+type variable struct{ name, expr string }
+
+// variables are shared by the mutating and the validating policy: the
+// validating one refuses exactly where the mutating one stands back.
+func variables() []variable {
+	a := lit
+	P := contract.Prefix
+	nsName := "namespaceObject.metadata.name"
+	known := []string{"mode", "hcas", "containers", "profile", "socket-fallback", "rdma-idle-warning", "injected", "memlock", "nccl-conf"}
+	acceptedKeys := "mode, hcas, containers, profile, socket-fallback, rdma-idle-warning (and injected, memlock, nccl-conf, written by ibkube)"
+	acceptedModes := "rdma-shared, rdma-exclusive, ipoib, rdma-shared,ipoib, rdma-exclusive,ipoib, none"
+	sfAccepted := fmt.Sprintf(": accepted: %s (NCCL may fall back to TCP sockets, NCCL's default) or %s (NCCL fails instead)", contract.SocketFallbackAllow, contract.SocketFallbackDeny)
+	netAccepted := "; accepted: a comma-separated list of [namespace/]name[@interface] or a JSON list of network selection elements"
+	memlockV := "variables.annos[" + a(contract.AnnotationMemlock) + "]"
+	memlockT := memlockV + ".trim()"
+	csvItem := `^\s*([a-z0-9]([-a-z0-9]*[a-z0-9])?\s*/\s*)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\s*@\s*[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?)?\s*$`
+
+	v := []variable{
+		{"annos", "object.metadata.?annotations.orValue({})"},
+		{"nsAnnos", "namespaceObject.metadata.?annotations.orValue({})"},
+		{"nsLabels", "namespaceObject.metadata.?labels.orValue({})"},
+		{"inits", "object.spec.?initContainers.orValue([])"},
+		// relevant: cheap first test, so pods without an ibkube annotation
+		// in a namespace without a default mode cost next to nothing.
+		{"relevant", "variables.annos.exists(k, k.startsWith(" + a(P) + ")) || " + a(contract.AnnotationMode) + " in variables.nsAnnos"},
+
+		// resolveProfile
+		{"profileSrc", a(contract.AnnotationProfile) + " in variables.annos ? 'pod' : " + a(contract.AnnotationProfile) + " in variables.nsAnnos ? 'ns' : 'cfg'"},
+		{"profileName", "variables.profileSrc == 'pod' ? variables.annos[" + a(contract.AnnotationProfile) + "] : variables.profileSrc == 'ns' ? variables.nsAnnos[" + a(contract.AnnotationProfile) + "] : params.data.defaultProfile"},
+		{"pk", "'profile.' + variables.profileName + '.'"},
+		{"profileKnown", "(variables.pk + 'nccl') in params.data"},
+		// gpuResource
+		{"gpuRes", "variables.profileKnown && params.data[variables.pk + 'gpuResource'] != '' ? params.data[variables.pk + 'gpuResource'] : params.data.gpuResource"},
+		{"gpuC", "object.spec.containers.map(c, " + gpuCount("c", "variables.gpuRes") + ")"},
+		{"gpuI", "variables.inits.map(c, " + gpuCount("c", "variables.gpuRes") + ")"},
+		// requestsGPU(podGPUResources)
+		{"requestsGPU", "variables.gpuC.exists(g, g > 0) || variables.gpuI.exists(g, g > 0) || " +
+			"object.spec.containers.exists(c, " + gpuCount("c", "params.data.gpuResource") + " > 0) || " +
+			"variables.inits.exists(c, " + gpuCount("c", "params.data.gpuResource") + " > 0)"},
+
+		// resolveMode, parseMode
+		{"modeSrc", a(contract.AnnotationMode) + " in variables.annos ? 'pod' : " + a(contract.AnnotationMode) + " in variables.nsAnnos && variables.requestsGPU ? 'ns' : ''"},
+		{"modeRaw", "variables.modeSrc == 'pod' ? variables.annos[" + a(contract.AnnotationMode) + "] : variables.modeSrc == 'ns' ? variables.nsAnnos[" + a(contract.AnnotationMode) + "] : ''"},
+		{"modeWhere", "variables.modeSrc == 'pod' ? " + a("annotation "+contract.AnnotationMode) + " : 'namespace ' + " + nsName + " + " + a(" annotation "+contract.AnnotationMode)},
+		{"modeParts", "variables.modeRaw.split(',').map(p, p.trim())"},
+		{"modeBad", "variables.modeSrc == '' ? '' : " +
+			"variables.modeParts.exists(p, !(p in " + list(contract.ModeShared, contract.ModeExclusive, contract.ModeIPoIB, contract.ModeNone) + ")) ? " +
+			"variables.modeWhere + ': invalid value ' + " + echo("variables.modeRaw") + " + ': unknown mode ' + " +
+			echo("variables.modeParts.filter(p, !(p in "+list(contract.ModeShared, contract.ModeExclusive, contract.ModeIPoIB, contract.ModeNone)+"))[0]") + " + " + a("; accepted: "+acceptedModes) + " : " +
+			lit(contract.ModeShared) + " in variables.modeParts && " + lit(contract.ModeExclusive) + " in variables.modeParts ? " +
+			"variables.modeWhere + ': invalid value ' + " + echo("variables.modeRaw") + " + " + a(": "+contract.ModeShared+" and "+contract.ModeExclusive+" exclude each other; accepted: "+acceptedModes) + " : " +
+			lit(contract.ModeNone) + " in variables.modeParts && variables.modeParts.exists(p, p != " + lit(contract.ModeNone) + ") ? " +
+			"variables.modeWhere + ': invalid value ' + " + echo("variables.modeRaw") + " + " + a(": "+contract.ModeNone+" cannot be combined; accepted: "+acceptedModes) + " : ''"},
+		{"shared", "variables.modeSrc != '' && " + lit(contract.ModeShared) + " in variables.modeParts"},
+		{"exclusive", "variables.modeSrc != '' && " + lit(contract.ModeExclusive) + " in variables.modeParts"},
+		{"ipoib", "variables.modeSrc != '' && " + lit(contract.ModeIPoIB) + " in variables.modeParts"},
+		{"rdma", "variables.shared || variables.exclusive"},
+		{"injectMode", "variables.modeBad == '' && (variables.rdma || variables.ipoib)"},
+		{"modeName", "(variables.shared ? " + lit(contract.ModeShared) + " : variables.exclusive ? " + lit(contract.ModeExclusive) + " : '') + " +
+			"(variables.ipoib ? (variables.rdma ? ',' : '') + " + lit(contract.ModeIPoIB) + " : '')"},
+
+		// selectContainers
+		{"cNames", a(contract.AnnotationContainers) + " in variables.annos ? variables.annos[" + a(contract.AnnotationContainers) + "].split(',').map(n, n.trim()) : []"},
+		{"allNames", "object.spec.containers.map(c, c.name) + variables.inits.map(c, c.name)"},
+		{"selC", a(contract.AnnotationContainers) + " in variables.annos ? " +
+			"lists.range(object.spec.containers.size()).filter(i, object.spec.containers[i].name in variables.cNames) : " +
+			"variables.gpuC.exists(g, g > 0) ? lists.range(object.spec.containers.size()).filter(i, variables.gpuC[i] > 0) : " +
+			"lists.range(object.spec.containers.size())"},
+		{"selI", a(contract.AnnotationContainers) + " in variables.annos ? lists.range(variables.inits.size()).filter(i, variables.inits[i].name in variables.cNames) : []"},
+		{"tgtGPU", "variables.selC.map(i, variables.gpuC[i]) + variables.selI.map(i, variables.gpuI[i])"},
+		{"tgtName", "variables.selC.map(i, object.spec.containers[i].name) + variables.selI.map(i, variables.inits[i].name)"},
+
+		// parseHCAs, exclusiveCounts
+		{"hcasOK", "!(" + a(contract.AnnotationHCAs) + " in variables.annos) || variables.annos[" + a(contract.AnnotationHCAs) + "].trim().matches('^[+]?0*([1-9]|[1-5][0-9]|6[0-4])$')"},
+		{"hcas", a(contract.AnnotationHCAs) + " in variables.annos && variables.hcasOK ? int(variables.annos[" + a(contract.AnnotationHCAs) + "].trim()) : 0"},
+		{"perGPU", "variables.profileKnown && int(params.data[variables.pk + 'hcasPerGPU']) > 1 ? int(params.data[variables.pk + 'hcasPerGPU']) : 1"},
+		{"badCount", fmt.Sprintf("variables.hcas > 0 ? [] : lists.range(variables.tgtGPU.size()).filter(i, variables.tgtGPU[i] < 0 || variables.tgtGPU[i] > %d / variables.perGPU)", config.MaxHCAs)},
+
+		// resolveSocketFallback
+		{"sfNsBad", "!(" + a(contract.AnnotationSocketFallback) + " in variables.annos) && " + a(contract.AnnotationSocketFallback) + " in variables.nsAnnos && " +
+			"!(variables.nsAnnos[" + a(contract.AnnotationSocketFallback) + "] in " + list(contract.SocketFallbackAllow, contract.SocketFallbackDeny) + ")"},
+		{"failClosed", a(contract.AnnotationSocketFallback) + " in variables.annos ? variables.annos[" + a(contract.AnnotationSocketFallback) + "] == " + lit(contract.SocketFallbackDeny) + " : " +
+			a(contract.AnnotationSocketFallback) + " in variables.nsAnnos && variables.nsAnnos[" + a(contract.AnnotationSocketFallback) + "] == " + lit(contract.SocketFallbackDeny)},
+
+		// multus.ParseSelection (the CSV form; the JSON form is not parsed)
+		{"netRaw", a(multus.Annotation) + " in variables.annos ? variables.annos[" + a(multus.Annotation) + "] : ''"},
+		{"netForm", "variables.netRaw.trim() == '' ? 'empty' : variables.netRaw.matches('[\\\\[{\"]') ? 'json' : 'csv'"},
+		{"netItems", "variables.netForm == 'csv' ? variables.netRaw.split(',') : []"},
+		{"netBad", "variables.netItems.filter(e, !e.matches(" + lit(csvItem) + "))"},
+		// [namespace, name, interface] of each CSV entry, the namespace resolved.
+		{"netParsed", "variables.netBad.size() > 0 ? [] : variables.netItems.map(e, [" +
+			"e.contains('/') ? e.split('/')[0].trim() : " + nsName + ", " +
+			"(e.contains('/') ? e.split('/')[1] : e).split('@')[0].trim(), " +
+			"e.contains('@') ? e.split('@')[1].trim() : ''])"},
+		{"ipoibNS", "params.data.ipoibNamespace != '' ? params.data.ipoibNamespace : " + nsName},
+		{"netHas", "variables.netForm == 'csv' ? variables.netParsed.exists(n, n[0] == variables.ipoibNS && n[1] == params.data.ipoibName) : " +
+			"variables.netForm == 'json' ? variables.netRaw.matches('\"name\"\\\\s*:\\\\s*\"' + params.data.ipoibName + '\"') && " +
+			"(variables.ipoibNS == " + nsName + " || variables.netRaw.matches('\"namespace\"\\\\s*:\\\\s*\"' + variables.ipoibNS + '\"')) : false"},
+	}
+	// The refusal: the first thing mutate.Mutate refuses, in its order, or ''.
+	refusals := []struct{ cond, msg string }{
+		{"variables.annos.exists(k, k.startsWith(" + a(P) + ") && !(k.substring(" + strconv.Itoa(len(P)) + ") in " + list(known...) + "))",
+			"'annotation ' + " + bound("variables.annos.filter(k, k.startsWith("+a(P)+") && !(k.substring("+strconv.Itoa(len(P))+") in "+list(known...)+"))[0]", maxEcho) + " + " +
+				a(": unknown key under "+P+"; accepted keys: "+acceptedKeys)},
+		{a(contract.AnnotationMemlock) + " in variables.annos && variables.memlockProblem != ''",
+			a("annotation "+contract.AnnotationMemlock+": invalid value ") + " + " + echo(memlockV) + " + ': ' + variables.memlockProblem + " + a("; want "+memlockvalue.Accepted)},
+		{a(contract.AnnotationSocketFallback) + " in variables.annos && !(variables.annos[" + a(contract.AnnotationSocketFallback) + "] in " + list(contract.SocketFallbackAllow, contract.SocketFallbackDeny) + ")",
+			a("annotation "+contract.AnnotationSocketFallback+": invalid value ") + " + " + echo("variables.annos["+a(contract.AnnotationSocketFallback)+"]") + " + " + a(sfAccepted)},
+		{a(contract.AnnotationIdleWarning) + " in variables.annos && !(variables.annos[" + a(contract.AnnotationIdleWarning) + "] in ['true', 'false'])",
+			a("annotation "+contract.AnnotationIdleWarning+": invalid value ") + " + " + echo("variables.annos["+a(contract.AnnotationIdleWarning)+"]") + " + '; accepted: true, false'"},
+		{"variables.modeBad != ''", "variables.modeBad"},
+		{"variables.injectMode && variables.sfNsBad",
+			"'namespace ' + " + nsName + " + " + a(" annotation "+contract.AnnotationSocketFallback+": invalid value ") + " + " +
+				echo("variables.nsAnnos["+a(contract.AnnotationSocketFallback)+"]") + " + " + a(sfAccepted)},
+		{"variables.injectMode && !variables.profileKnown",
+			"(variables.profileSrc == 'pod' ? " + a("annotation "+contract.AnnotationProfile) + " : variables.profileSrc == 'ns' ? 'namespace ' + " + nsName + " + " + a(" annotation "+contract.AnnotationProfile) + " : 'config defaultProfile') + " +
+				"': invalid value ' + " + echo("variables.profileName") + " + ': unknown profile; accepted: ' + params.data.profiles"},
+		{"variables.injectMode && variables.cNames.exists(n, n == '' || !(n in variables.allNames))",
+			a("annotation "+contract.AnnotationContainers+": invalid value ") + " + " + echo("variables.annos["+a(contract.AnnotationContainers)+"]") +
+				" + ': no container named ' + " + echo("variables.cNames.filter(n, n == '' || !(n in variables.allNames))[0]") +
+				" + \"; accepted: a comma-separated list of this pod's containers: \" + " +
+				bound("(object.spec.containers.map(c, c.name) + variables.inits.map(c, c.name + (c.?restartPolicy.orValue('') == 'Always' ? ' (sidecar)' : ' (init)'))).join(', ')", maxEcho)},
+		{"variables.injectMode && !variables.hcasOK",
+			a("annotation "+contract.AnnotationHCAs+": invalid value ") + " + " + echo("variables.annos["+a(contract.AnnotationHCAs)+"]") +
+				" + " + a(fmt.Sprintf(": accepted: an integer from 1 to %d (HCAs per selected container)", config.MaxHCAs))},
+		{"variables.injectMode && variables.exclusive && variables.badCount.size() > 0",
+			"'container ' + strings.quote(variables.tgtName[variables.badCount[0]]) + ' requests ' + variables.gpuRes + ': ' + string(variables.tgtGPU[variables.badCount[0]]) + " +
+				a(fmt.Sprintf(", which gives no rdma-exclusive count from 1 to %d (", config.MaxHCAs)) + " + string(variables.perGPU) + ' HCA(s) per GPU, profile ' + variables.profileName + " +
+				a("); accepted: a GPU count from 1 to ") + " + string(" + strconv.Itoa(config.MaxHCAs) + " / variables.perGPU) + " +
+				a(fmt.Sprintf(", or annotation %s with an integer from 1 to %d", contract.AnnotationHCAs, config.MaxHCAs))},
+		{"variables.injectMode && variables.ipoib && variables.netBad.size() > 0",
+			a("annotation "+multus.Annotation+": invalid value ") + " + " + echo("variables.netRaw") + " + " +
+				a(": annotation "+multus.Annotation+" entry ") + " + string(variables.netItems.indexOf(variables.netBad[0]) + 1) + (variables.netBad[0].trim() == '' ? '' : ' ' + strings.quote(variables.netBad[0].trim())) + " +
+				"(variables.netBad[0].trim() == '' ? ': empty entry (a stray comma?); ' : " + a(": not [namespace/]name[@interface] with each part a lower-case DNS label ([a-z0-9], '-' inside) and an interface of at most 15 characters; ") + ") + " +
+				a(multus.Accepted+netAccepted)},
+	}
+	var chain strings.Builder
+	for _, r := range refusals {
+		chain.WriteString("(" + r.cond + ") ? " + r.msg + " : ")
+	}
+	chain.WriteString("''")
+	v = append(v,
+		variable{"memlockProblem", memlockT + ".lowerAscii() == 'unlimited' ? '' : " +
+			"!isQuantity(" + memlockT + ") ? " + lit(memlockvalue.NotQuantity) + " : " +
+			"!quantity(" + memlockT + ").isGreaterThan(quantity('0')) ? " + lit(memlockvalue.NotPositive) + " : " +
+			"quantity(" + memlockT + ").compareTo(quantity('9223372036854775807')) >= 0 ? " + lit(memlockvalue.TooLarge+" (below 8Ei)") + " : " +
+			"!quantity(" + memlockT + ").isInteger() ? " + lit(memlockvalue.NotWhole) + " : ''"},
+		variable{"refusal", "!variables.relevant ? '' : " + chain.String()},
+		variable{"active", "variables.relevant && variables.injectMode && variables.refusal == ''"},
+	)
+	return append(v, mutationVariables()...)
+}
+
+// mutationVariables compute what mutate.Mutate writes.
+func mutationVariables() []variable {
+	a := lit
+	nsName := "namespaceObject.metadata.name"
+	return []variable{
+		// ipoibInterface
+		{"netMatch", "lists.range(variables.netParsed.size()).filter(i, variables.netParsed[i][0] == variables.ipoibNS && variables.netParsed[i][1] == params.data.ipoibName)"},
+		{"ifname", "!variables.ipoib || variables.rdma ? '' : params.data.ipoibInterface != '' ? params.data.ipoibInterface : " +
+			"variables.netForm == 'csv' && variables.netMatch.size() > 0 ? " +
+			"(variables.netParsed[variables.netMatch[0]][2] != '' ? variables.netParsed[variables.netMatch[0]][2] : 'net' + string(variables.netMatch[0] + 1)) : " +
+			"variables.netForm == 'csv' ? 'net' + string(variables.netItems.size() + 1) : " +
+			"variables.netForm == 'json' ? 'net' + string(variables.netRaw.findAll('\"name\"\\\\s*:').size() + (variables.netHas ? 0 : 1)) : 'net1'"},
+		// ncclConf
+		{"gpn", "int(params.data[variables.pk + 'gpusPerNode'])"},
+		{"wholeNode", "variables.gpn > 0 && variables.tgtGPU.exists(g, g == variables.gpn) && variables.tgtGPU.all(g, g == 0 || g == variables.gpn)"},
+		{"pre", "(variables.rdma ? ['NCCL_IB_DISABLE=0'] : []) + (variables.failClosed && variables.rdma ? ['NCCL_NET=IB'] : []) + " +
+			"(variables.ifname != '' ? ['NCCL_SOCKET_IFNAME=' + variables.ifname] : [])"},
+		{"preNames", "variables.pre.map(l, l.split('=')[0])"},
+		{"ncclLines", "params.data[variables.pk + 'nccl'].split('\\n').filter(l, l != '')"},
+		{"body", "variables.ncclLines.filter(l, (!l.startsWith('*') || variables.wholeNode) && !(l.substring(l.startsWith('*') ? 1 : 0).split('=')[0] in variables.preNames))" +
+			".map(l, l.startsWith('*') ? l.substring(1) : l)"},
+		{"skipped", "variables.ncclLines.filter(l, l.startsWith('*') && !variables.wholeNode && !(l.substring(1).split('=')[0] in variables.preNames)).map(l, l.substring(1))"},
+		{"conf", "'# Written by ibkube: profile ' + variables.profileName + ', mode ' + variables.modeName + '.\\n# Any environment variable overrides a line here.\\n' + " +
+			"(variables.pre + variables.body).map(l, l + '\\n').join('') + " +
+			"(variables.skipped.size() == 0 ? '' : (variables.gpn > 0 ? '# Left out, as this pod does not hold all ' + string(variables.gpn) + ' GPUs of the machine (GPU/HCA pairing unknown): ' : " +
+			"'# Left out, as the profile states no GPUs per machine (GPU/HCA pairing unknown): ') + variables.skipped.join(' ') + '\\n')"},
+		// the capability policy
+		{"addCap", "variables.rdma && (params.data.capabilityPolicy == " + a(string(config.CapabilityAlways)) + " || params.data.capabilityPolicy == " + a(string(config.CapabilityAuto)) +
+			" && !(variables.nsLabels[?" + a(mutate.LabelPodSecurityEnforce) + "].orValue('') in ['baseline', 'restricted']))"},
+		{"exclRes", "params.data[variables.pk + 'exclusiveResource'] != '' ? params.data[variables.pk + 'exclusiveResource'] : params.data.exclusiveResource"},
+		{"profEnv", "params.data[variables.pk + 'env'].split('\\n').filter(l, l != '')"},
+		// multus.Merge
+		{"netValue", "variables.netForm == 'empty' ? params.data.ipoibCSV : variables.netForm == 'csv' ? variables.netRaw.trim() + ', ' + params.data.ipoibCSV : " +
+			"variables.netRaw.lastIndexOf(']') < 0 ? variables.netRaw : " +
+			"[variables.netRaw.substring(0, variables.netRaw.lastIndexOf(']')).find('^[\\\\s\\\\S]*[^ \\\\t\\\\r\\\\n]')].map(h, h + (h.trim() == '[' ? '' : ',') + params.data.ipoibJSON + variables.netRaw.substring(variables.netRaw.lastIndexOf(']')))[0]"},
+		{"injected", "'mode=' + variables.modeName + '; containers=' + variables.tgtName.sort().join(',') + '; profile=' + variables.profileName + '; version=' + params.data.version"},
+		// [op, escaped key, value] of each annotation to write
+		{"annoOps", "(" + a(contract.AnnotationNCCLConf) + " in variables.annos ? [] : [['add', " + a(escape(contract.AnnotationNCCLConf)) + ", string(variables.conf)]]) + " +
+			"(variables.rdma && !(" + a(contract.AnnotationMemlock) + " in variables.annos) ? [['add', " + a(escape(contract.AnnotationMemlock)) + ", string(params.data.memlock)]] : []) + " +
+			"(variables.ipoib && !variables.netHas && variables.netValue != variables.netRaw ? [[variables.netForm == 'empty' && !(" + a(multus.Annotation) + " in variables.annos) ? 'add' : 'replace', " + a(escape(multus.Annotation)) + ", string(variables.netValue)]] : []) + " +
+			"(" + a(contract.AnnotationInjected) + " in variables.annos ? [] : [['add', " + a(escape(contract.AnnotationInjected)) + ", string(variables.injected)]])"},
+		{"mountsConf", "(object.spec.containers + variables.inits).exists(c, c.?volumeMounts.orValue([]).exists(m, m.name == " + a(contract.NCCLConfVolume) + ")) || " +
+			"variables.selC.exists(i, !" + mountSkip("object.spec.containers[i]") + ") || variables.selI.exists(i, !" + mountSkip("variables.inits[i]") + ")"},
+		{"podNS", nsName},
+	}
+}
+
+// escape makes s a JSON Pointer reference token (RFC 6901).
+func escape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+func mountSkip(c string) string {
+	return c + ".?volumeMounts.orValue([]).exists(m, m.name == " + lit(contract.NCCLConfVolume) + " || m.mountPath == " + lit(contract.NCCLConfDir) + ")"
+}
+
+func jsonPatch(op, path, value string) string {
+	return "JSONPatch{op: " + lit(op) + ", path: " + path + ", value: " + value + "}"
+}
+
+// ensureResource is patcher.ensureResource for container c at path t.
+func ensureResource(c, t, res, n string) string {
+	esc := res + ".replace('~', '~0').replace('/', '~1')"
+	return "((" + c + ".?resources.?limits[?" + res + "].hasValue() || " + c + ".?resources.?requests[?" + res + "].hasValue()) ? [] : " +
+		"(!has(" + c + ".resources) || (!has(" + c + ".resources.limits) && !has(" + c + ".resources.requests) && !has(" + c + ".resources.claims))) ? " +
+		"[" + jsonPatch("add", t+" + '/resources'", "Object.spec.containers.resources{limits: {"+res+": "+n+"}, requests: {"+res+": "+n+"}}") + "] : " +
+		"[has(" + c + ".resources.limits) ? " + jsonPatch("add", t+" + '/resources/limits/' + "+esc, n) + " : " + jsonPatch("add", t+" + '/resources/limits'", "{"+res+": "+n+"}") + ", " +
+		"has(" + c + ".resources.requests) ? " + jsonPatch("add", t+" + '/resources/requests/' + "+esc, n) + " : " + jsonPatch("add", t+" + '/resources/requests'", "{"+res+": "+n+"}") + "])"
+}
+
+// ensureCapability is patcher.ensureCapability for IPC_LOCK.
+func ensureCapability(c, t string) string {
+	caps := "Object.spec.containers.securityContext.capabilities{add: ['IPC_LOCK']}"
+	return "(!variables.addCap || " + c + ".?securityContext.?capabilities.?add.orValue([]).exists(x, x in ['IPC_LOCK', 'CAP_IPC_LOCK', 'ALL'])) ? [] : " +
+		"!has(" + c + ".securityContext) ? [" + jsonPatch("add", t+" + '/securityContext'", "Object.spec.containers.securityContext{capabilities: "+caps+"}") + "] : " +
+		"!has(" + c + ".securityContext.capabilities) ? [" + jsonPatch("add", t+" + '/securityContext/capabilities'", caps) + "] : " +
+		"!has(" + c + ".securityContext.capabilities.add) ? [" + jsonPatch("add", t+" + '/securityContext/capabilities/add'", "['IPC_LOCK']") + "] : " +
+		"[" + jsonPatch("add", t+" + '/securityContext/capabilities/add/-'", "'IPC_LOCK'") + "]"
+}
+
+// ensureEnv is patcher.ensureEnv: NCCL_CONF_FILE and the profile's other
+// variables, where the container does not set them (none of the latter
+// with envFrom).
+func ensureEnv(c, t string) string {
+	names := c + ".?env.orValue([]).map(e, e.name)"
+	adds := "(" + lit(contract.EnvNCCLConfFile) + " in " + names + " ? [] : [[" + lit(contract.EnvNCCLConfFile) + ", " + lit(contract.NCCLConfFile) + "]]) + " +
+		"(" + c + ".?envFrom.orValue([]).size() > 0 ? [] : variables.profEnv.filter(l, !(l.split('=')[0] in " + names + ")).map(l, [l.split('=')[0], l.substring(l.indexOf('=') + 1)]))"
+	env := "Object.spec.containers.env{name: e[0], value: e[1]}"
+	return "[" + adds + "].map(adds, adds.size() == 0 ? [] : !has(" + c + ".env) ? " +
+		"[" + jsonPatch("add", t+" + '/env'", "adds.map(e, "+env+")") + "] : " +
+		"adds.map(e, " + jsonPatch("add", t+" + '/env/-'", env) + "))[0]"
+}
+
+// ensureMount is patcher.ensureMount.
+func ensureMount(c, t string) string {
+	m := "Object.spec.containers.volumeMounts{name: " + lit(contract.NCCLConfVolume) + ", mountPath: " + lit(contract.NCCLConfDir) + ", readOnly: true}"
+	return mountSkip(c) + " ? [] : !has(" + c + ".volumeMounts) ? [" + jsonPatch("add", t+" + '/volumeMounts'", "["+m+"]") + "] : [" + jsonPatch("add", t+" + '/volumeMounts/-'", m) + "]"
+}
+
+// containerOps are the operations for target k (index into tgtGPU) at
+// container expression c and path expression t.
+func containerOps(c, t, k string) string {
+	count := "string(variables.hcas > 0 ? variables.hcas : variables.tgtGPU[" + k + "] == 0 ? int(params.data.defaultHCAs) : variables.tgtGPU[" + k + "] * variables.perGPU)"
+	return "(variables.shared ? " + ensureResource(c, t, "params.data.sharedResource", "'1'") + " : []) + " +
+		"(variables.exclusive ? " + ensureResource(c, t, "variables.exclRes", count) + " : []) + " +
+		"(" + ensureCapability(c, t) + ") + " + ensureEnv(c, t) + " + (" + ensureMount(c, t) + ")"
+}
+
+// mutation is the MutatingAdmissionPolicy's JSON patch: mutate.Mutate's
+// steps, each adding only what is missing, so a reinvocation adds nothing.
+func mutation() string {
+	vol := "Object.spec.volumes{name: " + lit(contract.NCCLConfVolume) + ", downwardAPI: Object.spec.volumes.downwardAPI{items: [Object.spec.volumes.downwardAPI.items{path: " + lit(contract.NCCLConfFileName) +
+		", fieldRef: Object.spec.volumes.downwardAPI.items.fieldRef{apiVersion: 'v1', fieldPath: " + lit("metadata.annotations['"+contract.AnnotationNCCLConf+"']") + "}}]}}"
+	return "!variables.active ? [] : " +
+		"variables.selC.map(i, " + containerOps("object.spec.containers[i]", "'/spec/containers/' + string(i)", "variables.selC.indexOf(i)") + ").flatten() + " +
+		"variables.selI.map(i, " + containerOps("variables.inits[i]", "'/spec/initContainers/' + string(i)", "variables.selC.size() + variables.selI.indexOf(i)") + ").flatten() + " +
+		"(object.spec.?volumes.orValue([]).exists(v, v.name == " + lit(contract.NCCLConfVolume) + ") || !variables.mountsConf ? [] : " +
+		"!has(object.spec.volumes) ? [" + jsonPatch("add", "'/spec/volumes'", "["+vol+"]") + "] : [" + jsonPatch("add", "'/spec/volumes/-'", vol) + "]) + " +
+		"(variables.annoOps.size() == 0 || has(object.metadata.annotations) ? [] : [" + jsonPatch("add", "'/metadata/annotations'", "{}") + "]) + " +
+		"variables.annoOps.map(o, JSONPatch{op: o[0], path: '/metadata/annotations/' + o[1], value: o[2]})"
+}
+
+// refusal is the ValidatingAdmissionPolicy's check.
+const refusal = "variables.refusal == ''"

@@ -1,0 +1,72 @@
+package policy_test
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ibkube/ibkube/nccl"
+	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/webhook/policy"
+)
+
+// TestParams pins the parameter ConfigMap's format, which the policies'
+// CEL parses: the IPoIB network in both annotation forms, and a profile's
+// NCCL lines in order with whole-node values marked '*'.
+func TestParams(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(`apiVersion: ibkube.io/v1alpha1
+kind: WebhookConfig
+ipoib: {name: fabric, namespace: net, interface: ib0}
+profiles:
+- name: site
+  nccl: {NCCL_DEBUG: WARN}
+  wholeNodeNCCL: {NCCL_NET_GDR_LEVEL: SYS}
+  env: {UCX_TLS: rc}
+  gpusPerNode: 8
+  hcasPerGPU: 2
+  exclusiveResource: rdma/roce
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := policy.Params(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"ipoibCSV":                       "net/fabric@ib0",
+		"ipoibJSON":                      `{"name":"fabric","namespace":"net","interface":"ib0"}`,
+		"profile.site.nccl":              "NCCL_DEBUG=WARN\n*NCCL_NET_GDR_LEVEL=SYS\n",
+		"profile.site.env":               "UCX_TLS=rc\n",
+		"profile.site.gpusPerNode":       "8",
+		"profile.site.hcasPerGPU":        "2",
+		"profile.site.exclusiveResource": "rdma/roce",
+		"profile.site.gpuResource":       "",
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s = %q, want %q", k, got[k], w)
+		}
+	}
+	if _, ok := got["profile."+nccl.GenericIB+".nccl"]; !ok {
+		t.Errorf("built-in profile %s missing from the parameters", nccl.GenericIB)
+	}
+}
+
+func TestRenderNeedsNames(t *testing.T) {
+	t.Parallel()
+	for _, n := range []policy.Names{{Namespace: "x"}, {Prefix: "x"}} {
+		if _, err := policy.Render(config.Default(), n); err == nil {
+			t.Errorf("Render(%+v) = nil error, want one naming the missing prefix or namespace", n)
+		}
+	}
+	objs, err := policy.Render(config.Default(), policy.Names{Prefix: "p", Namespace: "ns", ExcludeNamespaces: []string{"ci"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := objs.MutatingBinding.Spec.MatchResources.NamespaceSelector.MatchExpressions[0].Values
+	if diff := cmp.Diff([]string{"ns", "kube-system", "ci"}, got); diff != "" {
+		t.Errorf("excluded namespaces (-want +got):\n%s", diff)
+	}
+}

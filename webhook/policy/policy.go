@@ -1,0 +1,319 @@
+// Package policy renders ibkube's admission as native API server policies:
+// a MutatingAdmissionPolicy doing what webhook/mutate does, a
+// ValidatingAdmissionPolicy refusing what it refuses, their bindings, and
+// the ConfigMap both read their settings from. The policies' CEL is fixed
+// text; everything a site configures (resources, profiles, network) is in
+// the ConfigMap, rendered from the same WebhookConfig the webhook reads, so
+// changing a profile needs no policy edit. Nothing here does I/O.
+package policy
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ibkube/ibkube/cni/multus"
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/version"
+	"github.com/ibkube/ibkube/nccl"
+	"github.com/ibkube/ibkube/webhook/config"
+)
+
+// Names says what the rendered objects are called and where they apply.
+type Names struct {
+	// Prefix starts every object name (the Helm release's full name).
+	Prefix string
+	// Namespace holds the parameter ConfigMap (the release namespace).
+	Namespace string
+	// ExcludeNamespaces are never admitted through the policies, besides
+	// Namespace and kube-system (as for the webhook).
+	ExcludeNamespaces []string
+	// Selector replaces the opt-in namespace selector (a test or benchmark
+	// binding the policies beside a running webhook); nil: namespaces
+	// labelled for injection, as the webhook selects them.
+	Selector *metav1.LabelSelector
+	// Version goes into the injected annotation, as the webhook writes its
+	// own version there ("": this binary's version).
+	Version string
+}
+
+// Object names derived from Names.
+func (n Names) Mutating() string   { return n.Prefix + "-inject" }
+func (n Names) Validating() string { return n.Prefix + "-refuse" }
+func (n Names) Params() string     { return n.Prefix + "-admission-params" }
+
+// Objects are the rendered objects, in the order to apply them.
+type Objects struct {
+	Params            *corev1.ConfigMap
+	Mutating          *admissionregistrationv1.MutatingAdmissionPolicy
+	MutatingBinding   *admissionregistrationv1.MutatingAdmissionPolicyBinding
+	Validating        *admissionregistrationv1.ValidatingAdmissionPolicy
+	ValidatingBinding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+}
+
+// Render renders the policies and their parameters for cfg.
+func Render(cfg *config.Config, n Names) (*Objects, error) {
+	if n.Prefix == "" || n.Namespace == "" {
+		return nil, fmt.Errorf("policy names: prefix %q and namespace %q must both be set", n.Prefix, n.Namespace)
+	}
+	data, err := Params(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if n.Version != "" {
+		data["version"] = n.Version
+	}
+	return &Objects{
+		Params: &corev1.ConfigMap{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: metav1.ObjectMeta{Name: n.Params(), Namespace: n.Namespace},
+			Data:       data,
+		},
+		Mutating:          MutatingPolicy(n.Mutating()),
+		MutatingBinding:   mutatingBinding(n),
+		Validating:        ValidatingPolicy(n.Validating()),
+		ValidatingBinding: validatingBinding(n),
+	}, nil
+}
+
+// YAML renders objs as one multi-document stream.
+func (o *Objects) YAML() ([]byte, error) {
+	var b bytes.Buffer
+	for i, obj := range []any{o.Params, o.Mutating, o.MutatingBinding, o.Validating, o.ValidatingBinding} {
+		y, err := yaml.Marshal(obj)
+		if err != nil {
+			return nil, fmt.Errorf("marshal object %d: %w", i, err)
+		}
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		b.Write(y)
+	}
+	return b.Bytes(), nil
+}
+
+var podRules = admissionregistrationv1.MatchResources{
+	ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+		RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+			Rule: admissionregistrationv1.Rule{
+				APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+				Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+			},
+		},
+	}},
+}
+
+func celVariables() []admissionregistrationv1.Variable {
+	vs := variables()
+	out := make([]admissionregistrationv1.Variable, len(vs))
+	for i, v := range vs {
+		out[i] = admissionregistrationv1.Variable{Name: v.name, Expression: v.expr}
+	}
+	return out
+}
+
+func paramKind() *admissionregistrationv1.ParamKind {
+	return &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"}
+}
+
+// MutatingPolicy is the injection policy; its text depends on nothing but
+// its name.
+func MutatingPolicy(name string) *admissionregistrationv1.MutatingAdmissionPolicy {
+	m := podRules
+	return &admissionregistrationv1.MutatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+			ParamKind:        paramKind(),
+			MatchConstraints: &m,
+			Variables:        celVariables(),
+			Mutations: []admissionregistrationv1.Mutation{{
+				PatchType: admissionregistrationv1.PatchTypeJSONPatch,
+				JSONPatch: &admissionregistrationv1.JSONPatch{Expression: mutation()},
+			}},
+			// As the webhook's default: no pod of an opted-in namespace
+			// starts without RDMA because the policy could not run.
+			FailurePolicy:      ptr.To(admissionregistrationv1.Fail),
+			ReinvocationPolicy: admissionregistrationv1.IfNeededReinvocationPolicy,
+		},
+	}
+}
+
+// ValidatingPolicy refuses what mutate.Mutate refuses, with its message.
+func ValidatingPolicy(name string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	m := podRules
+	return &admissionregistrationv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			ParamKind:        paramKind(),
+			MatchConstraints: &m,
+			Variables:        celVariables(),
+			Validations: []admissionregistrationv1.Validation{{
+				Expression:        refusal,
+				MessageExpression: bound("variables.refusal", maxMessage),
+				Reason:            ptr.To(metav1.StatusReasonForbidden),
+			}},
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+		},
+	}
+}
+
+// namespaces selects opted-in namespaces, never the release namespace or
+// kube-system: the webhook's namespaceSelector.
+func namespaces(n Names) *metav1.LabelSelector {
+	if n.Selector != nil {
+		return n.Selector
+	}
+	return &metav1.LabelSelector{
+		MatchLabels: map[string]string{contract.LabelInject: contract.InjectEnabled},
+		MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
+			Values: append([]string{n.Namespace, "kube-system"}, n.ExcludeNamespaces...),
+		}},
+	}
+}
+
+func paramRef(n Names) *admissionregistrationv1.ParamRef {
+	return &admissionregistrationv1.ParamRef{
+		Name: n.Params(), Namespace: n.Namespace,
+		ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction),
+	}
+}
+
+func mutatingBinding(n Names) *admissionregistrationv1.MutatingAdmissionPolicyBinding {
+	return &admissionregistrationv1.MutatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Mutating()},
+		Spec: admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{
+			PolicyName:     n.Mutating(),
+			ParamRef:       paramRef(n),
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: namespaces(n)},
+		},
+	}
+}
+
+func validatingBinding(n Names) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Validating()},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        n.Validating(),
+			ParamRef:          paramRef(n),
+			MatchResources:    &admissionregistrationv1.MatchResources{NamespaceSelector: namespaces(n)},
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+}
+
+// Params is the parameter ConfigMap's data for cfg: the settings under
+// their WebhookConfig names, and each resolved profile under
+// profile.<name>.<field>. NCCL lines are NAME=VALUE, one a line in profile
+// order, a whole-node value marked with a leading '*'.
+func Params(cfg *config.Config) (map[string]string, error) {
+	ipoib := multus.Network{Namespace: cfg.IPoIBNamespace(), Name: cfg.IPoIB.Name, Interface: cfg.IPoIB.Interface}
+	ipoibJSON, err := ipoibElement(ipoib)
+	if err != nil {
+		return nil, err
+	}
+	d := map[string]string{
+		"version":           version.Version,
+		"gpuResource":       cfg.GPUResource,
+		"sharedResource":    cfg.Resources.Shared,
+		"exclusiveResource": cfg.Resources.Exclusive,
+		"defaultHCAs":       strconv.Itoa(cfg.DefaultHCAs),
+		"memlock":           cfg.Memlock,
+		"capabilityPolicy":  string(cfg.CapabilityPolicy),
+		"defaultProfile":    cfg.DefaultProfile,
+		"profiles":          strings.Join(cfg.ProfileNames(), ", "),
+		"ipoibName":         cfg.IPoIB.Name,
+		"ipoibNamespace":    cfg.IPoIBNamespace(),
+		"ipoibInterface":    cfg.IPoIB.Interface,
+		"ipoibCSV":          ipoib.String(),
+		"ipoibJSON":         ipoibJSON,
+	}
+	for _, name := range cfg.ProfileNames() {
+		p, _ := cfg.Profile(name)
+		for k, v := range ProfileParams(p) {
+			d["profile."+name+"."+k] = v
+		}
+	}
+	return d, nil
+}
+
+// ProfileParams is one profile's entries in the parameter ConfigMap, keyed
+// by field.
+func ProfileParams(p nccl.Profile) map[string]string {
+	var n, e strings.Builder
+	for _, v := range p.NCCL {
+		if v.WholeNode {
+			n.WriteByte('*')
+		}
+		n.WriteString(v.Name + "=" + v.Value + "\n")
+	}
+	for _, v := range p.Env {
+		e.WriteString(v.Name + "=" + v.Value + "\n")
+	}
+	return map[string]string{
+		"nccl":              n.String(),
+		"env":               e.String(),
+		"gpusPerNode":       strconv.Itoa(p.GPUsPerNode),
+		"hcasPerGPU":        strconv.Itoa(p.HCAsPerGPU),
+		"exclusiveResource": p.ExclusiveResource,
+		"gpuResource":       p.GPUResource,
+	}
+}
+
+// ipoibElement is the network as multus.Merge appends it to a JSON-form
+// annotation.
+func ipoibElement(n multus.Network) (string, error) {
+	v, _, err := multus.Merge("[]", []multus.Network{n}, "")
+	if err != nil {
+		return "", fmt.Errorf("ipoib network %s: %w", n, err)
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(v, "["), "]"), nil
+}
+
+// chartData is what the chart copies from here: the policies' CEL and the
+// built-in profiles' parameters. The chart fills in names and the site's
+// settings from its values, as it does for the webhook's WebhookConfig.
+type chartData struct {
+	Variables     []admissionregistrationv1.Variable `json:"variables"`
+	Mutation      string                             `json:"mutation"`
+	Validation    admissionregistrationv1.Validation `json:"validation"`
+	Profiles      string                             `json:"profiles"`
+	ProfileParams map[string]string                  `json:"profileParams"`
+}
+
+// ChartData renders charts/ibkube/files/admission-policy.yaml.
+func ChartData() ([]byte, error) {
+	cfg := config.Default()
+	d := chartData{
+		Variables:     celVariables(),
+		Mutation:      mutation(),
+		Validation:    ValidatingPolicy("x").Spec.Validations[0],
+		Profiles:      strings.Join(cfg.ProfileNames(), ", "),
+		ProfileParams: map[string]string{},
+	}
+	for _, name := range cfg.ProfileNames() {
+		p, _ := cfg.Profile(name)
+		for k, v := range ProfileParams(p) {
+			d.ProfileParams["profile."+name+"."+k] = v
+		}
+	}
+	y, err := yaml.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("marshal chart data: %w", err)
+	}
+	return append([]byte("# Generated by `make policy-chart` (ibkube policy --chart-data) from webhook/policy. DO NOT EDIT.\n"+
+		"# The CEL of the admission policies and the built-in profiles' parameters; templates/admission-policy.yaml\n"+
+		"# adds the names and the site's settings.\n"), y...), nil
+}
