@@ -5,7 +5,6 @@ package chart
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -94,18 +93,7 @@ func TestAPIServerHelmInstallWithoutDRA(t *testing.T) {
 			t.Fatalf("the API server still serves resource.k8s.io (%v): the case would prove nothing", g.Versions)
 		}
 	}
-	user, err := env.AddUser(envtest.User{Name: "helm-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := adminKubeconfig(t, env)
 	install := func(set ...string) (string, error) {
 		args := []string{"install", release, chartDir(t), "--namespace", namespace, "--create-namespace", "--dry-run=server", "--kubeconfig", kubeconfig}
 		for _, s := range set {
@@ -137,15 +125,7 @@ func TestAPIServerDRARBAC(t *testing.T) {
 	c := newCluster(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	manifests, err := os.ReadFile("../../manifests/ibkube.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, obj := range decodeAll(t, string(manifests)) {
-		if err := c.apply(ctx, obj, "kubectl", false); err != nil {
-			t.Fatalf("apply %s %s: %v", obj.GetKind(), obj.GetName(), err)
-		}
-	}
+	c.installManifests(ctx, t)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nd-0"}}
 	if _, err := c.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

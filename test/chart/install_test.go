@@ -4,15 +4,12 @@ package chart
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 // TestAPIServerHelmInstall runs `helm install` and `helm upgrade` against a
@@ -23,18 +20,7 @@ func TestAPIServerHelmInstall(t *testing.T) {
 	cfg, env := startEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	user, err := env.AddUser(envtest.User{Name: "helm-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := adminKubeconfig(t, env)
 	helmKube := func(args ...string) string {
 		t.Helper()
 		out, err := helm(t, append(args, "--kubeconfig", kubeconfig)...)

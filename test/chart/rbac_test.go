@@ -4,7 +4,6 @@ package chart
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -45,15 +44,7 @@ func TestAPIServerRBAC(t *testing.T) {
 	admin := c.cs
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	manifests, err := os.ReadFile("../../manifests/ibkube.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, obj := range decodeAll(t, string(manifests)) {
-		if err := c.apply(ctx, obj, "kubectl", false); err != nil {
-			t.Fatalf("apply %s %s: %v", obj.GetKind(), obj.GetName(), err)
-		}
-	}
+	c.installManifests(ctx, t)
 
 	webhookCfg := impersonate(cfg, namespace, "ibkube-webhook")
 	webhook, webhookDyn := testenv.Clients(t, webhookCfg)
