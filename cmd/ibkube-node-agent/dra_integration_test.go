@@ -9,11 +9,10 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/node/dra/dratest"
 )
 
 // TestRunDRA runs the whole agent as main does with --allocation=dra against
@@ -31,12 +30,7 @@ func TestRunDRA(t *testing.T) {
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// Unix socket paths are limited to 108 bytes: keep them short.
-	sockets, err := os.MkdirTemp("", "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sockets)
+	sockets := dratest.SocketDir(t, "agent")
 	devicePlugins, plugin, registry := filepath.Join(sockets, "dp"), filepath.Join(sockets, "p"), filepath.Join(sockets, "r")
 	// The kubelet makes the device-plugins and registry directories; the
 	// driver's own directory under plugins is the agent's to make.
@@ -56,23 +50,9 @@ func TestRunDRA(t *testing.T) {
 			"--cdi-dir", t.TempDir(), "--metrics-bind-address=0", "--health-probe-bind-address=0", "--log-level=error",
 		})
 	}()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		if err == nil && len(list.Items) == 1 {
-			s := list.Items[0].Spec
-			if s.Driver != contract.DRADriverName || len(s.Devices) != 16 {
-				t.Errorf("slice: driver %s, %d devices; want %s, 16", s.Driver, len(s.Devices), contract.DRADriverName)
-			}
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("agent stopped: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ResourceSlice: %v, %v", list, err)
-		}
+	s := dratest.OneSlice(ctx, t, cs, 60*time.Second, done).Spec
+	if s.Driver != contract.DRADriverName || len(s.Devices) != 16 {
+		t.Errorf("slice: driver %s, %d devices; want %s, 16", s.Driver, len(s.Devices), contract.DRADriverName)
 	}
 	entries := func(d string) []string {
 		es, _ := os.ReadDir(d)

@@ -9,7 +9,6 @@ package dra
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -25,6 +24,7 @@ import (
 	"github.com/ibkube/ibkube/internal/testenv"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/dra"
+	"github.com/ibkube/ibkube/node/dra/dratest"
 	"github.com/ibkube/ibkube/node/resource"
 )
 
@@ -56,11 +56,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sockets, err := os.MkdirTemp("", "dra")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sockets)
+	sockets := dratest.SocketDir(t, "dra")
 	d, err := dra.New(dra.Config{
 		NodeName: node, CDIDir: t.TempDir(),
 		PCIeRoot: func(addr string) (string, error) { return dra.PCIeRoot(sysfs, addr) },
@@ -79,17 +75,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 		}
 	}()
 
-	var got []resourceapi.Device
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		if err == nil && len(list.Items) == 1 {
-			got = list.Items[0].Spec.Devices
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ResourceSlice stored (the API server may have refused it; see the log): %v %v", list, err)
-		}
-	}
+	got := dratest.OneSlice(ctx, t, cs, 30*time.Second, nil).Spec.Devices
 	want := dra.Resources(resource.Build(config.Default(), inv, resource.Options{HostDevRoot: "/dev"}), dra.NodeFacts{Name: node})
 	if n := len(want.Pools[node].Slices[0].Devices); len(got) != n {
 		t.Fatalf("stored %d devices, want %d", len(got), n)
