@@ -14,11 +14,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/testenv"
 	"github.com/ibkube/ibkube/node/dra"
 )
 
@@ -28,10 +28,7 @@ import (
 // silently. Their CEL selectors compile there too.
 func TestAPIServerDRADeviceClasses(t *testing.T) {
 	cfg, _ := startEnv(t)
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testenv.Clientset(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := render(t, renderCase{name: "dra"}.args()...)
@@ -80,10 +77,7 @@ func TestAPIServerHelmInstallWithoutDRA(t *testing.T) {
 			t.Errorf("stop envtest: %v", err)
 		}
 	})
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testenv.Clientset(t, cfg)
 	groups, err := cs.Discovery().ServerGroups()
 	if err != nil {
 		t.Fatal(err)
@@ -130,10 +124,7 @@ func TestAPIServerDRARBAC(t *testing.T) {
 	if _, err := c.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	agent, err := kubernetes.NewForConfig(impersonate(cfg, namespace, "ibkube-node-agent-dra"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	agent := testenv.Clientset(t, impersonate(cfg, namespace, "ibkube-node-agent-dra"))
 	if err := dra.CheckGates(ctx, agent.ResourceV1().DeviceClasses(), agent.ResourceV1().ResourceSlices(), "nd-0", true); err != nil {
 		t.Errorf("the DRA agent's gate check as its ServiceAccount: %v", err)
 	}
@@ -156,10 +147,7 @@ func TestAPIServerDRARBAC(t *testing.T) {
 	if _, err := agent.ResourceV1().ResourceClaims("default").Get(ctx, "none", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("get a claim: %v, want not found (allowed)", err)
 	}
-	dp, err := kubernetes.NewForConfig(impersonate(cfg, namespace, "ibkube-node-agent"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dp := testenv.Clientset(t, impersonate(cfg, namespace, "ibkube-node-agent"))
 	if err := dp.ResourceV1().ResourceSlices().Delete(ctx, got.Name, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the device-plugin agent deletes a ResourceSlice: %v, want forbidden", err)
 	}

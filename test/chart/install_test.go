@@ -9,7 +9,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/ibkube/ibkube/internal/testenv"
 )
 
 // TestAPIServerHelmInstall runs `helm install` and `helm upgrade` against a
@@ -45,10 +46,7 @@ func TestAPIServerHelmInstall(t *testing.T) {
 		}
 	}
 
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testenv.Clientset(t, cfg)
 	// What the webhook's rotator does after start.
 	secret, err := cs.CoreV1().Secrets(namespace).Get(ctx, "ibkube-webhook-tls", metav1.GetOptions{})
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -138,10 +137,7 @@ func TestAPIServerRBAC(t *testing.T) {
 		if _, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		agent, err := kubernetes.NewForConfig(impersonate(cfg, namespace, "ibkube-node-agent"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		agent := testenv.Clientset(t, impersonate(cfg, namespace, "ibkube-node-agent"))
 		if _, err := agent.CoreV1().Nodes().Get(ctx, "nd-0", metav1.GetOptions{}); err != nil {
 			t.Error(err)
 		}

@@ -39,10 +39,7 @@ import (
 // parameter ConfigMap: a changed setting needs no policy edit.
 func TestAPIServerEquivalence(t *testing.T) {
 	rest, _ := testenv.Start(t, "test-integration-policy")
-	cs, err := kubernetes.NewForConfig(rest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testenv.Clientset(t, rest)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	mkNS(ctx, t, cs, namespace, nil, nil)
