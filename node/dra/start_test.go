@@ -45,15 +45,8 @@ func TestRunServesKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Update(h.model(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	dratest.Run(t, d.Run)
+	ctx := context.Background()
 
 	slice := dratest.OneSlice(ctx, t, client, 20*time.Second, nil)
 	if slice.Spec.Driver != contract.DRADriverName || slice.Spec.Pool.Name != "node-0" || slice.Spec.NodeName == nil || *slice.Spec.NodeName != "node-0" || len(slice.Spec.Devices) != 16 {

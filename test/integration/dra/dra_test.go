@@ -66,14 +66,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Update(resource.Build(config.Default(), inv, resource.Options{HostDevRoot: "/dev"}))
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	dratest.Run(t, d.Run)
 
 	got := dratest.OneSlice(ctx, t, cs, 30*time.Second, nil).Spec.Devices
 	want := dra.Resources(resource.Build(config.Default(), inv, resource.Options{HostDevRoot: "/dev"}), dra.NodeFacts{Name: node})
