@@ -54,20 +54,12 @@ func runInject(_ context.Context, args []string, s stdio) error {
 		return errors.New("inject: -f FILE or -f - is required, and no positional arguments")
 	}
 
-	cfg := config.Default()
-	if *cfgPath != "" {
-		data, err := os.ReadFile(*cfgPath)
-		if err != nil {
-			return fmt.Errorf("inject: %w", err)
-		}
-		if cfg, err = config.Parse(data); err != nil {
-			return fmt.Errorf("inject: config %s: %w", *cfgPath, err)
-		}
+	cfg, err := webhookConfig("inject", *cfgPath, *release)
+	if err != nil {
+		return err
 	}
-	cfg.ReleaseNamespace = *release
 
 	opts := inject.Options{Config: cfg}
-	var err error
 	if *labels != "" {
 		if opts.Labels, err = parseKV("--namespace-labels", *labels); err != nil {
 			return err
@@ -124,4 +116,22 @@ func parseKV(flagName, v string) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// webhookConfig is the WebhookConfig at path (empty: the built-in one) for
+// the release in namespace release, as the chart hands it to the webhook;
+// errors start with cmd, the subcommand.
+func webhookConfig(cmd, path, release string) (*config.Config, error) {
+	cfg := config.Default()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", cmd, err)
+		}
+		if cfg, err = config.Parse(data); err != nil {
+			return nil, fmt.Errorf("%s: config %s: %w", cmd, path, err)
+		}
+	}
+	cfg.ReleaseNamespace = release
+	return cfg, nil
 }

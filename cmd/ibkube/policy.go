@@ -5,10 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 
-	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/policy"
 )
 
@@ -59,17 +57,10 @@ func runPolicy(_ context.Context, args []string, s stdio) error {
 		_, err = s.out.Write(out)
 		return err
 	}
-	cfg := config.Default()
-	if *cfgPath != "" {
-		data, err := os.ReadFile(*cfgPath)
-		if err != nil {
-			return fmt.Errorf("policy: %w", err)
-		}
-		if cfg, err = config.Parse(data); err != nil {
-			return fmt.Errorf("policy: config %s: %w", *cfgPath, err)
-		}
+	cfg, err := webhookConfig("policy", *cfgPath, *release)
+	if err != nil {
+		return err
 	}
-	cfg.ReleaseNamespace = *release
 	names := policy.Names{Prefix: *prefix, Namespace: *release}
 	if *exclude != "" {
 		for _, n := range strings.Split(*exclude, ",") {
