@@ -26,12 +26,19 @@ import (
 // binaries and sets $KUBEBUILDER_ASSETS, named when it is unset.
 func Start(t testing.TB, makeTarget string, crdPaths ...string) (*rest.Config, *envtest.Environment) {
 	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatalf("$KUBEBUILDER_ASSETS is not set: run `make %s`, which builds kube-apiserver and sets it", makeTarget)
-	}
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     crdPaths,
 		ErrorIfCRDPathMissing: true,
+	}
+	return StartEnv(t, makeTarget, env), env
+}
+
+// StartEnv starts env, set up by the caller (an API server flag, say), and
+// stops it when the test ends; makeTarget as for Start.
+func StartEnv(t testing.TB, makeTarget string, env *envtest.Environment) *rest.Config {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatalf("$KUBEBUILDER_ASSETS is not set: run `make %s`, which builds kube-apiserver and sets it", makeTarget)
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -42,7 +49,7 @@ func Start(t testing.TB, makeTarget string, crdPaths ...string) (*rest.Config, *
 			t.Errorf("stop envtest: %v", err)
 		}
 	})
-	return cfg, env
+	return cfg
 }
 
 // NADCRD is the NetworkAttachmentDefinition CRD file in the NAD client

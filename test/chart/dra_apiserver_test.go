@@ -4,7 +4,6 @@ package chart
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -63,20 +62,9 @@ func TestAPIServerDRADeviceClasses(t *testing.T) {
 // --runtime-config), helm install with node.allocation=dra fails naming the
 // API, and the default install renders nothing of DRA.
 func TestAPIServerHelmInstallWithoutDRA(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("$KUBEBUILDER_ASSETS is not set: run `make test-chart-apiserver`, which builds kube-apiserver and sets it")
-	}
 	env := &envtest.Environment{}
 	env.ControlPlane.GetAPIServer().Configure().Append("runtime-config", "resource.k8s.io/v1=false")
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest without resource.k8s.io/v1: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop envtest: %v", err)
-		}
-	})
+	cfg := testenv.StartEnv(t, "test-chart-apiserver", env)
 	cs := testenv.Clientset(t, cfg)
 	groups, err := cs.Discovery().ServerGroups()
 	if err != nil {
