@@ -20,6 +20,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/internal/testrun"
 	"github.com/ibkube/ibkube/node/dra/dratest"
 )
 
@@ -45,7 +46,7 @@ func TestRunServesKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Update(h.model(t))
-	dratest.Run(t, d.Run)
+	testrun.Start(context.Background(), t, "Run", d.Run)
 	ctx := context.Background()
 
 	slice := dratest.OneSlice(ctx, t, client, 20*time.Second, nil)

@@ -20,6 +20,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/internal/testrun"
 	"github.com/ibkube/ibkube/webhook/certs"
 )
 
@@ -79,14 +80,11 @@ func TestAPIServerRBAC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mctx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- mgr.Start(mctx) }()
-		defer func() { stop(); <-done }()
+		run := testrun.Start(ctx, t, "manager", mgr.Start)
 		select {
 		case <-ready:
-		case err := <-done:
-			t.Fatalf("manager stopped: %v", err)
+		case <-run.Done():
+			t.Fatalf("manager stopped: %v", run.Err())
 		case <-time.After(90 * time.Second):
 			t.Fatal("certificates not ready after 90s under the webhook's RBAC")
 		}

@@ -29,6 +29,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/internal/testrun"
 )
 
 const (
@@ -98,20 +99,12 @@ func TestSelfManagedCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgrDone := make(chan error, 1)
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	go func() { mgrDone <- mgr.Start(mgrCtx) }()
-	t.Cleanup(func() {
-		stopMgr()
-		if err := <-mgrDone; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	run := testrun.Start(ctx, t, "manager", mgr.Start)
 
 	select {
 	case <-ready:
-	case err := <-mgrDone:
-		t.Fatalf("manager stopped before the certificates were ready: %v", err)
+	case <-run.Done():
+		t.Fatalf("manager stopped before the certificates were ready: %v", run.Err())
 	case <-time.After(90 * time.Second):
 		t.Fatal("certificates not ready after 90s")
 	}

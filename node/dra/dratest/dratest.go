@@ -1,7 +1,6 @@
 // Package dratest holds what the DRA driver's tests share, from its unit
 // tests to the agent's integration test: a directory short enough for unix
-// sockets, running the driver for the test's length, and waiting for the
-// node's ResourceSlice. It does not import the
+// sockets, and waiting for the node's ResourceSlice. It does not import the
 // driver, so the driver's own tests can use it. Only tests import it.
 package dratest
 
@@ -27,21 +26,6 @@ func SocketDir(t testing.TB, prefix string) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
-}
-
-// Run runs run (a driver's Run) until the test ends, then stops it and
-// fails the test when it returned an error.
-func Run(t testing.TB, run func(context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
 }
 
 // OneSlice waits until the API holds exactly one ResourceSlice and returns

@@ -22,6 +22,7 @@ import (
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/internal/testrun"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/dra"
 	"github.com/ibkube/ibkube/node/dra/dratest"
@@ -66,7 +67,7 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Update(resource.Build(config.Default(), inv, resource.Options{HostDevRoot: "/dev"}))
-	dratest.Run(t, d.Run)
+	testrun.Start(ctx, t, "Run", d.Run)
 
 	got := dratest.OneSlice(ctx, t, cs, 30*time.Second, nil).Spec.Devices
 	want := dra.Resources(resource.Build(config.Default(), inv, resource.Options{HostDevRoot: "/dev"}), dra.NodeFacts{Name: node})

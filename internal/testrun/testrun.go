@@ -1,0 +1,43 @@
+// Package testrun runs a component's blocking Run (a server, a manager, a
+// driver) in the background of a test: it stops when the test ends and
+// its error fails the test. Only tests import it.
+package testrun
+
+import (
+	"context"
+	"testing"
+)
+
+// Run is a run in the background.
+type Run struct {
+	done chan struct{}
+	err  error
+}
+
+// Start runs run with a context derived from ctx until the test ends; then
+// it cancels that context, waits for run to return, and fails the test
+// with its error, named by name.
+func Start(ctx context.Context, t testing.TB, name string, run func(context.Context) error) *Run {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	r := &Run{done: make(chan struct{})}
+	go func() {
+		r.err = run(ctx)
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+		if r.err != nil {
+			t.Errorf("%s: %v", name, r.err)
+		}
+	})
+	return r
+}
+
+// Done is closed once run has returned, before the test ends when it
+// stopped early.
+func (r *Run) Done() <-chan struct{} { return r.done }
+
+// Err is what run returned; read it after Done is closed.
+func (r *Run) Err() error { return r.err }
