@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -43,11 +42,8 @@ func runInject(_ context.Context, args []string, s stdio) error {
 		fmt.Fprint(s.err, injectUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitError{code: 2}
+	if done, err := parseFlags(fs, args); done {
+		return err
 	}
 	if *file == "" || fs.NArg() > 0 {
 		fs.Usage()

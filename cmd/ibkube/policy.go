@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"strings"
 
+	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/webhook/policy"
 )
 
@@ -28,8 +27,7 @@ flags:
 
 // runPolicy implements "ibkube policy".
 func runPolicy(_ context.Context, args []string, s stdio) error {
-	fs := flag.NewFlagSet("policy", flag.ContinueOnError)
-	fs.SetOutput(s.err)
+	fs := cmdline.NewFlagSet("policy", s.err)
 	cfgPath := fs.String("config", "", "WebhookConfig YAML (default: built-in defaults)")
 	release := fs.String("release-namespace", "ibkube-system", "namespace ibkube is installed in: holds the parameter ConfigMap, default namespace of the IPoIB network")
 	prefix := fs.String("prefix", "ibkube", "start of every object name")
@@ -39,11 +37,8 @@ func runPolicy(_ context.Context, args []string, s stdio) error {
 		fmt.Fprint(s.err, policyUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitError{code: 2}
+	if done, err := parseFlags(fs, args); done {
+		return err
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
