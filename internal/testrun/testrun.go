@@ -6,10 +6,12 @@ package testrun
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 // Run is a run in the background.
 type Run struct {
+	name string
 	done chan struct{}
 	err  error
 }
@@ -20,7 +22,7 @@ type Run struct {
 func Start(ctx context.Context, t testing.TB, name string, run func(context.Context) error) *Run {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
-	r := &Run{done: make(chan struct{})}
+	r := &Run{name: name, done: make(chan struct{})}
 	go func() {
 		r.err = run(ctx)
 		close(r.done)
@@ -41,3 +43,16 @@ func (r *Run) Done() <-chan struct{} { return r.done }
 
 // Err is what run returned; read it after Done is closed.
 func (r *Run) Err() error { return r.err }
+
+// WaitFor waits until ready is closed, failing the test when the run stops
+// first or within passes; what says what ready means.
+func (r *Run) WaitFor(t testing.TB, ready <-chan struct{}, within time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ready:
+	case <-r.done:
+		t.Fatalf("%s returned before %s: %v", r.name, what, r.err)
+	case <-time.After(within):
+		t.Fatalf("%s: not within %s", what, within)
+	}
+}

@@ -81,13 +81,7 @@ func TestAPIServerRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 		run := testrun.Start(ctx, t, "manager", mgr.Start)
-		select {
-		case <-ready:
-		case <-run.Done():
-			t.Fatalf("manager stopped: %v", run.Err())
-		case <-time.After(90 * time.Second):
-			t.Fatal("certificates not ready after 90s under the webhook's RBAC")
-		}
+		run.WaitFor(t, ready, 90*time.Second, "certificates ready under the webhook's RBAC")
 		mwc, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "ibkube", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)

@@ -101,13 +101,7 @@ func TestSelfManagedCertificates(t *testing.T) {
 	}
 	run := testrun.Start(ctx, t, "manager", mgr.Start)
 
-	select {
-	case <-ready:
-	case <-run.Done():
-		t.Fatalf("manager stopped before the certificates were ready: %v", run.Err())
-	case <-time.After(90 * time.Second):
-		t.Fatal("certificates not ready after 90s")
-	}
+	run.WaitFor(t, ready, 90*time.Second, "certificates ready")
 
 	secretNow := func() *corev1.Secret {
 		t.Helper()

@@ -756,13 +756,7 @@ func TestCertSetupGatesReadiness(t *testing.T) {
 			},
 		})
 	})
-	select {
-	case <-setupCalled:
-	case <-run.Done():
-		t.Fatalf("server.Run returned: %v", run.Err())
-	case <-time.After(30 * time.Second):
-		t.Fatal("CertSetup not called")
-	}
+	run.WaitFor(t, setupCalled, 30*time.Second, "CertSetup called")
 	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
 	// Wait for the cache check to pass (readyz lists every check when one
 	// fails): from then on only the missing certificates hold readiness back.
