@@ -37,13 +37,6 @@ func Start(ctx context.Context, t testing.TB, name string, run func(context.Cont
 	return r
 }
 
-// Done is closed once run has returned, before the test ends when it
-// stopped early.
-func (r *Run) Done() <-chan struct{} { return r.done }
-
-// Err is what run returned; read it after Done is closed.
-func (r *Run) Err() error { return r.err }
-
 // WaitFor waits until ready is closed, failing the test when the run stops
 // first or within passes; what says what ready means.
 func (r *Run) WaitFor(t testing.TB, ready <-chan struct{}, within time.Duration, what string) {
