@@ -9,13 +9,10 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/node/dra/dratest"
 )
 
 // TestRunDRA runs the whole agent as main does with --allocation=dra against
@@ -25,28 +22,15 @@ import (
 // next pod of a rolling update must not find stale ones).
 func TestRunDRA(t *testing.T) {
 	restCfg, env := testenv.Start(t, "test-integration-dra")
-	cs, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testenv.Clientset(t, restCfg)
 	ctx := context.Background()
-	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nd-0"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := fixture.Build(dir, fixture.NDv5); err != nil {
-		t.Fatal(err)
-	}
+	testenv.CreateNode(ctx, t, cs, "nd-0")
+	dir := fixture.BuildTemp(t, fixture.NDv5)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// Unix socket paths are limited to 108 bytes: keep them short.
-	sockets, err := os.MkdirTemp("", "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sockets)
+	sockets := dratest.SocketDir(t, "agent")
 	devicePlugins, plugin, registry := filepath.Join(sockets, "dp"), filepath.Join(sockets, "p"), filepath.Join(sockets, "r")
 	// The kubelet makes the device-plugins and registry directories; the
 	// driver's own directory under plugins is the agent's to make.
@@ -66,23 +50,9 @@ func TestRunDRA(t *testing.T) {
 			"--cdi-dir", t.TempDir(), "--metrics-bind-address=0", "--health-probe-bind-address=0", "--log-level=error",
 		})
 	}()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		if err == nil && len(list.Items) == 1 {
-			s := list.Items[0].Spec
-			if s.Driver != contract.DRADriverName || len(s.Devices) != 16 {
-				t.Errorf("slice: driver %s, %d devices; want %s, 16", s.Driver, len(s.Devices), contract.DRADriverName)
-			}
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("agent stopped: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ResourceSlice: %v, %v", list, err)
-		}
+	s := dratest.OneSlice(ctx, t, cs, 60*time.Second, done).Spec
+	if s.Driver != contract.DRADriverName || len(s.Devices) != 16 {
+		t.Errorf("slice: driver %s, %d devices; want %s, 16", s.Driver, len(s.Devices), contract.DRADriverName)
 	}
 	entries := func(d string) []string {
 		es, _ := os.ReadDir(d)

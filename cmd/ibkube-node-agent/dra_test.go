@@ -14,10 +14,7 @@ import (
 // instead of falling back to device plugins.
 func TestRunDRAWithoutAPIServer(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	dir := t.TempDir()
-	if err := fixture.Build(dir, fixture.HB); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixture.BuildTemp(t, fixture.HB)
 	base := []string{
 		"--allocation=dra", "--node-name=nd-0", "--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir), "--netlink=false",
 		"--config", filepath.Join(dir, "missing.yaml"), "--state-dir", t.TempDir(), "--nri=false", "--counters=false",

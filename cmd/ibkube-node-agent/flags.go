@@ -1,12 +1,12 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/internal/logging"
 	"github.com/ibkube/ibkube/node/counters"
 )
@@ -45,23 +45,15 @@ type observeOptions struct {
 
 // parseFlags reads args (without the program name); getenv supplies
 // $NODE_NAME. Usage and errors go to out.
-func parseFlags(args []string, getenv func(string) string, out io.Writer) (options, error) {
-	var o options
+func parseFlags(args []string, getenv func(string) string, out io.Writer) (o options, err error) {
 	fs := flagSet(&o, getenv, out)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			o.help = true
-			return o, nil
-		}
-		return o, err
-	}
-	return o, o.check(fs)
+	o.help, err = cmdline.Parse(fs, args, func() error { return o.check(fs) })
+	return o, err
 }
 
 // flagSet defines the command line into o; a test reads its defaults.
 func flagSet(o *options, getenv func(string) string, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("ibkube-node-agent", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := cmdline.NewFlagSet("ibkube-node-agent", out)
 	fs.StringVar(&o.config, "config", "/etc/ibkube/agent.yaml", "AgentConfig file (missing: built-in defaults, rdma/shared_ib shared and rdma/ib exclusive over InfiniBand mlx5 HCAs)")
 	fs.StringVar(&o.sysfsRoot, "sysfs-root", "/sys", "directory that stands for /sys, where the agent reads (e.g. /host/sys in a pod)")
 	fs.StringVar(&o.devRoot, "dev-root", "/dev", "directory that stands for /dev, where the agent reads")

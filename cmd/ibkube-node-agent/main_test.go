@@ -60,10 +60,7 @@ func TestParseFlagsErrors(t *testing.T) {
 
 func TestNewAgentOnFixture(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if err := fixture.Build(dir, "ndv5"); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixture.BuildTemp(t, "ndv5")
 	_, err := newAgent(options{
 		config: filepath.Join(dir, "missing.yaml"), sysfsRoot: fixture.SysfsRoot(dir), devRoot: fixture.DevRoot(dir),
 		kubeletSocketDir: t.TempDir(), stateDir: t.TempDir(),

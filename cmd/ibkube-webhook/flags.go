@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/internal/logging"
 	"github.com/ibkube/ibkube/webhook/certs"
 	"github.com/ibkube/ibkube/webhook/server"
@@ -26,25 +27,9 @@ type options struct {
 	help       bool
 }
 
-// parseFlags reads args (without the program name); getenv supplies defaults
-// such as $POD_NAMESPACE. Usage and errors go to out.
-func parseFlags(args []string, getenv func(string) string, out io.Writer) (options, error) {
-	var o options
-	fs := flagSet(&o, getenv, out)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			o.help = true
-			return o, nil
-		}
-		return o, err
-	}
-	return o, o.check(fs)
-}
-
 // flagSet defines the command line into o; a test reads its defaults.
 func flagSet(o *options, getenv func(string) string, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("ibkube-webhook", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := cmdline.NewFlagSet("ibkube-webhook", out)
 	s := &o.server
 	s.Limits = server.DefaultLimits()
 	fs.StringVar(&s.ConfigFile, "config", "/etc/ibkube/webhook.yaml", "WebhookConfig file (missing at start: built-in defaults); re-read when it changes, a bad or vanished file keeps the last good one")
@@ -64,6 +49,14 @@ func flagSet(o *options, getenv func(string) string, out io.Writer) *flag.FlagSe
 	fs.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	o.certs.AddFlags(fs)
 	return fs
+}
+
+// parseFlags reads args (without the program name); getenv supplies defaults
+// such as $POD_NAMESPACE. Usage and errors go to out.
+func parseFlags(args []string, getenv func(string) string, out io.Writer) (o options, err error) {
+	fs := flagSet(&o, getenv, out)
+	o.help, err = cmdline.Parse(fs, args, func() error { return o.check(fs) })
+	return o, err
 }
 
 // check validates the parsed command line and completes the cert options.

@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"io"
-	"strings"
 	"testing"
 
 	"github.com/ibkube/ibkube/internal/rendered"
@@ -15,25 +14,8 @@ import (
 // creates) against the flag's own default.
 func TestFlagsDefaultToTheChart(t *testing.T) {
 	t.Parallel()
-	objs, err := rendered.Defaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := rendered.Find(objs, "Deployment", "ibkube-webhook")
-	if err != nil {
-		t.Fatal(err)
-	}
-	args, err := rendered.ContainerArgs(d, "webhook")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The chart names the release namespace; the binary takes $POD_NAMESPACE.
 	deployment := map[string]bool{"namespace": true}
-	newFlags := func() *flag.FlagSet {
-		var o options
-		return flagSet(&o, func(string) string { return "" }, io.Discard)
-	}
-	if bad := rendered.FlagMismatches(newFlags, args, deployment); len(bad) > 0 {
-		t.Errorf("the chart's webhook args and the webhook's flags disagree:\n%s", strings.Join(bad, "\n"))
-	}
+	newFlags := func() *flag.FlagSet { return flagSet(new(options), func(string) string { return "" }, io.Discard) }
+	rendered.CheckDefaultFlags(t, "Deployment", "ibkube-webhook", "webhook", newFlags, deployment)
 }

@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 
 	"github.com/go-logr/logr"
 
+	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/doctor"
 	"github.com/ibkube/ibkube/node/memlock"
@@ -16,8 +15,7 @@ import (
 // runDoctor checks the node (or fake roots) and prints one line per check;
 // it exits 1 when a check fails.
 func runDoctor(ctx context.Context, args []string, s stdio) error {
-	fs := flag.NewFlagSet("ibkube doctor", flag.ContinueOnError)
-	fs.SetOutput(s.err)
+	fs := cmdline.NewFlagSet("ibkube doctor", s.err)
 	host := addHostFlags(fs)
 	procRoot := fs.String("proc-root", "/proc", "where to read /proc (kernel modules, the runtime's limits)")
 	nri := fs.Bool("nri", true, "check the NRI socket (the agent's --nri)")
@@ -25,14 +23,8 @@ func runDoctor(ctx context.Context, args []string, s stdio) error {
 	kubeletSocketDir := fs.String("kubelet-socket-dir", doctor.DefaultKubeletSocketDir, "the kubelet's device plugin directory (the agent's --kubelet-socket-dir), read for other plugins registering ibkube's resources")
 	memlockMax := fs.String("memlock-max", "", `the agent's --memlock-max ("unlimited", "64Gi"; empty: what the runtime holds)`)
 	output := fs.String("o", "text", "output format: text or json")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return fmt.Errorf("ibkube doctor: %w", err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("ibkube doctor: unexpected arguments %q", fs.Args())
+	if done, err := parseSubcommand(fs, args, "ibkube doctor"); done {
+		return err
 	}
 	if *output != "text" && *output != "json" {
 		return fmt.Errorf("ibkube doctor: -o=%q: want text or json", *output)

@@ -15,10 +15,7 @@ import (
 
 func TestDoctorCommand(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if err := fixture.Build(dir, fixture.HB); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixture.BuildTemp(t, fixture.HB)
 	proc := filepath.Join(dir, "proc")
 	os.MkdirAll(proc, 0o755)
 	os.WriteFile(filepath.Join(proc, "modules"), []byte("nvidia 1 0 - Live 0x0\nnvidia_peermem 1 0 - Live 0x0\n"), 0o644)

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/inject"
 )
@@ -32,8 +32,7 @@ flags:
 
 // runInject implements "ibkube inject".
 func runInject(_ context.Context, args []string, s stdio) error {
-	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
-	fs.SetOutput(s.err)
+	fs := cmdline.NewFlagSet("inject", s.err)
 	file := fs.String("f", "", "YAML file to read, - for stdin (required)")
 	cfgPath := fs.String("config", "", "WebhookConfig YAML (default: built-in defaults)")
 	labels := fs.String("namespace-labels", "", "the namespace's labels, k=v,... (default: "+contract.LabelInject+"="+contract.InjectEnabled+"); include pod-security.kubernetes.io/enforce=... to model Pod Security")
@@ -43,31 +42,20 @@ func runInject(_ context.Context, args []string, s stdio) error {
 		fmt.Fprint(s.err, injectUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitError{code: 2}
+	if done, err := parseFlags(fs, args); done {
+		return err
 	}
 	if *file == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return errors.New("inject: -f FILE or -f - is required, and no positional arguments")
 	}
 
-	cfg := config.Default()
-	if *cfgPath != "" {
-		data, err := os.ReadFile(*cfgPath)
-		if err != nil {
-			return fmt.Errorf("inject: %w", err)
-		}
-		if cfg, err = config.Parse(data); err != nil {
-			return fmt.Errorf("inject: config %s: %w", *cfgPath, err)
-		}
+	cfg, err := webhookConfig("inject", *cfgPath, *release)
+	if err != nil {
+		return err
 	}
-	cfg.ReleaseNamespace = *release
 
 	opts := inject.Options{Config: cfg}
-	var err error
 	if *labels != "" {
 		if opts.Labels, err = parseKV("--namespace-labels", *labels); err != nil {
 			return err
@@ -124,4 +112,22 @@ func parseKV(flagName, v string) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// webhookConfig is the WebhookConfig at path (empty: the built-in one) for
+// the release in namespace release, as the chart hands it to the webhook;
+// errors start with cmd, the subcommand.
+func webhookConfig(cmd, path, release string) (*config.Config, error) {
+	cfg := config.Default()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", cmd, err)
+		}
+		if cfg, err = config.Parse(data); err != nil {
+			return nil, fmt.Errorf("%s: config %s: %w", cmd, path, err)
+		}
+	}
+	cfg.ReleaseNamespace = release
+	return cfg, nil
 }

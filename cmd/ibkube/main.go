@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +26,19 @@ type stdio struct {
 type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// parseFlags parses args into fs. done is true when the command must stop:
+// after -h (fs has printed its usage, err is nil) or on a bad flag (fs has
+// printed the error, err asks for exit status 2).
+func parseFlags(fs *flag.FlagSet, args []string) (done bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return true, exitError{code: 2}
+	}
+	return false, nil
+}
 
 type subcommand struct {
 	name, summary string

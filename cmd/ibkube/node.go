@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -16,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/ibkube/ibkube/hca/discovery"
+	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/node/agent"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/counters"
@@ -25,18 +24,11 @@ import (
 // runNode prints the node's HCAs as the agent sees them: which resource each
 // feeds (or which selector excludes it), health and reason.
 func runNode(ctx context.Context, args []string, s stdio) error {
-	fs := flag.NewFlagSet("ibkube node", flag.ContinueOnError)
-	fs.SetOutput(s.err)
+	fs := cmdline.NewFlagSet("ibkube node", s.err)
 	host := addHostFlags(fs)
 	output := fs.String("o", "table", "output format: table or json")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return fmt.Errorf("node: %w", err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("node: unexpected arguments %q", fs.Args())
+	if done, err := parseSubcommand(fs, args, "node"); done {
+		return err
 	}
 	if *output != "table" && *output != "json" {
 		return fmt.Errorf("node: -o %q: want table or json", *output)

@@ -31,10 +31,7 @@ func TestRunNodeGolden(t *testing.T) {
 		for _, format := range []string{"json", "table"} {
 			t.Run(tc.name+"/"+format, func(t *testing.T) {
 				t.Parallel()
-				dir := t.TempDir()
-				if err := fixture.Build(dir, tc.fixture); err != nil {
-					t.Fatal(err)
-				}
+				dir := fixture.BuildTemp(t, tc.fixture)
 				cfg := tc.config
 				if cfg == "" {
 					cfg = filepath.Join(dir, "none.yaml")
@@ -56,10 +53,7 @@ func TestRunNodeGolden(t *testing.T) {
 // Ethernet mlx5 device feeds no resource and the reason names the selector.
 func TestRunNodeExcludesEthernet(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if err := fixture.Build(dir, "ndv5"); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixture.BuildTemp(t, "ndv5")
 	var out bytes.Buffer
 	err := runNode(context.Background(), []string{"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir),
 		"--config", filepath.Join(dir, "none.yaml"), "-o", "json"}, stdio{out: &out, err: &bytes.Buffer{}})
@@ -118,10 +112,7 @@ func TestRunNodeErrors(t *testing.T) {
 // decoding, and a golden rewritten with -update would bless a rename).
 func TestRunNodeJSONFields(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if err := fixture.Build(dir, fixture.Broken); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixture.BuildTemp(t, fixture.Broken)
 	var out bytes.Buffer
 	if err := runNode(context.Background(), []string{"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir),
 		"--config", filepath.Join(dir, "none.yaml"), "-o", "json"}, stdio{out: &out, err: &bytes.Buffer{}}); err != nil {
@@ -171,10 +162,7 @@ func TestRunNodeJSONFields(t *testing.T) {
 // cause rather than dropped or explained by a selector.
 func TestRunNodeHostileTree(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if err := fixture.Build(dir, fixture.HB); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixture.BuildTemp(t, fixture.HB)
 	ib := filepath.Join(fixture.SysfsRoot(dir), "class", "infiniband")
 	for name, target := range map[string]string{
 		"mlx5_\x1b[2J\x1b[31m": "mlx5_0", // clears the screen if printed raw

@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
-	"os"
 	"strings"
 
-	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/webhook/policy"
 )
 
@@ -30,8 +27,7 @@ flags:
 
 // runPolicy implements "ibkube policy".
 func runPolicy(_ context.Context, args []string, s stdio) error {
-	fs := flag.NewFlagSet("policy", flag.ContinueOnError)
-	fs.SetOutput(s.err)
+	fs := cmdline.NewFlagSet("policy", s.err)
 	cfgPath := fs.String("config", "", "WebhookConfig YAML (default: built-in defaults)")
 	release := fs.String("release-namespace", "ibkube-system", "namespace ibkube is installed in: holds the parameter ConfigMap, default namespace of the IPoIB network")
 	prefix := fs.String("prefix", "ibkube", "start of every object name")
@@ -41,11 +37,8 @@ func runPolicy(_ context.Context, args []string, s stdio) error {
 		fmt.Fprint(s.err, policyUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitError{code: 2}
+	if done, err := parseFlags(fs, args); done {
+		return err
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -59,17 +52,10 @@ func runPolicy(_ context.Context, args []string, s stdio) error {
 		_, err = s.out.Write(out)
 		return err
 	}
-	cfg := config.Default()
-	if *cfgPath != "" {
-		data, err := os.ReadFile(*cfgPath)
-		if err != nil {
-			return fmt.Errorf("policy: %w", err)
-		}
-		if cfg, err = config.Parse(data); err != nil {
-			return fmt.Errorf("policy: config %s: %w", *cfgPath, err)
-		}
+	cfg, err := webhookConfig("policy", *cfgPath, *release)
+	if err != nil {
+		return err
 	}
-	cfg.ReleaseNamespace = *release
 	names := policy.Names{Prefix: *prefix, Namespace: *release}
 	if *exclude != "" {
 		for _, n := range strings.Split(*exclude, ",") {

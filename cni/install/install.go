@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/ibkube/ibkube/internal/atomicfile"
 )
 
 // Binary copies src to dir/name atomically (a temporary file renamed over
@@ -21,23 +23,7 @@ func Binary(src, dir, name string) (changed bool, err error) {
 	if cur, err := os.ReadFile(dst); err == nil && string(cur) == string(data) {
 		return false, nil
 	}
-	tmp, err := os.CreateTemp(dir, "."+name+"-*")
-	if err != nil {
-		return false, fmt.Errorf("install into %s: %w", dir, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Chmod(0o755); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("chmod %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return false, fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
+	if err := atomicfile.Write(dst, data, 0o755); err != nil {
 		return false, fmt.Errorf("install %s: %w", dst, err)
 	}
 	return true, nil

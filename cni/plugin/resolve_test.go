@@ -31,10 +31,7 @@ func scanFixture(t *testing.T, name string) inventory.Node {
 		}
 		return node
 	}
-	dir := t.TempDir()
-	if err := fixture.Build(dir, name); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixture.BuildTemp(t, name)
 	node, err := discovery.NewScanner(discovery.Options{
 		SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir),
 	}).Scan(context.Background())

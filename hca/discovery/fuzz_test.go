@@ -10,9 +10,7 @@ import (
 // round-trip.
 
 func FuzzParseNumberedState(f *testing.F) {
-	for _, s := range []string{"4: ACTIVE\n", "5: LinkUp", "1: DOWN", ":", "9999999999999999999: X"} {
-		f.Add(s)
-	}
+	addSeeds(f, "4: ACTIVE\n", "5: LinkUp", "1: DOWN", ":", "9999999999999999999: X")
 	f.Fuzz(func(t *testing.T, s string) {
 		n, name, err := ParseNumberedState(s)
 		if err != nil {
@@ -25,9 +23,7 @@ func FuzzParseNumberedState(f *testing.F) {
 }
 
 func FuzzParseRate(f *testing.F) {
-	for _, s := range []string{"400 Gb/sec (4X NDR)\n", "2.5 Gb/sec (1X SDR)", "10 Gb/sec (4X)", "1e308 Gb/sec", "Gb/sec ()"} {
-		f.Add(s)
-	}
+	addSeeds(f, "400 Gb/sec (4X NDR)\n", "2.5 Gb/sec (1X SDR)", "10 Gb/sec (4X)", "1e308 Gb/sec", "Gb/sec ()")
 	f.Fuzz(func(t *testing.T, s string) {
 		r, err := ParseRate(s)
 		if err != nil {
@@ -41,9 +37,7 @@ func FuzzParseRate(f *testing.F) {
 }
 
 func FuzzParseGUID(f *testing.F) {
-	for _, s := range []string{"0015:5dff:fd33:ff7f", "00:15:5d:ff:fd:33:ff:7f", "0x00155dfffd33ff7f", "::::"} {
-		f.Add(s)
-	}
+	addSeeds(f, "0015:5dff:fd33:ff7f", "00:15:5d:ff:fd:33:ff:7f", "0x00155dfffd33ff7f", "::::")
 	f.Fuzz(func(t *testing.T, s string) {
 		v, norm, err := ParseGUID(s)
 		if err != nil {
@@ -69,9 +63,7 @@ func FuzzParseGID(f *testing.F) {
 }
 
 func FuzzParseDevNumber(f *testing.F) {
-	for _, s := range []string{"231:192\n", "10:58", "0:0", "231:-1", ":"} {
-		f.Add(s)
-	}
+	addSeeds(f, "231:192\n", "10:58", "0:0", "231:-1", ":")
 	f.Fuzz(func(t *testing.T, s string) {
 		ma, mi, err := ParseDevNumber(s)
 		if err != nil {
@@ -84,9 +76,7 @@ func FuzzParseDevNumber(f *testing.F) {
 }
 
 func FuzzParseNUMANode(f *testing.F) {
-	for _, s := range []string{"-1\n", "0", "7", "-0", "+1"} {
-		f.Add(s)
-	}
+	addSeeds(f, "-1\n", "0", "7", "-0", "+1")
 	f.Fuzz(func(t *testing.T, s string) {
 		n, err := ParseNUMANode(s)
 		if err == nil && n < -1 {
@@ -96,9 +86,7 @@ func FuzzParseNUMANode(f *testing.F) {
 }
 
 func FuzzParseHexID(f *testing.F) {
-	for _, s := range []string{"0x15b3\n", "0x101e", "0x", "0x10000"} {
-		f.Add(s)
-	}
+	addSeeds(f, "0x15b3\n", "0x101e", "0x", "0x10000")
 	f.Fuzz(func(t *testing.T, s string) {
 		id, err := ParseHexID(s)
 		if err == nil && len(id) != 4 {
@@ -110,9 +98,7 @@ func FuzzParseHexID(f *testing.F) {
 // FuzzSysfsValue feeds one value to every parser, as if any sysfs file held
 // it; make test runs this one (make fuzz-discovery-<Name> runs a single parser).
 func FuzzSysfsValue(f *testing.F) {
-	for _, s := range []string{"4: ACTIVE\n", "400 Gb/sec (4X NDR)\n", "0015:5dff:fd33:ff7f", "fe80:0000:0000:0000:0015:5dff:fd33:ff7f", "231:192", "-1", "0x15b3"} {
-		f.Add(s)
-	}
+	addSeeds(f, "4: ACTIVE\n", "400 Gb/sec (4X NDR)\n", "0015:5dff:fd33:ff7f", "fe80:0000:0000:0000:0015:5dff:fd33:ff7f", "231:192", "-1", "0x15b3")
 	f.Fuzz(func(t *testing.T, s string) {
 		_, _, _ = ParseNumberedState(s)
 		if r, err := ParseRate(s); err == nil {
@@ -138,4 +124,11 @@ func FuzzSysfsValue(f *testing.F) {
 			t.Errorf("PCI ID %q accepted as %q", s, id)
 		}
 	})
+}
+
+// addSeeds adds each string to f's seed corpus.
+func addSeeds(f *testing.F, seeds ...string) {
+	for _, s := range seeds {
+		f.Add(s)
+	}
 }

@@ -19,10 +19,7 @@ import (
 // ib_query_port (mlx5 answers from a cached port state for state and
 // phys_state), so read the figure as a floor, not a ceiling.
 func BenchmarkPortPollNDv5(b *testing.B) {
-	dir := b.TempDir()
-	if err := fixture.Build(dir, fixture.NDv5); err != nil {
-		b.Fatal(err)
-	}
+	dir := fixture.BuildTemp(b, fixture.NDv5)
 	p := newPortPoller(fixture.SysfsRoot(dir), nil)
 	p.refresh()
 	if len(p.files) != 18 {

@@ -15,10 +15,7 @@ import (
 // port down until its next periodic rescan.
 func TestPollHintsWhenAScanSawAnotherState(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if err := fixture.Build(dir, fixture.NDv5); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixture.BuildTemp(t, fixture.NDv5)
 	s := NewScanner(Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir)})
 	ctx := context.Background()
 	if _, err := s.Scan(ctx); err != nil {

@@ -456,20 +456,8 @@ func ValidDeviceName(name string) bool {
 func readPort(dir string, n int) (inventory.Port, error) {
 	p := inventory.Port{Number: n}
 	var errs []string
-	if v, err := readAttr(filepath.Join(dir, "state")); err != nil {
-		errs = append(errs, "cannot read state: "+cause(err))
-	} else if _, name, err := ParseNumberedState(v); err != nil {
-		errs = append(errs, err.Error())
-	} else {
-		p.State = name
-	}
-	if v, err := readAttr(filepath.Join(dir, "phys_state")); err != nil {
-		errs = append(errs, "cannot read phys_state: "+cause(err))
-	} else if _, name, err := ParseNumberedState(v); err != nil {
-		errs = append(errs, err.Error())
-	} else {
-		p.PhysState = name
-	}
+	p.State = readNumberedState(dir, "state", &errs)
+	p.PhysState = readNumberedState(dir, "phys_state", &errs)
 	if v, err := readAttr(filepath.Join(dir, "link_layer")); err == nil {
 		p.LinkLayer = v
 	}
@@ -491,6 +479,23 @@ func readPort(dir string, n int) (inventory.Port, error) {
 		return p, fmt.Errorf("port %d: %s", n, strings.Join(errs, ", "))
 	}
 	return p, nil
+}
+
+// readNumberedState returns the name in the port attribute attr ("4: ACTIVE"
+// gives ACTIVE). An attribute it cannot read or parse adds its reason to
+// errs and gives "".
+func readNumberedState(dir, attr string, errs *[]string) string {
+	v, err := readAttr(filepath.Join(dir, attr))
+	if err != nil {
+		*errs = append(*errs, "cannot read "+attr+": "+cause(err))
+		return ""
+	}
+	_, name, err := ParseNumberedState(v)
+	if err != nil {
+		*errs = append(*errs, err.Error())
+		return ""
+	}
+	return name
 }
 
 // netdevsByPort maps port numbers to the netdev bound to each, from the PCI

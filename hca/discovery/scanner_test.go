@@ -42,10 +42,7 @@ func treeScanner(t testing.TB, dir string, opts discovery.Options) *discovery.Sc
 
 func build(t testing.TB, name string) string {
 	t.Helper()
-	dir := t.TempDir()
-	if err := fixture.Build(dir, name); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixture.BuildTemp(t, name)
 	return dir
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
 )
 
 // update is the -update flag of every test binary that imports this package
@@ -38,5 +39,19 @@ func Check(t testing.TB, path string, got []byte) {
 	}
 	if diff := cmp.Diff(string(want), string(got)); diff != "" {
 		t.Errorf("%s differs (-want +got); if intended, rerun with -update and review the diff:\n%s", path, diff)
+	}
+}
+
+// ReadYAML decodes the YAML file at path (a test input under testdata) into
+// v, refusing fields v does not have: a misspelt field in an input must fail
+// the test rather than go unread.
+func ReadYAML(t testing.TB, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 }

@@ -1,4 +1,5 @@
-// Package promreg registers a component's Prometheus collectors as one step.
+// Package promreg builds a component's Prometheus collectors from their
+// name and help text, and registers them as one step.
 package promreg
 
 import (
@@ -30,4 +31,19 @@ func describe(c prometheus.Collector) string {
 		return "collector"
 	}
 	return d.String()
+}
+
+// Gauge returns a gauge with that name and help text.
+func Gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+// GaugeVec returns a gauge vector with that name, help text and labels.
+func GaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+// CounterVec returns a counter vector with that name, help text and labels.
+func CounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }

@@ -30,3 +30,18 @@ func TestRegister(t *testing.T) {
 		t.Errorf("second registration of ibkube_test_b: error %v, want one naming the metric", err)
 	}
 }
+
+func TestConstructors(t *testing.T) {
+	t.Parallel()
+	for want, c := range map[string]prometheus.Collector{
+		`Desc{fqName: "ibkube_test_up", help: "up help", unit: "", constLabels: {}, variableLabels: {}}`:            promreg.Gauge("ibkube_test_up", "up help"),
+		`Desc{fqName: "ibkube_test_state", help: "state help", unit: "", constLabels: {}, variableLabels: {state}}`: promreg.GaugeVec("ibkube_test_state", "state help", "state"),
+		`Desc{fqName: "ibkube_test_total", help: "total help", unit: "", constLabels: {}, variableLabels: {a,b}}`:   promreg.CounterVec("ibkube_test_total", "total help", "a", "b"),
+	} {
+		ch := make(chan *prometheus.Desc, 1)
+		c.Describe(ch)
+		if got := (<-ch).String(); got != want {
+			t.Errorf("descriptor %s, want %s", got, want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"testing"
 
 	"sigs.k8s.io/yaml"
 )
@@ -147,4 +148,26 @@ func FlagMismatches(newFlags func() *flag.FlagSet, args []string, deployment map
 		}
 	}
 	return out
+}
+
+// CheckDefaultFlags fails t with every FlagMismatches line between the args
+// the default render passes the container of the workload (kind, name) and
+// the flags newFlags declares.
+func CheckDefaultFlags(t testing.TB, kind, name, container string, newFlags func() *flag.FlagSet, deployment map[string]bool) {
+	t.Helper()
+	objs, err := Defaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := Find(objs, kind, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args, err := ContainerArgs(o, container)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := FlagMismatches(newFlags, args, deployment); len(bad) > 0 {
+		t.Errorf("the chart's %s args and the %s's flags disagree:\n%s", container, container, strings.Join(bad, "\n"))
+	}
 }

@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -23,12 +26,19 @@ import (
 // binaries and sets $KUBEBUILDER_ASSETS, named when it is unset.
 func Start(t testing.TB, makeTarget string, crdPaths ...string) (*rest.Config, *envtest.Environment) {
 	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatalf("$KUBEBUILDER_ASSETS is not set: run `make %s`, which builds kube-apiserver and sets it", makeTarget)
-	}
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     crdPaths,
 		ErrorIfCRDPathMissing: true,
+	}
+	return StartEnv(t, makeTarget, env), env
+}
+
+// StartEnv starts env, set up by the caller (an API server flag, say), and
+// stops it when the test ends; makeTarget as for Start.
+func StartEnv(t testing.TB, makeTarget string, env *envtest.Environment) *rest.Config {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatalf("$KUBEBUILDER_ASSETS is not set: run `make %s`, which builds kube-apiserver and sets it", makeTarget)
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -39,7 +49,7 @@ func Start(t testing.TB, makeTarget string, crdPaths ...string) (*rest.Config, *
 			t.Errorf("stop envtest: %v", err)
 		}
 	})
-	return cfg, env
+	return cfg
 }
 
 // NADCRD is the NetworkAttachmentDefinition CRD file in the NAD client
@@ -53,13 +63,29 @@ func NADCRD(t testing.TB) string {
 	return filepath.Join(strings.TrimSpace(string(out)), "artifacts", "networks-crd.yaml")
 }
 
-// Clients builds the typed and the dynamic client of cfg.
-func Clients(t testing.TB, cfg *rest.Config) (*kubernetes.Clientset, dynamic.Interface) {
+// Clientset builds the typed client of cfg.
+func Clientset(t testing.TB, cfg *rest.Config) *kubernetes.Clientset {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cs
+}
+
+// CreateNode creates the Node name, which the node agent's DRA driver
+// publishes its ResourceSlices for and owns them by.
+func CreateNode(ctx context.Context, t testing.TB, cs kubernetes.Interface, name string) {
+	t.Helper()
+	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create node %s: %v", name, err)
+	}
+}
+
+// Clients builds the typed and the dynamic client of cfg.
+func Clients(t testing.TB, cfg *rest.Config) (*kubernetes.Clientset, dynamic.Interface) {
+	t.Helper()
+	cs := Clientset(t, cfg)
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

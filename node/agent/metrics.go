@@ -20,30 +20,12 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		devices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "ibkube_node_agent_devices",
-			Help: "Devices advertised to the kubelet, by resource and health (Healthy, Unhealthy).",
-		}, []string{"resource", "health"}),
-		hcas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "ibkube_node_agent_hca_healthy",
-			Help: "1 when the HCA is healthy, 0 when not; resource is the comma-separated resources it feeds, empty when excluded.",
-		}, []string{"hca", "resource"}),
-		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ibkube_node_agent_allocations_total",
-			Help: "Container allocations answered, by resource.",
-		}, []string{"resource"}),
-		allocated: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ibkube_node_agent_allocated_devices_total",
-			Help: "Devices handed out in allocations, by resource.",
-		}, []string{"resource"}),
-		registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ibkube_node_agent_kubelet_registrations_total",
-			Help: "Registrations with the kubelet, by resource and result (success, error); more than one success means re-registrations after kubelet restarts.",
-		}, []string{"resource", "result"}),
-		scans: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ibkube_node_agent_scans_total",
-			Help: "Hardware scans, by trigger (start, event, periodic) and result (success, error).",
-		}, []string{"trigger", "result"}),
+		devices:       promreg.GaugeVec("ibkube_node_agent_devices", "Devices advertised to the kubelet, by resource and health (Healthy, Unhealthy).", "resource", "health"),
+		hcas:          promreg.GaugeVec("ibkube_node_agent_hca_healthy", "1 when the HCA is healthy, 0 when not; resource is the comma-separated resources it feeds, empty when excluded.", "hca", "resource"),
+		allocations:   promreg.CounterVec("ibkube_node_agent_allocations_total", "Container allocations answered, by resource.", "resource"),
+		allocated:     promreg.CounterVec("ibkube_node_agent_allocated_devices_total", "Devices handed out in allocations, by resource.", "resource"),
+		registrations: promreg.CounterVec("ibkube_node_agent_kubelet_registrations_total", "Registrations with the kubelet, by resource and result (success, error); more than one success means re-registrations after kubelet restarts.", "resource", "result"),
+		scans:         promreg.CounterVec("ibkube_node_agent_scans_total", "Hardware scans, by trigger (start, event, periodic) and result (success, error).", "trigger", "result"),
 		scanSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ibkube_node_agent_scan_duration_seconds",
 			Help:    "Duration of a hardware scan.",

@@ -41,10 +41,7 @@ func ndv5Targets(b *testing.B, sys, dev string) []Target {
 // BenchmarkReadNDv5 reads every counter of the 9-HCA ND H100 v5 fixture
 // once: the sysfs cost of one reading (issue goal: <= 1 ms per scrape).
 func BenchmarkReadNDv5(b *testing.B) {
-	dir := b.TempDir()
-	if err := fixture.Build(dir, fixture.NDv5); err != nil {
-		b.Fatal(err)
-	}
+	dir := fixture.BuildTemp(b, fixture.NDv5)
 	ts := ndv5Targets(b, fixture.SysfsRoot(dir), fixture.DevRoot(dir))
 	r := Reader{SysfsRoot: fixture.SysfsRoot(dir)}
 	b.ReportAllocs()
@@ -56,10 +53,7 @@ func BenchmarkReadNDv5(b *testing.B) {
 // BenchmarkStepAndScrapeNDv5 is a reading folded into the totals plus one
 // Prometheus scrape rendered as text: reading and exporting every counter.
 func BenchmarkStepAndScrapeNDv5(b *testing.B) {
-	dir := b.TempDir()
-	if err := fixture.Build(dir, fixture.NDv5); err != nil {
-		b.Fatal(err)
-	}
+	dir := fixture.BuildTemp(b, fixture.NDv5)
 	sys, dev := fixture.SysfsRoot(dir), fixture.DevRoot(dir)
 	node, err := discovery.NewScanner(discovery.Options{SysfsRoot: sys, DevRoot: dev, Logger: logr.Discard()}).Scan(context.Background())
 	if err != nil {
@@ -75,26 +69,14 @@ func BenchmarkStepAndScrapeNDv5(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		m.Step(context.Background())
-		mfs, err := reg.Gather()
-		if err != nil {
-			b.Fatal(err)
-		}
-		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
-		for _, mf := range mfs {
-			if err := enc.Encode(mf); err != nil {
-				b.Fatal(err)
-			}
-		}
+		scrape(b, reg)
 	}
 }
 
 // BenchmarkScrapeNDv5 is what a Prometheus scrape costs with the monitor's
 // cache: formatting the last reading of the 9 HCAs, no sysfs read.
 func BenchmarkScrapeNDv5(b *testing.B) {
-	dir := b.TempDir()
-	if err := fixture.Build(dir, fixture.NDv5); err != nil {
-		b.Fatal(err)
-	}
+	dir := fixture.BuildTemp(b, fixture.NDv5)
 	sys := fixture.SysfsRoot(dir)
 	m, err := NewMonitor(MonitorConfig{Reader: Reader{SysfsRoot: sys}, Source: fakeSource{scanned(b, dir)},
 		Period: time.Second, Idle: IdleRule{Window: time.Minute}}, logr.Discard())
@@ -106,15 +88,22 @@ func BenchmarkScrapeNDv5(b *testing.B) {
 	reg.MustRegister(m)
 	b.ReportAllocs()
 	for b.Loop() {
-		mfs, err := reg.Gather()
-		if err != nil {
+		scrape(b, reg)
+	}
+}
+
+// scrape gathers reg and writes it in the text format, as a Prometheus
+// scrape of /metrics does.
+func scrape(b *testing.B, reg *prometheus.Registry) {
+	b.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
 			b.Fatal(err)
-		}
-		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
-		for _, mf := range mfs {
-			if err := enc.Encode(mf); err != nil {
-				b.Fatal(err)
-			}
 		}
 	}
 }

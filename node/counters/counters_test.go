@@ -63,10 +63,7 @@ func TestWidthOfFollowsKernelTable(t *testing.T) {
 // buildFixture writes a fixture host into a temp dir and returns its sysfs root.
 func buildFixture(t testing.TB, name string) string {
 	t.Helper()
-	dir := t.TempDir()
-	if err := fixture.Build(dir, name); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixture.BuildTemp(t, name)
 	return fixture.SysfsRoot(dir)
 }
 

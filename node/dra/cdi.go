@@ -16,6 +16,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/atomicfile"
 	"github.com/ibkube/ibkube/node/resource"
 )
 
@@ -203,25 +204,9 @@ func (s specStore) write(claim types.UID, spec *cdispec.Spec) error {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("CDI directory: %w", err)
 	}
-	// The temporary name does not end in .json, so a runtime scanning the
-	// directory skips it.
-	tmp, err := os.CreateTemp(s.dir, "."+specPrefix+string(claim)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("write CDI spec of claim %s: %w", claim, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write CDI spec of claim %s: %w", claim, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write CDI spec of claim %s: %w", claim, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write CDI spec of claim %s: %w", claim, err)
-	}
-	if err := os.Rename(tmp.Name(), s.path(claim)); err != nil {
+	// atomicfile's temporary name does not end in .json, so a runtime
+	// scanning the directory skips it.
+	if err := atomicfile.Write(s.path(claim), data, 0o644); err != nil {
 		return fmt.Errorf("write CDI spec of claim %s: %w", claim, err)
 	}
 	return nil

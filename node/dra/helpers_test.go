@@ -34,10 +34,7 @@ type host struct {
 // newHost builds fixture name in a temp dir.
 func newHost(t testing.TB, name string, cfg *config.AgentConfig, opts ...fixture.Option) *host {
 	t.Helper()
-	dir := t.TempDir()
-	if err := fixture.Build(dir, name, opts...); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixture.BuildTemp(t, name, opts...)
 	if cfg == nil {
 		cfg = config.Default()
 	}

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
@@ -21,6 +20,8 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/internal/testrun"
+	"github.com/ibkube/ibkube/node/dra/dratest"
 )
 
 // TestRunServesKubelet runs the driver as the agent does, against a fake API
@@ -36,12 +37,7 @@ func TestRunServesKubelet(t *testing.T) {
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0", UID: "node-uid"}},
 		c,
 	)
-	// Unix socket paths are limited to 108 bytes: keep them short.
-	sockets, err := os.MkdirTemp("", "dra")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockets) })
+	sockets := dratest.SocketDir(t, "dra")
 	cdi := t.TempDir()
 	d, err := New(Config{NodeName: "node-0", CDIDir: cdi, Plugin: PluginOptions{
 		Client: client, PluginDir: filepath.Join(sockets, "plugin"), RegistryDir: filepath.Join(sockets, "registry"),
@@ -50,28 +46,10 @@ func TestRunServesKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Update(h.model(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	testrun.Start(context.Background(), t, "Run", d.Run)
+	ctx := context.Background()
 
-	var slice resourceapi.ResourceSlice
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		if err == nil && len(list.Items) == 1 {
-			slice = list.Items[0]
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ResourceSlice published: %v, %v", list, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	slice := dratest.OneSlice(ctx, t, client, 20*time.Second, nil)
 	if slice.Spec.Driver != contract.DRADriverName || slice.Spec.Pool.Name != "node-0" || slice.Spec.NodeName == nil || *slice.Spec.NodeName != "node-0" || len(slice.Spec.Devices) != 16 {
 		t.Errorf("slice: driver %s, pool %s, node %v, %d devices; want %s, node-0, node-0, 16", slice.Spec.Driver, slice.Spec.Pool.Name, slice.Spec.NodeName, len(slice.Spec.Devices), contract.DRADriverName)
 	}

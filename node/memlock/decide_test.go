@@ -28,6 +28,11 @@ func TestDecide(t *testing.T) {
 	rt := &Limit{Soft: 64 * kib, Hard: 8 * mib}
 	rtUnlimited := &Limit{Soft: Unlimited, Hard: Unlimited}
 	u := func(v uint64) *uint64 { return &v }
+	// What a request gets when the container holds no ibkube device.
+	noDevices := func(requested string) Decision {
+		return Decision{Outcome: OutcomeNoDevices, Requested: requested,
+			Reason: `container holds no ibkube RDMA device under /dev/infiniband/; infiniband.azure.com/memlock="` + requested + `" is ignored`}
+	}
 
 	tests := []struct {
 		name string
@@ -40,23 +45,19 @@ func TestDecide(t *testing.T) {
 	}, {
 		name: "annotation without devices gains nothing",
 		in:   Input{PodAnnotations: anno("unlimited"), Devices: []Device{{Path: "/dev/null", Type: "c", Major: 1, Minor: 3}}, IBDevices: ib, Runtime: rt},
-		want: Decision{Outcome: OutcomeNoDevices, Requested: "unlimited",
-			Reason: `container holds no ibkube RDMA device under /dev/infiniband/; infiniband.azure.com/memlock="unlimited" is ignored`},
+		want: noDevices("unlimited"),
 	}, {
 		name: "device under /dev/infiniband that is not ibkube's",
 		in:   Input{PodAnnotations: anno("8Mi"), Devices: []Device{{Path: "/dev/infiniband/uverbs9", Type: "c", Major: 231, Minor: 201}}, IBDevices: ib, Runtime: rt},
-		want: Decision{Outcome: OutcomeNoDevices, Requested: "8Mi",
-			Reason: `container holds no ibkube RDMA device under /dev/infiniband/; infiniband.azure.com/memlock="8Mi" is ignored`},
+		want: noDevices("8Mi"),
 	}, {
 		name: "ibkube major:minor at another path does not count",
 		in:   Input{PodAnnotations: anno("8Mi"), Devices: []Device{{Path: "/dev/uverbs0", Type: "c", Major: 231, Minor: 192}}, IBDevices: ib, Runtime: rt},
-		want: Decision{Outcome: OutcomeNoDevices, Requested: "8Mi",
-			Reason: `container holds no ibkube RDMA device under /dev/infiniband/; infiniband.azure.com/memlock="8Mi" is ignored`},
+		want: noDevices("8Mi"),
 	}, {
 		name: "block device with the same numbers does not count",
 		in:   Input{PodAnnotations: anno("8Mi"), Devices: []Device{{Path: "/dev/infiniband/uverbs0", Type: "b", Major: 231, Minor: 192}}, IBDevices: ib, Runtime: rt},
-		want: Decision{Outcome: OutcomeNoDevices, Requested: "8Mi",
-			Reason: `container holds no ibkube RDMA device under /dev/infiniband/; infiniband.azure.com/memlock="8Mi" is ignored`},
+		want: noDevices("8Mi"),
 	}, {
 		name: "raised to the request",
 		in:   Input{PodAnnotations: anno("8Mi"), Devices: uverbs, IBDevices: ib, Runtime: rt},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ibkube/ibkube/node/memlock"
 	"math"
 	"net"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ibkube/ibkube/node/memlock"
 
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
@@ -405,26 +406,11 @@ type metrics struct {
 
 func newMetrics() *metrics {
 	return &metrics{
-		connected: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ibkube_nri_connected",
-			Help: "1 when the node agent's memlock plugin is registered with the runtime's NRI socket, else 0.",
-		}),
-		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "ibkube_nri_state",
-			Help: "1 for the memlock plugin's NRI connection state (connected; no_socket: the runtime has no NRI socket, as containerd 1.x or NRI disabled; disconnected: connection lost or refused), 0 for the others.",
-		}, []string{"state"}),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ibkube_memlock_decisions_total",
-			Help: "Containers seen by the memlock NRI plugin, by outcome (set, clamped, invalid, no_devices, already_set, not_needed, no_cap, no_annotation).",
-		}, []string{"outcome"}),
-		rankConfs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ibkube_nccl_rank_conf_total",
-			Help: "Containers seen by the NRI plugin, by what happened to the NCCL conf file that gives processes started without the container's environment its NCCL settings (written, no_devices, no_home, user_mount, nothing, error).",
-		}, []string{"outcome"}),
-		runtimeLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "ibkube_memlock_runtime_limit_bytes",
-			Help: "The container runtime's own RLIMIT_MEMLOCK (+Inf when unlimited), the most a container can be given.",
-		}, []string{"limit"}),
+		connected:    promreg.Gauge("ibkube_nri_connected", "1 when the node agent's memlock plugin is registered with the runtime's NRI socket, else 0."),
+		state:        promreg.GaugeVec("ibkube_nri_state", "1 for the memlock plugin's NRI connection state (connected; no_socket: the runtime has no NRI socket, as containerd 1.x or NRI disabled; disconnected: connection lost or refused), 0 for the others.", "state"),
+		decisions:    promreg.CounterVec("ibkube_memlock_decisions_total", "Containers seen by the memlock NRI plugin, by outcome (set, clamped, invalid, no_devices, already_set, not_needed, no_cap, no_annotation).", "outcome"),
+		rankConfs:    promreg.CounterVec("ibkube_nccl_rank_conf_total", "Containers seen by the NRI plugin, by what happened to the NCCL conf file that gives processes started without the container's environment its NCCL settings (written, no_devices, no_home, user_mount, nothing, error).", "outcome"),
+		runtimeLimit: promreg.GaugeVec("ibkube_memlock_runtime_limit_bytes", "The container runtime's own RLIMIT_MEMLOCK (+Inf when unlimited), the most a container can be given.", "limit"),
 	}
 }
 

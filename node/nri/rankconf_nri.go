@@ -3,7 +3,6 @@ package nri
 import (
 	"errors"
 	"fmt"
-	"github.com/ibkube/ibkube/node/memlock"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,6 +10,9 @@ import (
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
+
+	"github.com/ibkube/ibkube/internal/atomicfile"
+	"github.com/ibkube/ibkube/node/memlock"
 )
 
 // rankConfSuffix ends every file the plugin writes under RankConfDir, so
@@ -93,23 +95,8 @@ func (p *Plugin) writeRankConf(id, content string) (string, error) {
 	if err := os.MkdirAll(p.cfg.RankConfDir, 0o700); err != nil {
 		return "", fmt.Errorf("create %s: %w", p.cfg.RankConfDir, err)
 	}
-	tmp, err := os.CreateTemp(p.cfg.RankConfDir, ".tmp-*")
-	if err != nil {
-		return "", fmt.Errorf("write %s: %w", file, err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.WriteString(content)
-	if err == nil {
-		// World-readable: the container's user may be any uid.
-		err = tmp.Chmod(0o644)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), file)
-	}
-	if err != nil {
+	// World-readable: the container's user may be any uid.
+	if err := atomicfile.Write(file, []byte(content), 0o644); err != nil {
 		return "", fmt.Errorf("write %s: %w", file, err)
 	}
 	return file, nil
@@ -151,7 +138,9 @@ func (p *Plugin) removeStaleRankConfs(ctrs []*api.Container) {
 	removed := 0
 	for _, e := range entries {
 		name := e.Name()
-		stale := strings.HasPrefix(name, ".tmp-") || (strings.HasSuffix(name, rankConfSuffix) && !live[name])
+		// ".tmp-" is how agents before internal/atomicfile named their
+		// temporary files; a crash of one may have left some behind.
+		stale := atomicfile.IsTemp(name) || strings.HasPrefix(name, ".tmp-") || (strings.HasSuffix(name, rankConfSuffix) && !live[name])
 		if e.IsDir() || !stale {
 			continue
 		}

@@ -89,6 +89,46 @@ func (c *cluster) apply(ctx context.Context, obj *unstructured.Unstructured, fie
 	return err
 }
 
+// shippedManifests is manifests/ibkube.yaml, the render users install.
+func shippedManifests(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../manifests/ibkube.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// installManifests applies every object of manifests/ibkube.yaml for real,
+// as kubectl would.
+func (c *cluster) installManifests(ctx context.Context, t *testing.T) {
+	t.Helper()
+	for _, obj := range decodeAll(t, shippedManifests(t)) {
+		if err := c.apply(ctx, obj, "kubectl", false); err != nil {
+			t.Fatalf("apply %s %s: %v", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+}
+
+// adminKubeconfig writes a kubeconfig of a system:masters user of env, for
+// helm, and returns its path.
+func adminKubeconfig(t *testing.T, env *envtest.Environment) string {
+	t.Helper()
+	user, err := env.AddUser(envtest.User{Name: "helm-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig
+}
+
 // TestAPIServer validates every render (manifests/ibkube.yaml and each golden
 // case) against the real API server: a server-side apply with dryRun=All runs
 // schema validation, defaulting, CEL compilation of matchConditions and every
@@ -106,11 +146,8 @@ func TestAPIServer(t *testing.T) {
 		}
 	}
 
-	manifests, err := os.ReadFile("../../manifests/ibkube.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	renders := map[string]string{"manifests/ibkube.yaml": string(manifests)}
+	manifests := shippedManifests(t)
+	renders := map[string]string{"manifests/ibkube.yaml": manifests}
 	for _, c := range renderCases {
 		out, err := render(t, c.args()...)
 		if err != nil {
@@ -151,7 +188,7 @@ func TestAPIServer(t *testing.T) {
 			{"DaemonSet", []string{"spec", "template", "spec", "priorityClassName"}, "Not_A_Name", "priorityClassName"},
 		} {
 			var obj *unstructured.Unstructured
-			for _, o := range decodeAll(t, string(manifests)) {
+			for _, o := range decodeAll(t, manifests) {
 				if o.GetKind() == tc.kind {
 					obj = o
 				}
@@ -189,12 +226,8 @@ func TestAPIServerWebhookSelection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	manifests, err := os.ReadFile("../../manifests/ibkube.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mwc *unstructured.Unstructured
-	for _, o := range decodeAll(t, string(manifests)) {
+	for _, o := range decodeAll(t, shippedManifests(t)) {
 		if o.GetKind() == "MutatingWebhookConfiguration" {
 			mwc = o
 		}

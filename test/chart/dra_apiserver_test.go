@@ -4,8 +4,6 @@ package chart
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +13,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/helmtest"
+	"github.com/ibkube/ibkube/internal/testenv"
 	"github.com/ibkube/ibkube/node/dra"
 )
 
@@ -29,10 +28,7 @@ import (
 // silently. Their CEL selectors compile there too.
 func TestAPIServerDRADeviceClasses(t *testing.T) {
 	cfg, _ := startEnv(t)
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testenv.Clientset(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := render(t, renderCase{name: "dra"}.args()...)
@@ -67,24 +63,10 @@ func TestAPIServerDRADeviceClasses(t *testing.T) {
 // --runtime-config), helm install with node.allocation=dra fails naming the
 // API, and the default install renders nothing of DRA.
 func TestAPIServerHelmInstallWithoutDRA(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("$KUBEBUILDER_ASSETS is not set: run `make test-chart-apiserver`, which builds kube-apiserver and sets it")
-	}
 	env := &envtest.Environment{}
 	env.ControlPlane.GetAPIServer().Configure().Append("runtime-config", "resource.k8s.io/v1=false")
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest without resource.k8s.io/v1: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop envtest: %v", err)
-		}
-	})
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testenv.StartEnv(t, "test-chart-apiserver", env)
+	cs := testenv.Clientset(t, cfg)
 	groups, err := cs.Discovery().ServerGroups()
 	if err != nil {
 		t.Fatal(err)
@@ -94,20 +76,9 @@ func TestAPIServerHelmInstallWithoutDRA(t *testing.T) {
 			t.Fatalf("the API server still serves resource.k8s.io (%v): the case would prove nothing", g.Versions)
 		}
 	}
-	user, err := env.AddUser(envtest.User{Name: "helm-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := adminKubeconfig(t, env)
 	install := func(set ...string) (string, error) {
-		args := []string{"install", release, chartDir(t), "--namespace", namespace, "--create-namespace", "--dry-run=server", "--kubeconfig", kubeconfig}
+		args := []string{"install", release, helmtest.ChartDir(), "--namespace", namespace, "--create-namespace", "--dry-run=server", "--kubeconfig", kubeconfig}
 		for _, s := range set {
 			args = append(args, "--set", s)
 		}
@@ -137,23 +108,12 @@ func TestAPIServerDRARBAC(t *testing.T) {
 	c := newCluster(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	manifests, err := os.ReadFile("../../manifests/ibkube.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, obj := range decodeAll(t, string(manifests)) {
-		if err := c.apply(ctx, obj, "kubectl", false); err != nil {
-			t.Fatalf("apply %s %s: %v", obj.GetKind(), obj.GetName(), err)
-		}
-	}
+	c.installManifests(ctx, t)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nd-0"}}
 	if _, err := c.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	agent, err := kubernetes.NewForConfig(impersonate(cfg, namespace, "ibkube-node-agent-dra"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	agent := testenv.Clientset(t, impersonate(cfg, namespace, "ibkube-node-agent-dra"))
 	if err := dra.CheckGates(ctx, agent.ResourceV1().DeviceClasses(), agent.ResourceV1().ResourceSlices(), "nd-0", true); err != nil {
 		t.Errorf("the DRA agent's gate check as its ServiceAccount: %v", err)
 	}
@@ -176,10 +136,7 @@ func TestAPIServerDRARBAC(t *testing.T) {
 	if _, err := agent.ResourceV1().ResourceClaims("default").Get(ctx, "none", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("get a claim: %v, want not found (allowed)", err)
 	}
-	dp, err := kubernetes.NewForConfig(impersonate(cfg, namespace, "ibkube-node-agent"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dp := testenv.Clientset(t, impersonate(cfg, namespace, "ibkube-node-agent"))
 	if err := dp.ResourceV1().ResourceSlices().Delete(ctx, got.Name, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the device-plugin agent deletes a ResourceSlice: %v, want forbidden", err)
 	}

@@ -4,15 +4,14 @@ package chart
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/ibkube/ibkube/internal/helmtest"
+	"github.com/ibkube/ibkube/internal/testenv"
 )
 
 // TestAPIServerHelmInstall runs `helm install` and `helm upgrade` against a
@@ -23,18 +22,7 @@ func TestAPIServerHelmInstall(t *testing.T) {
 	cfg, env := startEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	user, err := env.AddUser(envtest.User{Name: "helm-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := adminKubeconfig(t, env)
 	helmKube := func(args ...string) string {
 		t.Helper()
 		out, err := helm(t, append(args, "--kubeconfig", kubeconfig)...)
@@ -44,7 +32,7 @@ func TestAPIServerHelmInstall(t *testing.T) {
 		return out
 	}
 
-	out := helmKube("install", release, chartDir(t), "--namespace", namespace, "--create-namespace")
+	out := helmKube("install", release, helmtest.ChartDir(), "--namespace", namespace, "--create-namespace")
 	t.Log(out)
 	for _, want := range []string{
 		"kubectl label namespace <ns> infiniband.azure.com/inject=enabled",
@@ -59,10 +47,7 @@ func TestAPIServerHelmInstall(t *testing.T) {
 		}
 	}
 
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testenv.Clientset(t, cfg)
 	// What the webhook's rotator does after start.
 	secret, err := cs.CoreV1().Secrets(namespace).Get(ctx, "ibkube-webhook-tls", metav1.GetOptions{})
 	if err != nil {
@@ -81,7 +66,7 @@ func TestAPIServerHelmInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	helmKube("upgrade", release, chartDir(t), "--namespace", namespace, "--set", "webhook.replicas=3")
+	helmKube("upgrade", release, helmtest.ChartDir(), "--namespace", namespace, "--set", "webhook.replicas=3")
 	secret, err = cs.CoreV1().Secrets(namespace).Get(ctx, "ibkube-webhook-tls", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

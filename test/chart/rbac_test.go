@@ -4,7 +4,6 @@ package chart
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,13 +14,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/internal/testrun"
 	"github.com/ibkube/ibkube/webhook/certs"
 )
 
@@ -45,15 +44,7 @@ func TestAPIServerRBAC(t *testing.T) {
 	admin := c.cs
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	manifests, err := os.ReadFile("../../manifests/ibkube.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, obj := range decodeAll(t, string(manifests)) {
-		if err := c.apply(ctx, obj, "kubectl", false); err != nil {
-			t.Fatalf("apply %s %s: %v", obj.GetKind(), obj.GetName(), err)
-		}
-	}
+	c.installManifests(ctx, t)
 
 	webhookCfg := impersonate(cfg, namespace, "ibkube-webhook")
 	webhook, webhookDyn := testenv.Clients(t, webhookCfg)
@@ -89,17 +80,8 @@ func TestAPIServerRBAC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mctx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- mgr.Start(mctx) }()
-		defer func() { stop(); <-done }()
-		select {
-		case <-ready:
-		case err := <-done:
-			t.Fatalf("manager stopped: %v", err)
-		case <-time.After(90 * time.Second):
-			t.Fatal("certificates not ready after 90s under the webhook's RBAC")
-		}
+		run := testrun.Start(ctx, t, "manager", mgr.Start)
+		run.WaitFor(t, ready, 90*time.Second, "certificates ready under the webhook's RBAC")
 		mwc, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "ibkube", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -147,10 +129,7 @@ func TestAPIServerRBAC(t *testing.T) {
 		if _, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		agent, err := kubernetes.NewForConfig(impersonate(cfg, namespace, "ibkube-node-agent"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		agent := testenv.Clientset(t, impersonate(cfg, namespace, "ibkube-node-agent"))
 		if _, err := agent.CoreV1().Nodes().Get(ctx, "nd-0", metav1.GetOptions{}); err != nil {
 			t.Error(err)
 		}

@@ -9,39 +9,19 @@
 package chart
 
 import (
-	"bytes"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/ibkube/ibkube/internal/golden"
+	"github.com/ibkube/ibkube/internal/helmtest"
 )
 
 const (
 	release   = "ibkube"
 	namespace = "ibkube-system"
 )
-
-func chartDir(t testing.TB) string {
-	t.Helper()
-	dir, err := filepath.Abs("../../charts/ibkube")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-func helmBin(t testing.TB) string {
-	t.Helper()
-	h := os.Getenv("HELM")
-	if h == "" {
-		t.Fatal("$HELM is not set: run `make test-chart`, which builds helm and sets it")
-	}
-	return h
-}
 
 func kubeVersion() string {
 	if v := os.Getenv("KUBE_VERSION"); v != "" {
@@ -53,23 +33,14 @@ func kubeVersion() string {
 // helm runs the helm binary and returns stdout, or stderr as the error.
 func helm(t testing.TB, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(helmBin(t), args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	// Keep helm away from the user's repositories and caches.
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.String(), nil
+	return helmtest.Run(t, "test-chart", args...)
 }
 
 // render is `helm template` as make manifests runs it, with extra args such
 // as -f values files or --api-versions.
 func render(t testing.TB, extra ...string) (string, error) {
 	t.Helper()
-	args := append([]string{"template", release, chartDir(t), "--namespace", namespace, "--kube-version", kubeVersion()}, extra...)
+	args := append([]string{"template", release, helmtest.ChartDir(), "--namespace", namespace, "--kube-version", kubeVersion()}, extra...)
 	return helm(t, args...)
 }
 

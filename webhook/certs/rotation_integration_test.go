@@ -23,13 +23,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/internal/testrun"
 )
 
 const (
@@ -48,10 +48,7 @@ func TestSelfManagedCertificates(t *testing.T) {
 	ctrllog.SetLogger(log)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testenv.Clientset(t, cfg)
 
 	// What the chart creates: the namespace, the empty Secret, the webhook
 	// configuration without a caBundle.
@@ -102,23 +99,9 @@ func TestSelfManagedCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgrDone := make(chan error, 1)
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	go func() { mgrDone <- mgr.Start(mgrCtx) }()
-	t.Cleanup(func() {
-		stopMgr()
-		if err := <-mgrDone; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	run := testrun.Start(ctx, t, "manager", mgr.Start)
 
-	select {
-	case <-ready:
-	case err := <-mgrDone:
-		t.Fatalf("manager stopped before the certificates were ready: %v", err)
-	case <-time.After(90 * time.Second):
-		t.Fatal("certificates not ready after 90s")
-	}
+	run.WaitFor(t, ready, 90*time.Second, "certificates ready")
 
 	secretNow := func() *corev1.Secret {
 		t.Helper()

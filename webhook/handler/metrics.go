@@ -28,10 +28,7 @@ type Metrics struct {
 // controller-runtime registry in the server, a fresh one in tests).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		mutations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ibkube_webhook_mutations_total",
-			Help: "Pod admission requests handled, by requested mode and outcome (injected, unchanged, refused, error, skipped).",
-		}, []string{"mode", "outcome"}),
+		mutations: promreg.CounterVec("ibkube_webhook_mutations_total", "Pod admission requests handled, by requested mode and outcome (injected, unchanged, refused, error, skipped).", "mode", "outcome"),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "ibkube_webhook_mutation_duration_seconds",
 			Help: "Time to answer one admission request (decode, lookups, mutate, patch, encode), by outcome.",

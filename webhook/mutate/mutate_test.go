@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -64,14 +63,8 @@ func testConfig() *config.Config {
 
 func readPod(t testing.TB, name string) *corev1.Pod {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", "pods", name+".yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var pod corev1.Pod
-	if err := yaml.UnmarshalStrict(data, &pod); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
+	golden.ReadYAML(t, filepath.Join("testdata", "pods", name+".yaml"), &pod)
 	return &pod
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/nccl"
@@ -103,22 +104,20 @@ func (p *patcher) ensureResource(t target, res string, n int64, warn func(string
 		p.add(t.path+"/resources", corev1.ResourceRequirements{Limits: r.Limits, Requests: r.Requests})
 		return
 	}
-	path := t.path + "/resources/"
-	esc := escape(res)
-	if r.Limits == nil {
-		r.Limits = corev1.ResourceList{name: q}
-		p.add(path+"limits", r.Limits)
-	} else {
-		r.Limits[name] = q
-		p.add(path+"limits/"+esc, q)
+	p.setQuantity(&r.Limits, t.path+"/resources/limits", name, q)
+	p.setQuantity(&r.Requests, t.path+"/resources/requests", name, q)
+}
+
+// setQuantity sets name to q in the resource list at path: one op for the
+// whole list when the container has none, else one for the entry.
+func (p *patcher) setQuantity(list *corev1.ResourceList, path string, name corev1.ResourceName, q resource.Quantity) {
+	if *list == nil {
+		*list = corev1.ResourceList{name: q}
+		p.add(path, *list)
+		return
 	}
-	if r.Requests == nil {
-		r.Requests = corev1.ResourceList{name: q}
-		p.add(path+"requests", r.Requests)
-	} else {
-		r.Requests[name] = q
-		p.add(path+"requests/"+esc, q)
-	}
+	(*list)[name] = q
+	p.add(path+"/"+escape(string(name)), q)
 }
 
 func (p *patcher) ensureCapability(t target, capName corev1.Capability) {

@@ -99,16 +99,26 @@ func (o *Objects) YAML() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-var podRules = admissionregistrationv1.MatchResources{
-	ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-		RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-			Rule: admissionregistrationv1.Rule{
-				APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
-				Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+// podRules matches pod creation, what both policies admit; each policy
+// gets its own copy.
+func podRules() *admissionregistrationv1.MatchResources {
+	return &admissionregistrationv1.MatchResources{
+		ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+			RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+					Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+				},
 			},
-		},
-	}},
+		}},
+	}
+}
+
+// typeMeta is the TypeMeta of the admissionregistration.k8s.io/v1 kind,
+// which the rendered YAML needs and the typed objects leave empty.
+func typeMeta(kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: kind}
 }
 
 func celVariables() []admissionregistrationv1.Variable {
@@ -127,13 +137,12 @@ func paramKind() *admissionregistrationv1.ParamKind {
 // MutatingPolicy is the injection policy; its text depends on nothing but
 // its name.
 func MutatingPolicy(name string) *admissionregistrationv1.MutatingAdmissionPolicy {
-	m := podRules
 	return &admissionregistrationv1.MutatingAdmissionPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicy"},
+		TypeMeta:   typeMeta("MutatingAdmissionPolicy"),
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
 			ParamKind:        paramKind(),
-			MatchConstraints: &m,
+			MatchConstraints: podRules(),
 			Variables:        celVariables(),
 			Mutations: []admissionregistrationv1.Mutation{{
 				PatchType: admissionregistrationv1.PatchTypeJSONPatch,
@@ -149,13 +158,12 @@ func MutatingPolicy(name string) *admissionregistrationv1.MutatingAdmissionPolic
 
 // ValidatingPolicy refuses what mutate.Mutate refuses, with its message.
 func ValidatingPolicy(name string) *admissionregistrationv1.ValidatingAdmissionPolicy {
-	m := podRules
 	return &admissionregistrationv1.ValidatingAdmissionPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
+		TypeMeta:   typeMeta("ValidatingAdmissionPolicy"),
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			ParamKind:        paramKind(),
-			MatchConstraints: &m,
+			MatchConstraints: podRules(),
 			Variables:        celVariables(),
 			Validations: []admissionregistrationv1.Validation{{
 				Expression:        refusal,
@@ -191,7 +199,7 @@ func paramRef(n Names) *admissionregistrationv1.ParamRef {
 
 func mutatingBinding(n Names) *admissionregistrationv1.MutatingAdmissionPolicyBinding {
 	return &admissionregistrationv1.MutatingAdmissionPolicyBinding{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicyBinding"},
+		TypeMeta:   typeMeta("MutatingAdmissionPolicyBinding"),
 		ObjectMeta: metav1.ObjectMeta{Name: n.Mutating()},
 		Spec: admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{
 			PolicyName:     n.Mutating(),
@@ -203,7 +211,7 @@ func mutatingBinding(n Names) *admissionregistrationv1.MutatingAdmissionPolicyBi
 
 func validatingBinding(n Names) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
 	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
+		TypeMeta:   typeMeta("ValidatingAdmissionPolicyBinding"),
 		ObjectMeta: metav1.ObjectMeta{Name: n.Validating()},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
 			PolicyName:        n.Validating(),

@@ -2,7 +2,6 @@ package policy_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -56,7 +55,7 @@ func TestEquivalenceInProcess(t *testing.T) {
 			if d, ok := corpus.KnownDifferences[tc.Name]; ok && !d.APIServerOnly {
 				// The table must stay true: a listed case that no longer
 				// differs is taken out of it (and of the docs).
-				same := (merr == nil && got.Refusal == "" && cmp.Equal(asJSON(t, want), asJSON(t, got.Pod))) ||
+				same := (merr == nil && got.Refusal == "" && cmp.Equal(policytest.AsJSON(t, want), policytest.AsJSON(t, got.Pod))) ||
 					(errors.As(merr, &r) && got.Refusal == r.Msg)
 				if same {
 					t.Errorf("listed as a known difference (%s) but the results are the same: remove it from corpus.KnownDifferences and docs/admission-policy.md", d.Why)
@@ -73,25 +72,10 @@ func TestEquivalenceInProcess(t *testing.T) {
 			case got.Refusal != "":
 				t.Errorf("policy refused %q; webhook admitted", got.Refusal)
 			default:
-				if diff := cmp.Diff(asJSON(t, want), asJSON(t, got.Pod)); diff != "" {
+				if diff := cmp.Diff(policytest.AsJSON(t, want), policytest.AsJSON(t, got.Pod)); diff != "" {
 					t.Errorf("admitted pod differs (-webhook +policy):\n%s", diff)
 				}
 			}
 		})
 	}
-}
-
-// asJSON is v as the API server stores it: JSON, where an empty map and a
-// missing one are the same and quantities are in canonical form.
-func asJSON(t *testing.T, v any) map[string]any {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
 }

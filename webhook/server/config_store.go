@@ -54,14 +54,8 @@ func newConfigStore(path string, apply func(*config.Config), reg prometheus.Regi
 		log:      log,
 		apply:    apply,
 		watching: make(chan struct{}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ibkube_webhook_config_reloads_total",
-			Help: "Re-reads of the webhook config file that changed it, by result (success, failure: the last good config stays).",
-		}, []string{"result"}),
-		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ibkube_webhook_config_last_reload_successful",
-			Help: "1 if the config file in use parsed on its last read, 0 if a bad file was ignored and the last good config is still in use.",
-		}),
+		reloads:  promreg.CounterVec("ibkube_webhook_config_reloads_total", "Re-reads of the webhook config file that changed it, by result (success, failure: the last good config stays).", "result"),
+		lastOK:   promreg.Gauge("ibkube_webhook_config_last_reload_successful", "1 if the config file in use parsed on its last read, 0 if a bad file was ignored and the last good config is still in use."),
 	}
 	if reg != nil {
 		if err := promreg.Register(reg, s.reloads, s.lastOK); err != nil {

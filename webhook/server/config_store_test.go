@@ -104,6 +104,12 @@ func TestConfigStoreWatch(t *testing.T) {
 		}
 	}
 	shared := func() string { return s.Current().Resources.Shared }
+	wantReloads := func(result string, want float64, when string) {
+		t.Helper()
+		if n := counter(t, s.reloads, result); n != want {
+			t.Errorf("reloads with result %s = %v %s, want %v", result, n, when, want)
+		}
+	}
 
 	<-s.watching
 	c.Write(t, configYAML("rdma/shared_b"))
@@ -120,15 +126,11 @@ func TestConfigStoreWatch(t *testing.T) {
 	if _, err := s.reload(); err == nil {
 		t.Error("re-reading the bad file: no error")
 	}
-	if n := counter(t, s.reloads, "failure"); n != 1 {
-		t.Errorf("failures counted %v times for one bad file, want 1", n)
-	}
+	wantReloads("failure", 1, "for one bad file")
 
 	c.Write(t, configYAML("rdma/shared_c"))
 	waitFor("recovery", func() bool { return shared() == "rdma/shared_c" && gauge(t, s.lastOK) == 1 })
-	if n := counter(t, s.reloads, "success"); n != 2 {
-		t.Errorf("successful reloads = %v, want 2", n)
-	}
+	wantReloads("success", 2, "after the recovery")
 
 	// The file disappears: a failed reload, the last good config stays.
 	c.Remove(t)
@@ -139,18 +141,12 @@ func TestConfigStoreWatch(t *testing.T) {
 	if _, err := s.reload(); err == nil || !strings.Contains(err.Error(), "disappeared") {
 		t.Errorf("re-reading the vanished file: err = %v, want one saying it disappeared", err)
 	}
-	if n := counter(t, s.reloads, "failure"); n != 2 {
-		t.Errorf("failures = %v after the file vanished, want 2 (one per event, not per re-read)", n)
-	}
-	if n := counter(t, s.reloads, "success"); n != 2 {
-		t.Errorf("successful reloads = %v after the file vanished, want still 2", n)
-	}
+	wantReloads("failure", 2, "after the file vanished (one per event, not per re-read)")
+	wantReloads("success", 2, "after the file vanished")
 
 	c.Write(t, configYAML("rdma/shared_d"))
 	waitFor("recovery after the file came back", func() bool { return shared() == "rdma/shared_d" && gauge(t, s.lastOK) == 1 })
-	if n := counter(t, s.reloads, "success"); n != 3 {
-		t.Errorf("successful reloads = %v, want 3", n)
-	}
+	wantReloads("success", 3, "after the file came back")
 }
 
 // TestConfigStoreStaysOnDefaults: a file missing at start and still missing is

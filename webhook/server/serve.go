@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/ibkube/ibkube/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
@@ -112,10 +113,7 @@ type limitMetrics struct {
 }
 
 func newLimitMetrics(reg prometheus.Registerer) (*limitMetrics, error) {
-	m := &limitMetrics{rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ibkube_webhook_overload_rejections_total",
-		Help: "Requests or connections turned away by the webhook's limits, by reason (in_flight: 429 before the body was read; connections: closed at accept).",
-	}, []string{"reason"})}
+	m := &limitMetrics{rejected: promreg.CounterVec("ibkube_webhook_overload_rejections_total", "Requests or connections turned away by the webhook's limits, by reason (in_flight: 429 before the body was read; connections: closed at accept).", "reason")}
 	if reg != nil {
 		if err := reg.Register(m.rejected); err != nil {
 			return nil, fmt.Errorf("register limit metrics: %w", err)

@@ -118,11 +118,7 @@ const checkpointFile = "kubelet_internal_checkpoint"
 func (s *Stub) Registrations(resource string) <-chan Registration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.registrationsLocked(resource)
-}
-
-func (s *Stub) registrationsLocked(resource string) chan Registration {
-	return channelFor(s.registrations, resource, 100)
+	return channelFor(s.registrations, resource, registrationsBuffer)
 }
 
 // Lists delivers every ListAndWatch message for a resource, across
@@ -130,12 +126,15 @@ func (s *Stub) registrationsLocked(resource string) chan Registration {
 func (s *Stub) Lists(resource string) <-chan List {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.listsLocked(resource)
+	return channelFor(s.lists, resource, listsBuffer)
 }
 
-func (s *Stub) listsLocked(resource string) chan List {
-	return channelFor(s.lists, resource, 1000)
-}
+// The channels hold this many Register calls and ListAndWatch messages of a
+// resource that no test has read yet.
+const (
+	registrationsBuffer = 100
+	listsBuffer         = 1000
+)
 
 // channelFor returns m's channel for resource, made with size on first use.
 func channelFor[T any](m map[string]chan T, resource string, size int) chan T {
@@ -174,8 +173,8 @@ func (s *Stub) Register(_ context.Context, req *pluginapi.RegisterRequest) (*plu
 		_ = old.Close()
 	}
 	s.clients[req.ResourceName] = conn
-	lists := s.listsLocked(req.ResourceName)
-	regs := s.registrationsLocked(req.ResourceName)
+	lists := channelFor(s.lists, req.ResourceName, listsBuffer)
+	regs := channelFor(s.registrations, req.ResourceName, registrationsBuffer)
 	s.mu.Unlock()
 	client := pluginapi.NewDevicePluginClient(conn)
 	octx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -12,17 +12,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/ibkube/ibkube/internal/testenv"
 )
 
 func TestEnvtestAssetsStart(t *testing.T) {
 	cfg, _ := testenv.Start(t, "envtest-smoke")
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testenv.Clientset(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	v, err := cs.Discovery().ServerVersion()

@@ -9,39 +9,33 @@ package dra
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/internal/testrun"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/dra"
+	"github.com/ibkube/ibkube/node/dra/dratest"
 	"github.com/ibkube/ibkube/node/resource"
 )
 
 func TestDriverAgainstAPIServer(t *testing.T) {
 	restCfg, _ := testenv.Start(t, "test-integration-dra")
-	cs, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testenv.Clientset(t, restCfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const node = "nd-0"
-	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.CreateNode(ctx, t, cs, node)
 
 	t.Run("gates", func(t *testing.T) {
 		if err := dra.CheckGates(ctx, cs.ResourceV1().DeviceClasses(), cs.ResourceV1().ResourceSlices(), node, true); err != nil {
@@ -56,21 +50,14 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 
 	// A broken HCA (port down) carries a taint, which the API server must
 	// accept too.
-	dir := t.TempDir()
-	if err := fixture.Build(dir, fixture.Broken); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixture.BuildTemp(t, fixture.Broken)
 	sysfs := fixture.SysfsRoot(dir)
 	scanner := discovery.NewScanner(discovery.Options{SysfsRoot: sysfs, DevRoot: fixture.DevRoot(dir), PortPoll: -1})
 	inv, err := scanner.Scan(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sockets, err := os.MkdirTemp("", "dra")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sockets)
+	sockets := dratest.SocketDir(t, "dra")
 	d, err := dra.New(dra.Config{
 		NodeName: node, CDIDir: t.TempDir(),
 		PCIeRoot: func(addr string) (string, error) { return dra.PCIeRoot(sysfs, addr) },
@@ -80,26 +67,9 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Update(resource.Build(config.Default(), inv, resource.Options{HostDevRoot: "/dev"}))
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	testrun.Start(ctx, t, "Run", d.Run)
 
-	var got []resourceapi.Device
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		if err == nil && len(list.Items) == 1 {
-			got = list.Items[0].Spec.Devices
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ResourceSlice stored (the API server may have refused it; see the log): %v %v", list, err)
-		}
-	}
+	got := dratest.OneSlice(ctx, t, cs, 30*time.Second, nil).Spec.Devices
 	want := dra.Resources(resource.Build(config.Default(), inv, resource.Options{HostDevRoot: "/dev"}), dra.NodeFacts{Name: node})
 	if n := len(want.Pools[node].Slices[0].Devices); len(got) != n {
 		t.Fatalf("stored %d devices, want %d", len(got), n)

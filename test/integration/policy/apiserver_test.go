@@ -4,7 +4,6 @@ package policy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -27,6 +26,7 @@ import (
 	"github.com/ibkube/ibkube/webhook/mutate"
 	"github.com/ibkube/ibkube/webhook/policy"
 	"github.com/ibkube/ibkube/webhook/policy/corpus"
+	"github.com/ibkube/ibkube/webhook/policy/policytest"
 )
 
 // TestAPIServerEquivalence installs the chart's policy mode into a real
@@ -39,10 +39,7 @@ import (
 // parameter ConfigMap: a changed setting needs no policy edit.
 func TestAPIServerEquivalence(t *testing.T) {
 	rest, _ := testenv.Start(t, "test-integration-policy")
-	cs, err := kubernetes.NewForConfig(rest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testenv.Clientset(t, rest)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	mkNS(ctx, t, cs, namespace, nil, nil)
@@ -175,15 +172,7 @@ func normalize(t *testing.T, p *corev1.Pod) map[string]any {
 	if v, ok := p.Annotations[contract.AnnotationInjected]; ok {
 		p.Annotations[contract.AnnotationInjected] = versionField.ReplaceAllString(v, "; version=V")
 	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return policytest.AsJSON(t, p)
 }
 
 func mkNS(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, labels, annos map[string]string) {
@@ -197,38 +186,24 @@ func mkNS(ctx context.Context, t *testing.T, cs kubernetes.Interface, name strin
 // install creates the rendered policy objects with typed clients.
 func install(ctx context.Context, t *testing.T, cs kubernetes.Interface, objs map[string]*unstructured.Unstructured) {
 	t.Helper()
-	from := func(u *unstructured.Unstructured, into any) {
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into); err != nil {
-			t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
-		}
-	}
 	var found int
 	for _, u := range objs {
 		var err error
+		ar := cs.AdmissionregistrationV1()
 		switch u.GetKind() {
 		case "ConfigMap":
 			if u.GetName() != release+"-admission-params" {
 				continue
 			}
-			var o corev1.ConfigMap
-			from(u, &o)
-			_, err = cs.CoreV1().ConfigMaps(namespace).Create(ctx, &o, metav1.CreateOptions{})
+			err = create[corev1.ConfigMap](ctx, cs.CoreV1().ConfigMaps(namespace), u)
 		case "MutatingAdmissionPolicy":
-			var o admissionregistrationv1.MutatingAdmissionPolicy
-			from(u, &o)
-			_, err = cs.AdmissionregistrationV1().MutatingAdmissionPolicies().Create(ctx, &o, metav1.CreateOptions{})
+			err = create[admissionregistrationv1.MutatingAdmissionPolicy](ctx, ar.MutatingAdmissionPolicies(), u)
 		case "MutatingAdmissionPolicyBinding":
-			var o admissionregistrationv1.MutatingAdmissionPolicyBinding
-			from(u, &o)
-			_, err = cs.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Create(ctx, &o, metav1.CreateOptions{})
+			err = create[admissionregistrationv1.MutatingAdmissionPolicyBinding](ctx, ar.MutatingAdmissionPolicyBindings(), u)
 		case "ValidatingAdmissionPolicy":
-			var o admissionregistrationv1.ValidatingAdmissionPolicy
-			from(u, &o)
-			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &o, metav1.CreateOptions{})
+			err = create[admissionregistrationv1.ValidatingAdmissionPolicy](ctx, ar.ValidatingAdmissionPolicies(), u)
 		case "ValidatingAdmissionPolicyBinding":
-			var o admissionregistrationv1.ValidatingAdmissionPolicyBinding
-			from(u, &o)
-			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &o, metav1.CreateOptions{})
+			err = create[admissionregistrationv1.ValidatingAdmissionPolicyBinding](ctx, ar.ValidatingAdmissionPolicyBindings(), u)
 		default:
 			continue
 		}
@@ -240,6 +215,21 @@ func install(ctx context.Context, t *testing.T, cs kubernetes.Interface, objs ma
 	if found != 5 {
 		t.Fatalf("installed %d policy objects from the chart, want 5 (parameters, 2 policies, 2 bindings)", found)
 	}
+}
+
+// creator is the Create method every typed client of kind T has.
+type creator[T any] interface {
+	Create(ctx context.Context, obj *T, opts metav1.CreateOptions) (*T, error)
+}
+
+// create converts u into its typed object and creates that with c.
+func create[T any](ctx context.Context, c creator[T], u *unstructured.Unstructured) error {
+	var o T
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &o); err != nil {
+		return fmt.Errorf("convert into %T: %w", o, err)
+	}
+	_, err := c.Create(ctx, &o, metav1.CreateOptions{})
+	return err
 }
 
 // waitForParams waits until the API server admits with the policies and

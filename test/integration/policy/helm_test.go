@@ -11,12 +11,10 @@ package policy
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,21 +22,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ibkube/ibkube/internal/helmtest"
 )
 
 const (
 	release   = "ibkube"
 	namespace = "ibkube-system"
 )
-
-func chartDir(t testing.TB) string {
-	t.Helper()
-	dir, err := filepath.Abs("../../../charts/ibkube")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // helmTemplate renders the chart as make manifests does, with extra args.
 func helmTemplate(t testing.TB, extra ...string) string {
@@ -53,27 +44,19 @@ func helmTemplate(t testing.TB, extra ...string) string {
 // helmTemplateErr is helmTemplate returning helm's failure.
 func helmTemplateErr(t testing.TB, extra ...string) (string, error) {
 	t.Helper()
-	h := os.Getenv("HELM")
-	if h == "" {
-		t.Fatal("$HELM is not set: run `make test-integration-policy` (or test-chart-policy), which builds helm and sets it")
+	args := append([]string{"template", release, helmtest.ChartDir(), "--namespace", namespace, "--kube-version", "1.37.2"}, extra...)
+	out, err := helmtest.Run(t, "test-integration-policy", args...)
+	if err != nil {
+		return "", err
 	}
-	home := t.TempDir()
-	args := append([]string{"template", release, chartDir(t), "--namespace", namespace, "--kube-version", "1.37.2"}, extra...)
-	cmd := exec.Command(h, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.String(), nil
+	return out, nil
 }
 
 // chartAppVersion is the chart's appVersion, which the chart writes as the
 // version in the injected annotation.
 func chartAppVersion(t testing.TB) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(chartDir(t), "Chart.yaml"))
+	b, err := os.ReadFile(filepath.Join(helmtest.ChartDir(), "Chart.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

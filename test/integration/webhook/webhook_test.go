@@ -53,6 +53,7 @@ import (
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/configmapdir"
 	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/internal/testrun"
 	"github.com/ibkube/ibkube/webhook/handler"
 	"github.com/ibkube/ibkube/webhook/server"
 )
@@ -737,10 +738,8 @@ func TestCertSetupGatesReadiness(t *testing.T) {
 	port, probePort := freePort(t), freePort(t)
 	ready := make(chan struct{})
 	setupCalled := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, server.Config{
+	run := testrun.Start(context.Background(), t, "server.Run", func(ctx context.Context) error {
+		return server.Run(ctx, server.Config{
 			ConfigFile:             filepath.Join(t.TempDir(), "absent.yaml"),
 			CertDir:                certDir,
 			Host:                   "127.0.0.1",
@@ -756,20 +755,8 @@ func TestCertSetupGatesReadiness(t *testing.T) {
 				return ready, nil
 			},
 		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server.Run: %v", err)
-		}
 	})
-	select {
-	case <-setupCalled:
-	case err := <-done:
-		t.Fatalf("server.Run returned: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("CertSetup not called")
-	}
+	run.WaitFor(t, setupCalled, 30*time.Second, "CertSetup called")
 	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
 	// Wait for the cache check to pass (readyz lists every check when one
 	// fails): from then on only the missing certificates hold readiness back.

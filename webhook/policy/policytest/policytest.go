@@ -8,8 +8,10 @@ package policytest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
+	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -175,4 +177,19 @@ func WidePod(n int) *corev1.Pod {
 		})
 	}
 	return p
+}
+
+// AsJSON is v as the API server stores it: JSON, where an empty map and a
+// missing one are the same and quantities are in canonical form.
+func AsJSON(t testing.TB, v any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
