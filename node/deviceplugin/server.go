@@ -35,6 +35,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/ibkube/ibkube/node/resource"
 )
 
 // KubeletSocket is the kubelet's registration socket's name in the socket dir.
@@ -43,7 +45,7 @@ const KubeletSocket = "kubelet.sock"
 // Pool is what one plugin serves; *resource.Pool implements it.
 type Pool interface {
 	Devices() []*pluginapi.Device
-	Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error)
+	Allocate(ids []string) (resource.Grant, error)
 	Preferred(available, mustInclude []string, size int) ([]string, error)
 }
 
@@ -514,12 +516,12 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	pool, _, _ := p.current()
 	resp := &pluginapi.AllocateResponse{}
 	for _, c := range req.ContainerRequests {
-		r, err := pool.Allocate(c.DevicesIds)
+		g, err := pool.Allocate(c.DevicesIds)
 		if err != nil {
 			p.log.Error(err, "allocate", "devices", c.DevicesIds)
 			return nil, err
 		}
-		resp.ContainerResponses = append(resp.ContainerResponses, r)
+		resp.ContainerResponses = append(resp.ContainerResponses, allocateResponse(g))
 		if p.observer != nil {
 			p.observer.Allocated(p.resource, len(c.DevicesIds))
 		}
