@@ -47,7 +47,7 @@ func (s RecorderSink) MemlockEvent(pod PodRef, container string, d memlock.Decis
 func (s RecorderSink) RankConfEvent(pod PodRef, container string, c memlock.RankConf) {
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
 	typ := corev1.EventTypeWarning
-	if c.Outcome == memlock.RankUserMount {
+	if c.Outcome == memlock.RankUserMount && !c.Warn {
 		typ = corev1.EventTypeNormal
 	}
 	s.Recorder.Eventf(ref, typ, ReasonRankConf, "container %s: %s", container, c.Reason)
