@@ -29,7 +29,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		kubeletSocketDir: "/var/lib/kubelet/device-plugins", nodeName: "nd-0", stateDir: "/var/lib/ibkube",
 		netlink: true, nri: true, ncclRankConf: true,
 		containerd: containerdOptions{address: "/run/containerd/containerd.sock", namespace: "k8s.io", snapshotters: "overlayfs"},
-		nriSocket: "/var/run/nri/nri.sock", metricsAddr: ":8090", healthAddr: ":8091", logLevel: "info",
+		nriSocket:  "/var/run/nri/nri.sock", metricsAddr: ":8090", healthAddr: ":8091", logLevel: "info",
 		observe: observeOptions{counters: true, period: 15 * time.Second, idleWindow: 10 * time.Minute, idleMinBytes: 1 << 20,
 			podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock"},
 		dra: draOptions{allocation: "deviceplugin", cdiDir: "/var/run/cdi",
