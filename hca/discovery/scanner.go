@@ -474,6 +474,7 @@ func readPort(dir string, n int) (inventory.Port, error) {
 				p.GUID = PortGUIDFromGID(gid)
 			}
 		}
+		p.PKeys, p.PKeyError = readPKeys(filepath.Join(dir, "pkeys"))
 	}
 	if len(errs) > 0 {
 		return p, fmt.Errorf("port %d: %s", n, strings.Join(errs, ", "))
