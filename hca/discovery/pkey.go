@@ -53,3 +53,15 @@ func readPKeys(dir string) ([]inventory.PKeyEntry, string) {
 	}
 	return out, ""
 }
+
+// readPortPKeys reads an InfiniBand port's partition table. A table that
+// cannot be trusted is recorded on the port (PKeyError) and leaves the
+// node without a partition, not the HCA unhealthy: verbs work on the
+// default partition all the same.
+func readPortPKeys(dir string, p *inventory.Port) error {
+	if p.LinkLayer != inventory.LinkLayerInfiniBand {
+		return nil
+	}
+	p.PKeys, p.PKeyError = readPKeys(filepath.Join(dir, "pkeys"))
+	return nil
+}
