@@ -61,6 +61,9 @@ type Config struct {
 	Image ImageReader
 	// PasswdTimeout bounds that read (default DefaultPasswdTimeout).
 	PasswdTimeout time.Duration
+	// GIDs reads a RoCE port's GID table at container creation; nil uses
+	// the inventory's last scan.
+	GIDs GIDReader
 }
 
 func (c Config) withDefaults() Config {
@@ -339,7 +342,11 @@ func (p *Plugin) Decide(pod *api.PodSandbox, ctr *api.Container) memlock.Decisio
 func (p *Plugin) createContainer(pod *api.PodSandbox, ctr *api.Container) *api.ContainerAdjustment {
 	adj := &api.ContainerAdjustment{}
 	changed := p.adjustMemlock(pod, ctr, adj)
-	if p.rankConf(pod, ctr, adj) {
+	added := p.gidIndex(pod, ctr, adj)
+	if len(added) > 0 {
+		changed = true
+	}
+	if p.rankConf(pod, ctr, adj, added) {
 		changed = true
 	}
 	if !changed {

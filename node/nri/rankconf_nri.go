@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -103,13 +104,15 @@ func (p *Plugin) RankInputOf(pod *api.PodSandbox, ctr *api.Container) memlock.Ra
 }
 
 // rankConf writes the container's NCCL conf file and adds its read-only
-// bind mount to adj. Failures are logged and counted, never returned: the
-// container starts regardless.
-func (p *Plugin) rankConf(pod *api.PodSandbox, ctr *api.Container, adj *api.ContainerAdjustment) bool {
+// bind mount to adj; added is the environment this plugin adds to the
+// container, which its main process sees too. Failures are logged and
+// counted, never returned: the container starts regardless.
+func (p *Plugin) rankConf(pod *api.PodSandbox, ctr *api.Container, adj *api.ContainerAdjustment, added []string) bool {
 	if p.cfg.RankConfDir == "" {
 		return false
 	}
 	in := p.RankInputOf(pod, ctr)
+	in.Env = append(slices.Clone(in.Env), added...)
 	if memlock.HoldsIBDevice(in) && in.UID != nil {
 		in.Passwd = p.passwdOf(ctr.GetId(), *in.UID)
 	}
