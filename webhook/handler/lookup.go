@@ -41,7 +41,7 @@ var ErrBadName = errors.New("not a Kubernetes name")
 func checkNamespaceName(name string) error {
 	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
 		return fmt.Errorf("namespace %q: %w: want a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters)",
-			name, ErrBadName)
+			clip(name), ErrBadName)
 	}
 	return nil
 }
@@ -51,7 +51,7 @@ func checkNamespaceName(name string) error {
 func checkObjectName(kind, name string) error {
 	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
 		return fmt.Errorf("%s name %q: %w: want a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253 characters)",
-			kind, name, ErrBadName)
+			kind, clip(name), ErrBadName)
 	}
 	return nil
 }

@@ -30,6 +30,9 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 	if ns.Labels[contract.LabelInject] != contract.InjectEnabled {
 		return Result{}, nil
 	}
+	if err := checkSize(pod, ns); err != nil {
+		return Result{}, err
+	}
 	for k := range pod.Annotations {
 		if s, ok := strings.CutPrefix(k, contract.Prefix); ok && !contract.KnownKey(s) {
 			return Result{}, refusef("annotation %s: unknown key under %s; accepted keys: %s", bound(k, maxEcho), contract.Prefix, contract.AcceptedKeys())
@@ -77,6 +80,9 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 		if counts, err = exclusiveCounts(targets, hcas, gpuRes, profile, cfg); err != nil {
 			return Result{}, err
 		}
+	}
+	if err := checkNetworksSize(pod, m); err != nil {
+		return Result{}, err
 	}
 
 	p := patcher{ops: make([]PatchOp, 0, 8*len(targets)+6)}
