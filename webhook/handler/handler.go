@@ -135,7 +135,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (outcome, string
 	// The declared length only refuses early: the buffer grows with what
 	// really arrives, so a client announcing 4 MiB and sending 10 bytes costs
 	// 10 bytes.
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body, err := readBody(w, r)
 	if _, over := errors.AsType[*http.MaxBytesError](err); over {
 		return out, "", nil, tooLarge()
 	}
@@ -264,6 +264,15 @@ func podName(pod *corev1.Pod, req *reviewRequest) string {
 	default:
 		return clip(pod.GenerateName) + "*"
 	}
+}
+
+// readBody is the request body, taken as is when the server read it in
+// full already (its Bytes), else read here within MaxBodyBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if b, ok := r.Body.(interface{ Bytes() []byte }); ok && len(b.Bytes()) <= MaxBodyBytes {
+		return b.Bytes(), nil
+	}
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 }
 
 func tooLarge() error {
