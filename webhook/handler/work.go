@@ -8,20 +8,24 @@ import (
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
 
-// podShape is what the handler reads of a pod before decoding it: its
-// annotations and how many containers of each kind it holds. A container
-// decodes into an empty struct, which costs no memory, so a review of
-// 100,000 minimal containers is counted in a few milliseconds and a few
-// bytes instead of being built as 100,000 corev1.Containers.
+// podShape is what the handler reads of a pod before decoding it: how many
+// containers of each kind it holds. A container decodes into an empty
+// struct, which costs no memory, so a review of 100,000 minimal containers
+// is counted in a few milliseconds and a few bytes instead of being built
+// as 100,000 corev1.Containers. Annotations are read only for a pod over
+// the bound (podAnnotations), so a pod within it costs no copy of them.
 type podShape struct {
-	Metadata struct {
-		Annotations map[string]string `json:"annotations"`
-	} `json:"metadata"`
 	Spec struct {
 		Containers          []struct{} `json:"containers"`
 		InitContainers      []struct{} `json:"initContainers"`
 		EphemeralContainers []struct{} `json:"ephemeralContainers"`
 	} `json:"spec"`
+}
+
+type podAnnotations struct {
+	Metadata struct {
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
 }
 
 // workCheck is what the pre-scan decided: the pod is within bounds (both
@@ -43,13 +47,16 @@ func checkWork(object []byte, ns mutate.Namespace) (workCheck, error) {
 		return workCheck{}, fmt.Errorf("decode pod: %w", err)
 	}
 	s := shape.Spec
-	err := mutate.ContainerCountRefusal(len(s.Containers) + len(s.InitContainers) + len(s.EphemeralContainers))
-	switch {
-	case err == nil:
+	refusal := mutate.ContainerCountRefusal(len(s.Containers) + len(s.InitContainers) + len(s.EphemeralContainers))
+	if refusal == nil {
 		return workCheck{}, nil
-	case mutate.Relevant(shape.Metadata.Annotations, ns):
-		return workCheck{refusal: err.Error(), annotations: shape.Metadata.Annotations}, nil
-	default:
+	}
+	var meta podAnnotations
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(object, &meta); err != nil {
+		return workCheck{}, fmt.Errorf("decode pod: %w", err)
+	}
+	if !mutate.Relevant(meta.Metadata.Annotations, ns) {
 		return workCheck{skip: true}, nil
 	}
+	return workCheck{refusal: refusal.Error(), annotations: meta.Metadata.Annotations}, nil
 }
