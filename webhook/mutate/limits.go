@@ -94,3 +94,7 @@ func checkNetworksSize(pod *corev1.Pod, m contract.Mode) error {
 	}
 	return nil
 }
+
+// boundNetworks is checkNetworksSize as a decision step: after the
+// containers are selected, before the networks value is parsed.
+func (d *decision) boundNetworks() error { return checkNetworksSize(d.pod, d.mode) }

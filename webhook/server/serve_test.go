@@ -431,6 +431,7 @@ func TestConnectionAndHeaderBounds(t *testing.T) {
 
 	// A header over the cap: 431.
 	_ = held[0].Close()
+	waitFor(t, "the closed connection released", func() bool { return a.srv.activeConns() == limits.MaxConns-1 })
 	c = a.dial(t)
 	big := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n", handler.Path, strings.Repeat("a", limits.MaxHeaderBytes+4096))
 	if _, err := io.WriteString(c, big); err != nil {
