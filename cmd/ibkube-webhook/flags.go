@@ -62,8 +62,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (o opt
 // check validates the parsed command line and completes the cert options.
 func (o *options) check(fs *flag.FlagSet) error {
 	s := &o.server
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: ibkube-webhook takes flags only", fs.Args())
+	if err := cmdline.NoArgs(fs); err != nil {
+		return err
 	}
 	if s.Port < 1 || s.Port > 65535 {
 		return fmt.Errorf("--port %d: want 1-65535", s.Port)

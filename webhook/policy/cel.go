@@ -55,6 +55,38 @@ func gpuCount(c, r string) string {
 		"%[2]s.isInteger() ? %[2]s.asInteger() : int(%[2]s.asApproximateFloat()) + 1) : 0)", q, v)
 }
 
+// rangeRegex is a regular expression matching the decimal integers from 1
+// to max without leading zeros, alternatives shortest first
+// ("[1-9]|[1-5][0-9]|6[0-4]" for 64): CEL cannot parse a number it does not
+// know to be small, so the bound is written into the pattern.
+func rangeRegex(max int) string {
+	digits := strconv.Itoa(max)
+	class := func(lo, hi byte) string {
+		if lo == hi {
+			return string(lo)
+		}
+		return "[" + string(lo) + "-" + string(hi) + "]"
+	}
+	var alts []string
+	for n := 1; n < len(digits); n++ {
+		alts = append(alts, "[1-9]"+strings.Repeat("[0-9]", n-1))
+	}
+	for i := range len(digits) {
+		lo := byte('0')
+		if i == 0 {
+			lo = '1'
+		}
+		hi := digits[i]
+		if i < len(digits)-1 {
+			hi-- // the numbers below max's prefix here, any digits after
+		}
+		if hi >= lo {
+			alts = append(alts, digits[:i]+class(lo, hi)+strings.Repeat("[0-9]", len(digits)-1-i))
+		}
+	}
+	return strings.Join(alts, "|")
+}
+
 type variable struct{ name, expr string }
 
 // variables are shared by the mutating and the validating policy: the
@@ -63,9 +95,10 @@ func variables() []variable {
 	a := lit
 	P := contract.Prefix
 	nsName := "namespaceObject.metadata.name"
-	known := []string{"mode", "hcas", "containers", "profile", "socket-fallback", "rdma-idle-warning", "injected", "memlock", "nccl-conf"}
-	acceptedKeys := "mode, hcas, containers, profile, socket-fallback, rdma-idle-warning (and injected, memlock, nccl-conf, written by ibkube)"
-	acceptedModes := "rdma-shared, rdma-exclusive, ipoib, rdma-shared,ipoib, rdma-exclusive,ipoib, none"
+	known := contract.KnownKeys()
+	acceptedKeys := contract.AcceptedKeys()
+	acceptedModes := contract.AcceptedModes
+	modeNames := list(contract.ModeNames()...)
 	sfAccepted := fmt.Sprintf(": accepted: %s (NCCL may fall back to TCP sockets, NCCL's default) or %s (NCCL fails instead)", contract.SocketFallbackAllow, contract.SocketFallbackDeny)
 	netAccepted := "; accepted: a comma-separated list of [namespace/]name[@interface] or a JSON list of network selection elements"
 	memlockV := "variables.annos[" + a(contract.AnnotationMemlock) + "]"
@@ -104,9 +137,9 @@ func variables() []variable {
 		{"modeWhere", "variables.modeSrc == 'pod' ? " + a("annotation "+contract.AnnotationMode) + " : 'namespace ' + " + nsName + " + " + a(" annotation "+contract.AnnotationMode)},
 		{"modeParts", guarded("variables.modeRaw.split(',').map(p, p.trim())")},
 		{"modeBad", "variables.modeSrc == '' ? '' : " +
-			"variables.modeParts.exists(p, !(p in " + list(contract.ModeShared, contract.ModeExclusive, contract.ModeIPoIB, contract.ModeNone) + ")) ? " +
+			"variables.modeParts.exists(p, !(p in " + modeNames + ")) ? " +
 			"variables.modeWhere + ': invalid value ' + " + echo("variables.modeRaw") + " + ': unknown mode ' + " +
-			echo("variables.modeParts.filter(p, !(p in "+list(contract.ModeShared, contract.ModeExclusive, contract.ModeIPoIB, contract.ModeNone)+"))[0]") + " + " + a("; accepted: "+acceptedModes) + " : " +
+			echo("variables.modeParts.filter(p, !(p in "+modeNames+"))[0]") + " + " + a("; accepted: "+acceptedModes) + " : " +
 			lit(contract.ModeShared) + " in variables.modeParts && " + lit(contract.ModeExclusive) + " in variables.modeParts ? " +
 			"variables.modeWhere + ': invalid value ' + " + echo("variables.modeRaw") + " + " + a(": "+contract.ModeShared+" and "+contract.ModeExclusive+" exclude each other; accepted: "+acceptedModes) + " : " +
 			lit(contract.ModeNone) + " in variables.modeParts && variables.modeParts.exists(p, p != " + lit(contract.ModeNone) + ") ? " +
@@ -131,7 +164,7 @@ func variables() []variable {
 		{"tgtName", "variables.selC.map(i, object.spec.containers[i].name) + variables.selI.map(i, variables.inits[i].name)"},
 
 		// parseHCAs, exclusiveCounts
-		{"hcasOK", "!(" + a(contract.AnnotationHCAs) + " in variables.annos) || variables.annos[" + a(contract.AnnotationHCAs) + "].trim().matches('^[+]?0*([1-9]|[1-5][0-9]|6[0-4])$')"},
+		{"hcasOK", "!(" + a(contract.AnnotationHCAs) + " in variables.annos) || variables.annos[" + a(contract.AnnotationHCAs) + "].trim().matches('^[+]?0*(" + rangeRegex(config.MaxHCAs) + ")$')"},
 		{"hcas", a(contract.AnnotationHCAs) + " in variables.annos && variables.hcasOK ? int(variables.annos[" + a(contract.AnnotationHCAs) + "].trim()) : 0"},
 		{"perGPU", "variables.profileKnown && int(params.data[variables.pk + 'hcasPerGPU']) > 1 ? int(params.data[variables.pk + 'hcasPerGPU']) : 1"},
 		{"badCount", fmt.Sprintf("variables.hcas > 0 ? [] : lists.range(variables.tgtGPU.size()).filter(i, variables.tgtGPU[i] < 0 || variables.tgtGPU[i] > %d / variables.perGPU)", config.MaxHCAs)},
