@@ -44,7 +44,7 @@ type Report struct {
 	NCCL         NCCLResolution    `json:"nccl"`
 	// NCCLEnvHome is the resolution of NCCL >= 2.30.3, whose home is $HOME.
 	NCCLEnvHome NCCLResolution `json:"ncclEnvHome"`
-	Errors       []string          `json:"errors,omitempty"`
+	Errors      []string       `json:"errors,omitempty"`
 }
 
 // Rlimit is a resource limit; -1 means unlimited.
