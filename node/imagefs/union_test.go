@@ -14,7 +14,7 @@ import (
 
 // layer builds a directory from entries: "path" -> content, "path/" a
 // directory, "path@" -> a symlink to content, "path|" a FIFO.
-func layer(t *testing.T, entries map[string]string) string {
+func layer(t testing.TB, entries map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, v := range entries {
@@ -117,4 +117,37 @@ func TestUnionWhiteouts(t *testing.T) {
 	if _, err := (Union{Layers: []string{opaqueUpper, lower}}).ReadFile("/etc/passwd", 1024); !errors.Is(err, ErrNotExist) {
 		t.Errorf("file below an opaque directory: err = %v, want ErrNotExist", err)
 	}
+}
+
+// FuzzUnionReadFile: whatever a symlink in an image says, and whatever path
+// is asked, a read never leaves the image's layers and never hangs.
+func FuzzUnionReadFile(f *testing.F) {
+	for _, s := range []string{"/etc/shadow", "../../../../etc/shadow", "/etc/passwd", "a/../../b", "//etc///passwd", "."} {
+		f.Add(s, "/etc/passwd")
+	}
+	outside := filepath.Join(f.TempDir(), "secret")
+	if err := os.WriteFile(outside, []byte("host secret"), 0o600); err != nil {
+		f.Fatal(err)
+	}
+	root := f.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		f.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "etc", "abs")); err != nil {
+		f.Fatal(err)
+	}
+	link := filepath.Join(root, "etc", "passwd")
+	f.Fuzz(func(t *testing.T, target, name string) {
+		if strings.ContainsRune(target, 0) || target == "" || len(target) > 4000 {
+			return
+		}
+		_ = os.Remove(link)
+		if err := os.Symlink(target, link); err != nil {
+			return
+		}
+		b, _ := (Union{Layers: []string{root}}).ReadFile(name, 1<<10)
+		if strings.Contains(string(b), "host secret") {
+			t.Fatalf("read %q through %q reached a file outside the image", name, target)
+		}
+	})
 }
