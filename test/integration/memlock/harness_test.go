@@ -64,14 +64,13 @@ func buildProbe(t *testing.T, dir string) string {
 }
 
 // entry is a file of a test image's layer beyond the probe: a regular file
-// of data (or of size zero bytes when data is nil and size > 0), a
-// symlink to link, or a FIFO.
+// of data (after size bytes of passwd filler lines when size > 0), or a
+// symlink to link.
 type entry struct {
 	name string
 	data string
 	size int64
 	link string
-	fifo bool
 }
 
 // writeImage writes a docker-archive tarball (what `ctr images import`
@@ -102,13 +101,12 @@ func writeImage(t *testing.T, probe, out, ref string, extra ...entry) {
 		switch {
 		case e.link != "":
 			tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeSymlink, Linkname: e.link, Mode: 0o777})
-		case e.fifo:
-			tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeFifo, Mode: 0o644})
 		case e.size > 0:
-			tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: e.size})
-			if _, err := io.CopyN(tw, zeros{}, e.size); err != nil {
+			tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: e.size + int64(len(e.data))})
+			if _, err := io.CopyN(tw, fillerLines{}, e.size); err != nil {
 				t.Fatal(err)
 			}
+			tw.Write([]byte(e.data))
 		default:
 			tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(e.data))})
 			tw.Write([]byte(e.data))
@@ -160,13 +158,14 @@ func writeImage(t *testing.T, probe, out, ref string, extra ...entry) {
 	}
 }
 
-// zeros reads as an endless run of 'x' bytes without newlines: a passwd
-// file no parser finds an entry in.
-type zeros struct{}
+// fillerLines reads as an endless run of 64-byte passwd lines of uid 65534.
+type fillerLines struct{}
 
-func (zeros) Read(p []byte) (int, error) {
+const fillerLine = "nobody:x:65534:65534:filler:/nonexistent:/usr/sbin/nologin.....\n"
+
+func (fillerLines) Read(p []byte) (int, error) {
 	for i := range p {
-		p[i] = 'x'
+		p[i] = fillerLine[i%len(fillerLine)]
 	}
 	return len(p), nil
 }
