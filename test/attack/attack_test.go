@@ -329,6 +329,7 @@ func TestAttacks(t *testing.T) {
 		cancel()
 		awg.Wait()
 		lwg.Wait()
+		<-ready.done
 		sent, answered, p99 := l.summary()
 		peak := w.peak(t)
 		gone := ""

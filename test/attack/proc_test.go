@@ -205,12 +205,14 @@ type readiness struct {
 	// worstRun is the longest run of failed probes: the kubelet takes a
 	// replica out of the Service after failureThreshold (3) in a row.
 	worstRun atomic.Int64
+	done     chan struct{} // closed once the last probe is counted
 }
 
 // watchReady probes /readyz every 250 ms until ctx ends.
 func (w *webhook) watchReady(ctx context.Context) *readiness {
-	r := &readiness{}
+	r := &readiness{done: make(chan struct{})}
 	go func() {
+		defer close(r.done)
 		tick := time.NewTicker(250 * time.Millisecond)
 		defer tick.Stop()
 		run := int64(0)
