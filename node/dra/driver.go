@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/node/resource"
@@ -154,6 +156,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	m := d.snapshot()
 	for _, c := range claims {
+		if err := CheckUID(c.UID); err != nil {
+			d.log.Error(err, "prepare claim", "claim", claimRef(c))
+			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
+			continue
+		}
 		devs, err := d.prepare(m, c)
 		if err != nil {
 			d.log.Error(err, "prepare claim", "claim", claimRef(c), "uid", c.UID)
@@ -201,12 +208,12 @@ func (d *Driver) prepare(m *resource.Model, c *resourceapi.ResourceClaim) ([]kub
 		}
 		i := slices.IndexFunc(reqs, func(q Request) bool { return q.Name == r.Request })
 		if i < 0 {
-			reqs = append(reqs, Request{Name: r.Request})
+			reqs = append(reqs, Request{Name: r.Request, AdminAccess: ptr.Deref(r.AdminAccess, false)})
 			i = len(reqs) - 1
 		}
 		reqs[i].Devices = append(reqs[i].Devices, dev)
 	}
-	if err := d.checkExclusive(c, reqs); err != nil {
+	if err := d.checkHolds(m, c, reqs); err != nil {
 		return nil, err
 	}
 	spec, err := ClaimSpec(c.UID, claimRef(c), reqs)
@@ -219,28 +226,41 @@ func (d *Driver) prepare(m *resource.Model, c *resourceapi.ResourceClaim) ([]kub
 	return answer, nil
 }
 
-// checkExclusive refuses an exclusive device another prepared claim holds:
-// the scheduler should never allocate one twice, and the driver is the last
-// place that can notice.
-func (d *Driver) checkExclusive(c *resourceapi.ResourceClaim, reqs []Request) error {
-	var wanted []string
-	for _, r := range reqs {
-		for _, dev := range r.Devices {
-			if dev.Pool.Exclusive() {
-				wanted = append(wanted, dev.Name)
-			}
-		}
-	}
-	if len(wanted) == 0 {
+// checkHolds refuses an HCA that another prepared claim holds
+// exclusively, and an exclusive hold on an HCA another claim holds in any
+// way. The scheduler cannot allocate either (the HCA's shared counter); the
+// driver is the last place that can notice a slice published without it or
+// an allocation made before it. Devices are compared by HCA: an exclusive
+// and a shared device of one HCA are two names for one piece of hardware.
+func (d *Driver) checkHolds(m *resource.Model, c *resourceapi.ResourceClaim, reqs []Request) error {
+	want := holdsOf(reqs)
+	if len(want.exclusive)+len(want.shared) == 0 {
 		return nil
 	}
-	holders, err := d.store.exclusiveHolders()
+	all, err := d.store.holders()
 	if err != nil {
 		return err
 	}
-	for _, w := range wanted {
-		if uid, ok := holders[w]; ok && uid != c.UID {
-			return fmt.Errorf("claim %s: exclusive device %s is already prepared for claim %s", claimRef(c), w, uid)
+	for _, uid := range slices.Sorted(maps.Keys(all)) {
+		if uid == c.UID {
+			continue
+		}
+		other := all[uid]
+		otherExclusive := slices.Clone(other.exclusive)
+		for _, name := range other.legacyDevices {
+			if dev, err := lookup(m, name); err == nil {
+				otherExclusive = append(otherExclusive, dev.HCA.Name)
+			}
+		}
+		for _, hca := range want.exclusive {
+			if slices.Contains(otherExclusive, hca) || slices.Contains(other.shared, hca) {
+				return fmt.Errorf("claim %s: HCA %s is already prepared for claim %s; an exclusive claim needs it alone", claimRef(c), hca, uid)
+			}
+		}
+		for _, hca := range want.shared {
+			if slices.Contains(otherExclusive, hca) {
+				return fmt.Errorf("claim %s: HCA %s is already prepared for claim %s, which holds it exclusively", claimRef(c), hca, uid)
+			}
 		}
 	}
 	return nil
@@ -253,7 +273,7 @@ func claimRef(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + 
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
-		out[c.UID] = d.store.remove(c.UID)
+		out[c.UID] = d.store.remove(c.UID) // refuses a UID that is not one
 	}
 	return out, nil
 }

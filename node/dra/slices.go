@@ -11,7 +11,9 @@
 package dra
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -47,18 +49,43 @@ type Device struct {
 	HCA  inventory.HCA
 }
 
-// Devices lists the model's devices: per pool in config order, the pool's
-// HCAs in inventory order. An HCA in a shared and an exclusive pool is two
-// devices, so a device's name is the pool's slug before the HCA's
-// ("ib-mlx5-0", "shared-ib-mlx5-0"): names must be unique in the node's pool.
+// Devices lists the model's devices: per pool in config order. An HCA in a
+// shared and an exclusive pool is two devices, so a device's name is the
+// pool's slug before the HCA's ("ib-mlx5-0", "shared-ib-mlx5-0"): names
+// must be unique in the node's pool.
+//
+// The order is the scheduler's preference: its allocator takes the first
+// devices that fit, in slice order. Exclusive pools list their HCAs by NUMA
+// node (unknown last), so that `rdma/ib: N` on an empty node lands on one
+// NUMA node when one holds N, as the device plugin's preferred allocation
+// packs them. Shared pools list them in the reverse order, so that sharers
+// gather on the HCAs exclusive pods reach last.
 func Devices(m *resource.Model) []Device {
 	var out []Device
 	slugs := poolSlugs(m.Pools)
 	for i, p := range m.Pools {
-		for _, h := range p.HCAs {
+		hcas := byNUMA(p.HCAs)
+		if !p.Exclusive() {
+			slices.Reverse(hcas)
+		}
+		for _, h := range hcas {
 			out = append(out, Device{Name: deviceName(slugs[i], h.Name), Pool: p, HCA: h})
 		}
 	}
+	return out
+}
+
+// byNUMA orders HCAs by NUMA node, unknown last, keeping inventory order
+// within a node.
+func byNUMA(hcas []inventory.HCA) []inventory.HCA {
+	out := slices.Clone(hcas)
+	key := func(h inventory.HCA) int {
+		if h.NUMANode == inventory.UnknownNUMANode {
+			return math.MaxInt
+		}
+		return h.NUMANode
+	}
+	slices.SortStableFunc(out, func(a, b inventory.HCA) int { return cmp.Compare(key(a), key(b)) })
 	return out
 }
 
@@ -101,14 +128,22 @@ func deviceName(poolSlug, hca string) string {
 }
 
 // Resources is what the node publishes: one pool named after the node,
-// holding every device of the model, ResourceSliceMaxDevices to a slice.
+// its HCAs' shared counters first (ResourceSliceMaxCounterSets to a slice),
+// then every device of the model, ResourceSliceMaxDevicesWithAdvancedFeatures
+// to a slice (every device consumes a counter, so the API allows 64, not
+// 128).
 func Resources(m *resource.Model, node NodeFacts) resourceslice.DriverResources {
-	var devs []resourceapi.Device
-	for _, d := range Devices(m) {
-		devs = append(devs, sliceDevice(d, node))
-	}
+	devs := Devices(m)
+	holds := hcaHolds(devs)
 	var pool resourceslice.Pool
-	for chunk := range slices.Chunk(devs, resourceapi.ResourceSliceMaxDevices) {
+	for chunk := range slices.Chunk(counterSets(m, holds), resourceapi.ResourceSliceMaxCounterSets) {
+		pool.Slices = append(pool.Slices, resourceslice.Slice{SharedCounters: chunk})
+	}
+	var out []resourceapi.Device
+	for _, d := range devs {
+		out = append(out, sliceDevice(d, node, holds[d.HCA.Name]))
+	}
+	for chunk := range slices.Chunk(out, resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures) {
 		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: chunk})
 	}
 	if len(pool.Slices) == 0 {
@@ -119,7 +154,59 @@ func Resources(m *resource.Model, node NodeFacts) resourceslice.DriverResources 
 	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{node.Name: pool}}
 }
 
-func sliceDevice(d Device, node NodeFacts) resourceapi.Device {
+// An HCA's counter set holds one counter, contract.DRACounterHCA, which
+// every device of the HCA consumes, so that the scheduler's allocator can
+// never give the HCA to an exclusive claim and to sharers at once
+// (KEP-4815 shared counters). The allocator charges a multi-allocatable
+// device's counters once, when its first share is allocated, and frees them
+// with its last (k8s.io/dynamic-resource-allocation/structured,
+// allocateDevice: "an allow-multiple device in use ... must not charge them
+// again"). So the counter holds one unit per shared pool the HCA is in
+// (at least one), a shared device consumes one and an exclusive device all:
+// sharers of every shared pool fit together, an exclusive holder fits alone.
+func hcaHolds(devs []Device) map[string]int64 {
+	shared := map[string]int64{}
+	for _, d := range devs {
+		if _, ok := shared[d.HCA.Name]; !ok {
+			shared[d.HCA.Name] = 0
+		}
+		if !d.Pool.Exclusive() {
+			shared[d.HCA.Name]++
+		}
+	}
+	for h, n := range shared {
+		shared[h] = max(n, 1)
+	}
+	return shared
+}
+
+// CounterSetName is the shared counter set of an HCA: "hca-mlx5-0".
+func CounterSetName(hca string) string {
+	n := "hca-" + slug(hca)
+	if len(n) > maxDeviceName {
+		n = strings.TrimRight(n[:maxDeviceName], "-")
+	}
+	return n
+}
+
+// counterSets are the counter sets of the HCAs that have devices, in
+// inventory order.
+func counterSets(m *resource.Model, holds map[string]int64) []resourceapi.CounterSet {
+	var out []resourceapi.CounterSet
+	for _, st := range m.HCAs {
+		hold, ok := holds[st.HCA.Name]
+		if !ok {
+			continue
+		}
+		out = append(out, resourceapi.CounterSet{
+			Name:     CounterSetName(st.HCA.Name),
+			Counters: map[string]resourceapi.Counter{contract.DRACounterHCA: {Value: *apiresource.NewQuantity(hold, apiresource.DecimalSI)}},
+		})
+	}
+	return out
+}
+
+func sliceDevice(d Device, node NodeFacts, hold int64) resourceapi.Device {
 	h := d.HCA
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		contract.DRAAttrPool:       str(d.Pool.Resource),
@@ -138,9 +225,11 @@ func sliceDevice(d Device, node NodeFacts) resourceapi.Device {
 	if ports := d.Pool.Ports(h); len(ports) > 0 {
 		// One device stands for the HCA; its first port (of the pool's
 		// link layers) describes it. ND and OCI HCAs have one port each.
+		// The port's state is no attribute: it changes with the fabric,
+		// and every attribute change is a slice write that requeues the
+		// cluster's pending DRA pods; the unhealthy taint carries it.
 		port := ports[0]
 		setStr(contract.DRAAttrLinkLayer, port.LinkLayer)
-		setStr(contract.DRAAttrPortState, port.State)
 		setStr(contract.DRAAttrNetdev, port.Netdev)
 		if gbps, ok := RateGbps(port.Rate); ok {
 			attrs[contract.DRAAttrRate] = resourceapi.DeviceAttribute{IntValue: ptr.To(gbps)}
@@ -156,7 +245,14 @@ func sliceDevice(d Device, node NodeFacts) resourceapi.Device {
 	if h.NUMANode != inventory.UnknownNUMANode {
 		attrs[deviceattribute.StandardDeviceAttributeNUMANode] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(h.NUMANode))}
 	}
-	out := resourceapi.Device{Name: d.Name, Attributes: attrs}
+	consume := hold
+	if !d.Pool.Exclusive() {
+		consume = 1
+	}
+	out := resourceapi.Device{Name: d.Name, Attributes: attrs, ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
+		CounterSet: CounterSetName(d.HCA.Name),
+		Counters:   map[string]resourceapi.Counter{contract.DRACounterHCA: {Value: *apiresource.NewQuantity(consume, apiresource.DecimalSI)}},
+	}}}
 	if !d.Pool.Exclusive() {
 		out.AllowMultipleAllocations = ptr.To(true)
 		out.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
@@ -209,6 +305,7 @@ func lookup(m *resource.Model, name string) (Device, error) {
 		for _, d := range devs {
 			names = append(names, d.Name)
 		}
+		slices.Sort(names)
 		return Device{}, fmt.Errorf("device %q is not on this node; it has %s", name, strings.Join(names, ", "))
 	}
 	return devs[i], nil
