@@ -19,6 +19,7 @@ import (
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/node/config"
+	"github.com/ibkube/ibkube/node/dra/slice"
 )
 
 // schedulerFeatures are the allocator features kube-scheduler v1.37.2
@@ -89,7 +90,7 @@ type scheduler struct {
 func newScheduler(t testing.TB, h *host) *scheduler {
 	t.Helper()
 	m := h.model(t)
-	objs := SliceObjects(Resources(m, h.facts(t, m)), "node-0")
+	objs := slice.Objects(slice.Slices(m, h.facts(t, m)), "node-0")
 	for i, s := range objs {
 		s.Name = s.GenerateName + fmt.Sprint(i)
 	}

@@ -26,7 +26,7 @@ import (
 
 func newDriver(t testing.TB, h *host, cdiDir string) *Driver {
 	t.Helper()
-	d, err := New(Config{NodeName: "node-0", CDIDir: cdiDir}, testr.New(t.(*testing.T)))
+	d, err := New(Config{NodeName: "node-0", CDIDir: cdiDir, RecoverHold: testRecoverHold, MinPublishInterval: testMinPublishInterval}, testr.New(t.(*testing.T)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/node/config"
+	"github.com/ibkube/ibkube/node/dra/slice"
 )
 
 // TestResourcesGolden pins the ResourceSlice content of real machines: the
@@ -268,7 +269,7 @@ func TestRateGbps(t *testing.T) {
 	for in, want := range map[string]int64{
 		"400 Gb/sec (4X NDR)": 400, "200 Gb/sec (4X HDR)": 200, "100 Gb/sec (2X HDR)": 100, "2.5 Gb/sec (1X SDR)": 2, "": 0, "fast": 0,
 	} {
-		got, ok := RateGbps(in)
+		got, ok := slice.RateGbps(in)
 		if got != want || ok != (want > 0) {
 			t.Errorf("RateGbps(%q) = %d, %v; want %d", in, got, ok, want)
 		}

@@ -1,15 +1,12 @@
-package dra
+package slice
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
 
 	"github.com/ibkube/ibkube/contract"
@@ -21,18 +18,18 @@ import (
 // resourceSliceIndexMinLength): the allocator tries slices in name order.
 const sliceIndexMinLength = 5
 
-// SliceObjects are the ResourceSlice objects the kubeletplugin's slice
-// controller creates for res on a node's first publish, as the API server
+// Objects are the ResourceSlice objects the kubeletplugin's slice
+// controller creates for a node's slices on its first publish, as the API server
 // receives them: the name a generateName of the slice's index, the driver
 // and the node, owned by the Node (its UID is looked up at run time, so it
 // is empty here), generation 1. It is what `ibkube node -o slices` prints
 // and what the tests hand the scheduler's allocator.
-func SliceObjects(res resourceslice.DriverResources, node string) []*resourceapi.ResourceSlice {
+func Objects(slices []Slice, node string) []*resourceapi.ResourceSlice {
 	var out []*resourceapi.ResourceSlice
-	for _, poolName := range slices.Sorted(maps.Keys(res.Pools)) {
-		pool := res.Pools[poolName]
-		width := max(sliceIndexMinLength, len(strconv.FormatInt(int64(len(pool.Slices)-1), 16)))
-		for i, s := range pool.Slices {
+	poolName := node
+	{
+		width := max(sliceIndexMinLength, len(strconv.FormatInt(int64(len(slices)-1), 16)))
+		for i, s := range slices {
 			out = append(out, &resourceapi.ResourceSlice{
 				TypeMeta: metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
 				ObjectMeta: metav1.ObjectMeta{
@@ -43,7 +40,7 @@ func SliceObjects(res resourceslice.DriverResources, node string) []*resourceapi
 				},
 				Spec: resourceapi.ResourceSliceSpec{
 					Driver:         contract.DRADriverName,
-					Pool:           resourceapi.ResourcePool{Name: poolName, Generation: 1, ResourceSliceCount: int64(len(pool.Slices))},
+					Pool:           resourceapi.ResourcePool{Name: poolName, Generation: 1, ResourceSliceCount: int64(len(slices))},
 					NodeName:       ptr.To(node),
 					Devices:        s.Devices,
 					SharedCounters: s.SharedCounters,
