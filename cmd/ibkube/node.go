@@ -34,7 +34,7 @@ func runNode(ctx context.Context, args []string, s stdio) error {
 	host := addHostFlags(fs)
 	output := fs.String("o", "table", "output format: table, json, or slices (the resource.k8s.io/v1 ResourceSlices the agent publishes with --allocation=dra, as a YAML stream)")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "with -o slices: the Kubernetes node the slices are for (default $NODE_NAME, else the host name)")
-	if done, err := parseSubcommand(fs, args, "node"); done {
+	if done, err := parse("node", fs, args, func() error { return cmdline.NoArgs(fs) }); done {
 		return err
 	}
 	switch *output {

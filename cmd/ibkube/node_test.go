@@ -100,7 +100,7 @@ func TestRunNodeErrors(t *testing.T) {
 		{[]string{"-o", "yaml"}, `node: -o "yaml": want table, json or slices`},
 		{[]string{"--config", "none.yaml", "-o", "slices", "--node-name", "Node_0"}, `node: --node-name "Node_0": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*'); want a Kubernetes node name`},
 		{[]string{"--config", bad}, `node: ` + bad + `: pools[0].mode: "both" is not a mode; accepted: shared, exclusive`},
-		{[]string{"extra"}, `node: unexpected arguments ["extra"]`},
+		{[]string{"extra"}, `node: unexpected arguments ["extra"]: ibkube node takes flags only`},
 		// A root that cannot list RDMA devices is an error, not "no HCAs".
 		{[]string{"--config", "none.yaml", "--sysfs-root", filepath.Join(dir, "missing")}, `node: sysfs root ` + filepath.Join(dir, "missing") + ` does not exist; accepted: /sys, or a directory laid out like it`},
 		{[]string{"--config", "none.yaml", "--sysfs-root", dir}, `node: no ` + filepath.Join(dir, "class", "infiniband") + `: the RDMA core is not loaded (modprobe mlx5_ib, or install the NIC driver), or ` + dir + ` is not a sysfs tree`},
