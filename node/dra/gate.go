@@ -41,9 +41,9 @@ func countersKept(ctx context.Context, slices SliceCreator, node string, d resou
 	counters := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "ibkube-gate-check-"},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   contract.DRADriverName,
-			Pool:     resourceapi.ResourcePool{Name: "ibkube-gate-check", ResourceSliceCount: 2},
-			NodeName: ptr.To(node),
+			Driver:         contract.DRADriverName,
+			Pool:           resourceapi.ResourcePool{Name: "ibkube-gate-check", ResourceSliceCount: 2},
+			NodeName:       ptr.To(node),
 			SharedCounters: []resourceapi.CounterSet{{Name: gateCounterSet, Counters: gateCounters()}},
 		},
 	}
