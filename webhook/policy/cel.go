@@ -43,7 +43,7 @@ func bound(s string, n int) string {
 }
 
 // echo is mutate's echo: the value bounded and quoted.
-func echo(s string) string { return "strings.quote(" + bound(s, maxEcho) + ")" }
+func echo(s string) string { return escapeUnprintable("strings.quote(" + bound(s, maxEcho) + ")") }
 
 // gpuCount is mutate's gpuCount for container expression c and resource
 // expression r: the limit, else the request, rounded up to an integer.
@@ -113,6 +113,9 @@ func variables() []variable {
 		// relevant: cheap first test, so pods without an ibkube annotation
 		// in a namespace without a default mode cost next to nothing.
 		{"relevant", "variables.annos.exists(k, k.startsWith(" + a(P) + ")) || " + a(contract.AnnotationMode) + " in variables.nsAnnos"},
+	}
+	v = append(v, sizeVariables()...)
+	v = append(v, []variable{
 
 		// resolveProfile
 		{"profileSrc", a(contract.AnnotationProfile) + " in variables.annos ? 'pod' : " + a(contract.AnnotationProfile) + " in variables.nsAnnos ? 'ns' : 'cfg'"},
@@ -132,7 +135,7 @@ func variables() []variable {
 		{"modeSrc", a(contract.AnnotationMode) + " in variables.annos ? 'pod' : " + a(contract.AnnotationMode) + " in variables.nsAnnos && variables.requestsGPU ? 'ns' : ''"},
 		{"modeRaw", "variables.modeSrc == 'pod' ? variables.annos[" + a(contract.AnnotationMode) + "] : variables.modeSrc == 'ns' ? variables.nsAnnos[" + a(contract.AnnotationMode) + "] : ''"},
 		{"modeWhere", "variables.modeSrc == 'pod' ? " + a("annotation "+contract.AnnotationMode) + " : 'namespace ' + " + nsName + " + " + a(" annotation "+contract.AnnotationMode)},
-		{"modeParts", "variables.modeRaw.split(',').map(p, p.trim())"},
+		{"modeParts", guarded("variables.modeRaw.split(',').map(p, p.trim())")},
 		{"modeBad", "variables.modeSrc == '' ? '' : " +
 			"variables.modeParts.exists(p, !(p in " + modeNames + ")) ? " +
 			"variables.modeWhere + ': invalid value ' + " + echo("variables.modeRaw") + " + ': unknown mode ' + " +
@@ -150,7 +153,7 @@ func variables() []variable {
 			"(variables.ipoib ? (variables.rdma ? ',' : '') + " + lit(contract.ModeIPoIB) + " : '')"},
 
 		// selectContainers
-		{"cNames", a(contract.AnnotationContainers) + " in variables.annos ? variables.annos[" + a(contract.AnnotationContainers) + "].split(',').map(n, n.trim()) : []"},
+		{"cNames", guarded(a(contract.AnnotationContainers) + " in variables.annos ? variables.annos[" + a(contract.AnnotationContainers) + "].split(',').map(n, n.trim()) : []")},
 		{"allNames", "object.spec.containers.map(c, c.name) + variables.inits.map(c, c.name)"},
 		{"selC", a(contract.AnnotationContainers) + " in variables.annos ? " +
 			"lists.range(object.spec.containers.size()).filter(i, object.spec.containers[i].name in variables.cNames) : " +
@@ -175,7 +178,7 @@ func variables() []variable {
 		// multus.ParseSelection (the CSV form; the JSON form is not parsed)
 		{"netRaw", a(multus.Annotation) + " in variables.annos ? variables.annos[" + a(multus.Annotation) + "] : ''"},
 		{"netForm", "variables.netRaw.trim() == '' ? 'empty' : variables.netRaw.matches('[\\\\[{\"]') ? 'json' : 'csv'"},
-		{"netItems", "variables.netForm == 'csv' ? variables.netRaw.split(',') : []"},
+		{"netItems", guarded("variables.netForm == 'csv' && !(" + netOversized() + ") ? variables.netRaw.split(',') : []")},
 		{"netBad", "variables.netItems.filter(e, !e.matches(" + lit(csvItem) + "))"},
 		// [namespace, name, interface] of each CSV entry, the namespace resolved.
 		{"netParsed", "variables.netBad.size() > 0 ? [] : variables.netItems.map(e, [" +
@@ -186,9 +189,10 @@ func variables() []variable {
 		{"netHas", "variables.netForm == 'csv' ? variables.netParsed.exists(n, n[0] == variables.ipoibNS && n[1] == params.data.ipoibName) : " +
 			"variables.netForm == 'json' ? variables.netRaw.matches('\"name\"\\\\s*:\\\\s*\"' + params.data.ipoibName + '\"') && " +
 			"(variables.ipoibNS == " + nsName + " || variables.netRaw.matches('\"namespace\"\\\\s*:\\\\s*\"' + variables.ipoibNS + '\"')) : false"},
-	}
+	}...)
 	// The refusal: the first thing mutate.Mutate refuses, in its order, or ''.
 	refusals := []struct{ cond, msg string }{
+		{"variables.sizeRefusal != ''", "variables.sizeRefusal"},
 		{"variables.annos.exists(k, k.startsWith(" + a(P) + ") && !(k.substring(" + strconv.Itoa(len(P)) + ") in " + list(known...) + "))",
 			"'annotation ' + " + bound("variables.annos.filter(k, k.startsWith("+a(P)+") && !(k.substring("+strconv.Itoa(len(P))+") in "+list(known...)+"))[0]", maxEcho) + " + " +
 				a(": unknown key under "+P+"; accepted keys: "+acceptedKeys)},
@@ -214,13 +218,15 @@ func variables() []variable {
 			a("annotation "+contract.AnnotationHCAs+": invalid value ") + " + " + echo("variables.annos["+a(contract.AnnotationHCAs)+"]") +
 				" + " + a(fmt.Sprintf(": accepted: an integer from 1 to %d (HCAs per selected container)", config.MaxHCAs))},
 		{"variables.injectMode && variables.exclusive && variables.badCount.size() > 0",
-			"'container ' + strings.quote(variables.tgtName[variables.badCount[0]]) + ' requests ' + variables.gpuRes + ': ' + string(variables.tgtGPU[variables.badCount[0]]) + " +
+			"'container ' + " + escapeUnprintable("strings.quote(variables.tgtName[variables.badCount[0]])") + " + ' requests ' + variables.gpuRes + ': ' + string(variables.tgtGPU[variables.badCount[0]]) + " +
 				a(fmt.Sprintf(", which gives no rdma-exclusive count from 1 to %d (", config.MaxHCAs)) + " + string(variables.perGPU) + ' HCA(s) per GPU, profile ' + variables.profileName + " +
 				a("); accepted: a GPU count from 1 to ") + " + string(" + strconv.Itoa(config.MaxHCAs) + " / variables.perGPU) + " +
 				a(fmt.Sprintf(", or annotation %s with an integer from 1 to %d", contract.AnnotationHCAs, config.MaxHCAs))},
+		{"variables.injectMode && variables.ipoib && " + netOversized(), netOversizedMessage()},
+		{"variables.injectMode && variables.ipoib && " + netShapeBad(), netShapeMessage()},
 		{"variables.injectMode && variables.ipoib && variables.netBad.size() > 0",
 			a("annotation "+multus.Annotation+": invalid value ") + " + " + echo("variables.netRaw") + " + " +
-				a(": annotation "+multus.Annotation+" entry ") + " + string(variables.netItems.indexOf(variables.netBad[0]) + 1) + (variables.netBad[0].trim() == '' ? '' : ' ' + strings.quote(variables.netBad[0].trim())) + " +
+				a(": annotation "+multus.Annotation+" entry ") + " + string(variables.netItems.indexOf(variables.netBad[0]) + 1) + (variables.netBad[0].trim() == '' ? '' : ' ' + " + escapeUnprintable("strings.quote(variables.netBad[0].trim())") + ") + " +
 				"(variables.netBad[0].trim() == '' ? ': empty entry (a stray comma?); ' : " + a(": not [namespace/]name[@interface] with each part a lower-case DNS label ([a-z0-9], '-' inside) and an interface of at most 15 characters; ") + ") + " +
 				a(multus.Accepted+netAccepted)},
 	}
@@ -230,13 +236,9 @@ func variables() []variable {
 	}
 	chain.WriteString("''")
 	v = append(v,
-		variable{"memlockProblem", memlockT + ".lowerAscii() == 'unlimited' ? '' : " +
-			"!isQuantity(" + memlockT + ") ? " + lit(memlockvalue.NotQuantity) + " : " +
-			"!quantity(" + memlockT + ").isGreaterThan(quantity('0')) ? " + lit(memlockvalue.NotPositive) + " : " +
-			"quantity(" + memlockT + ").compareTo(quantity('9223372036854775807')) >= 0 ? " + lit(memlockvalue.TooLarge+" (below 8Ei)") + " : " +
-			"!quantity(" + memlockT + ").isInteger() ? " + lit(memlockvalue.NotWhole) + " : ''"},
+		variable{"memlockProblem", memlockProblem(memlockT)},
 		variable{"refusal", "!variables.relevant ? '' : " + chain.String()},
-		variable{"active", "variables.relevant && variables.injectMode && variables.refusal == ''"},
+		variable{"active", "variables.relevant && variables.sizeRefusal == '' && variables.injectMode && variables.refusal == ''"},
 	)
 	return append(v, mutationVariables()...)
 }
