@@ -120,4 +120,3 @@ func readCounter(path string) (uint64, error) {
 	}
 	return v, nil
 }
-
