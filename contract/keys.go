@@ -51,7 +51,7 @@ const (
 
 // userKeys and ownKeys are the suffixes accepted under Prefix on a pod.
 var (
-	userKeys = []string{"mode", "hcas", "containers", "profile", "socket-fallback", "rdma-idle-warning"}
+	userKeys = []string{"mode", "hcas", "containers", "profile", "socket-fallback", "rdma-idle-warning", "placement"}
 	ownKeys  = []string{"injected", "memlock", "nccl-conf"}
 )
 

@@ -51,6 +51,9 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 	if v, ok := pod.Annotations[contract.AnnotationIdleWarning]; ok && v != "true" && v != "false" {
 		return Result{}, refusef("annotation %s: invalid value %s; accepted: true, false", contract.AnnotationIdleWarning, echo(v))
 	}
+	if err := checkPlacement(pod); err != nil {
+		return Result{}, err
+	}
 	m, ok, err := resolveMode(pod, ns, cfg)
 	if err != nil || !ok {
 		return Result{}, err
@@ -160,6 +163,9 @@ func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
 		p.ensureMount(t, warn)
 	}
 	p.ensureVolume(pod)
+	if m.RDMA() {
+		p.ensureJobAffinity(pod)
+	}
 
 	if _, ok := pod.Annotations[contract.AnnotationInjected]; !ok {
 		annos = append(annos, kv{contract.AnnotationInjected, status(modeName, targets, profileName)})

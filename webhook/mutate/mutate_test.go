@@ -53,6 +53,12 @@ var goldenCases = []struct {
 	{"ndv5-partial-4gpu", optedIn("training")},
 	{"fail-closed", optedIn("training")},
 	{"mi300x", optedIn("hpc", contract.AnnotationMode, "rdma-exclusive")},
+	{"jobset-worker", optedIn("training")},
+	{"job-own-affinity", optedIn("training")},
+	{"job-placement-any", optedIn("training")},
+	{"job-other-affinity", optedIn("training")},
+	{"lws-worker", optedIn("serving")},
+	{"batch-job-shared", optedIn("training")},
 }
 
 func testConfig() *config.Config {
@@ -193,11 +199,11 @@ func TestMutateRefusals(t *testing.T) {
 		},
 		{
 			"typo under the prefix", map[string]string{contract.AnnotationMode: "rdma-shared", contract.Prefix + "hca": "8"}, optedIn("t"),
-			`annotation infiniband.azure.com/hca: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile, socket-fallback, rdma-idle-warning (and injected, memlock, nccl-conf, written by ibkube)`,
+			`annotation infiniband.azure.com/hca: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile, socket-fallback, rdma-idle-warning, placement (and injected, memlock, nccl-conf, written by ibkube)`,
 		},
 		{
 			"pod-level inject label as annotation", map[string]string{contract.Prefix + "inject": "enabled"}, optedIn("t"),
-			`annotation infiniband.azure.com/inject: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile, socket-fallback, rdma-idle-warning (and injected, memlock, nccl-conf, written by ibkube)`,
+			`annotation infiniband.azure.com/inject: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile, socket-fallback, rdma-idle-warning, placement (and injected, memlock, nccl-conf, written by ibkube)`,
 		},
 		{
 			"bad memlock", map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationMemlock: "lots"}, optedIn("t"),
@@ -232,6 +238,14 @@ func TestMutateRefusals(t *testing.T) {
 		{
 			"bad rdma-idle-warning", map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationIdleWarning: "off"}, optedIn("t"),
 			`annotation infiniband.azure.com/rdma-idle-warning: invalid value "off"; accepted: true, false`,
+		},
+		{
+			"bad placement", map[string]string{contract.AnnotationMode: "rdma-exclusive", contract.AnnotationPlacement: "same-rack"}, optedIn("t"),
+			`annotation infiniband.azure.com/placement: invalid value "same-rack"; accepted: partition (the job's pods on one InfiniBand partition, the default), any (anywhere)`,
+		},
+		{
+			"bad placement with mode none", map[string]string{contract.AnnotationMode: "none", contract.AnnotationPlacement: "Any"}, optedIn("t"),
+			`annotation infiniband.azure.com/placement: invalid value "Any"; accepted: partition (the job's pods on one InfiniBand partition, the default), any (anywhere)`,
 		},
 		{
 			"bad namespace socket-fallback", map[string]string{contract.AnnotationMode: "rdma-shared"}, optedIn("team", contract.AnnotationSocketFallback, "no"),
