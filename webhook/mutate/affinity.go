@@ -55,21 +55,24 @@ func statesPartitionAffinity(a *corev1.Affinity) bool {
 	return false
 }
 
-// ensureJobAffinity keeps an rdma pod of a job on its job's partition: a
+// decideJobAffinity keeps an rdma pod of a job on its job's partition: a
 // required pod affinity to the job's own pods with the node partition
 // label as topology key. The scheduler places the job's first pod on any
 // labelled node (a pod matching its own term may go first) and every later
 // one where the job already runs, so a job that no partition can hold stays
 // Pending with the scheduler's "didn't match pod affinity rules" instead of
 // spanning partitions that cannot reach each other over InfiniBand.
-func (p *patcher) ensureJobAffinity(pod *corev1.Pod) {
-	if pod.Annotations[contract.AnnotationPlacement] == contract.PlacementAny || statesPartitionAffinity(pod.Spec.Affinity) {
-		return
+func (d *decision) decideJobAffinity() error {
+	pod := d.pod
+	if !d.mode.RDMA() || pod.Annotations[contract.AnnotationPlacement] == contract.PlacementAny || statesPartitionAffinity(pod.Spec.Affinity) {
+		return nil
 	}
-	sel := jobSelector(pod)
-	if sel == nil {
-		return
-	}
+	d.plan.jobAffinity = jobSelector(pod)
+	return nil
+}
+
+// addJobAffinity adds the partition term for the job selected by sel.
+func (p *patcher) addJobAffinity(pod *corev1.Pod, sel map[string]string) {
 	term := corev1.PodAffinityTerm{
 		LabelSelector: &metav1.LabelSelector{MatchLabels: sel},
 		TopologyKey:   contract.LabelPartition,
