@@ -28,7 +28,7 @@ func runNode(ctx context.Context, args []string, s stdio) error {
 	fs := cmdline.NewFlagSet("ibkube node", s.err)
 	host := addHostFlags(fs)
 	output := fs.String("o", "table", "output format: table or json")
-	if done, err := parseSubcommand(fs, args, "node"); done {
+	if done, err := parse("node", fs, args, func() error { return cmdline.NoArgs(fs) }); done {
 		return err
 	}
 	if *output != "table" && *output != "json" {

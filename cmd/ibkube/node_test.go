@@ -95,7 +95,7 @@ func TestRunNodeErrors(t *testing.T) {
 	}{
 		{[]string{"-o", "yaml"}, `node: -o "yaml": want table or json`},
 		{[]string{"--config", bad}, `node: ` + bad + `: pools[0].mode: "both" is not a mode; accepted: shared, exclusive`},
-		{[]string{"extra"}, `node: unexpected arguments ["extra"]`},
+		{[]string{"extra"}, `node: unexpected arguments ["extra"]: ibkube node takes flags only`},
 		// A root that cannot list RDMA devices is an error, not "no HCAs".
 		{[]string{"--config", "none.yaml", "--sysfs-root", filepath.Join(dir, "missing")}, `node: sysfs root ` + filepath.Join(dir, "missing") + ` does not exist; accepted: /sys, or a directory laid out like it`},
 		{[]string{"--config", "none.yaml", "--sysfs-root", dir}, `node: no ` + filepath.Join(dir, "class", "infiniband") + `: the RDMA core is not loaded (modprobe mlx5_ib, or install the NIC driver), or ` + dir + ` is not a sysfs tree`},
