@@ -1,13 +1,18 @@
 package dra
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/ibkube/ibkube/hca/fixture"
@@ -147,5 +152,26 @@ func TestPublishDecision(t *testing.T) {
 		if write != tc.write || !retryAt.Equal(wantRetry) {
 			t.Errorf("%s: write %t, retry at %v; want %t, %v", tc.name, write, retryAt, tc.write, wantRetry)
 		}
+	}
+}
+
+// TestSliceErrorIsAnEventAndAMetric: what the slice controller reports (the
+// API server refused a slice) is counted and sent as a node Event; other
+// background errors are not.
+func TestSliceErrorIsAnEventAndAMetric(t *testing.T) {
+	t.Parallel()
+	events := &eventLog{}
+	d, err := New(Config{NodeName: "node-0", CDIDir: t.TempDir(), Events: events, Metrics: prometheus.NewRegistry()}, discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := fmt.Errorf("create resource slice: %w", errors.New(`ResourceSlice.resource.k8s.io "x" is invalid: spec.devices: Too many: 65: must have at most 64 items`))
+	d.HandleError(context.Background(), fmt.Errorf("%w: %w", kubeletplugin.ErrRecoverable, refused), "processing ResourceSlice objects")
+	d.HandleError(context.Background(), fmt.Errorf("%w: stale", kubeletplugin.ErrRecoverable), "device health reports are stale, WatchHealthStatus must re-send within each device's HealthCheckTimeout")
+	if n := testutil.ToFloat64(d.metrics.sliceErrors); n != 1 {
+		t.Errorf("ibkube_node_agent_dra_slice_errors_total = %v, want 1", n)
+	}
+	if len(events.events) != 1 || !strings.HasPrefix(events.events[0], ReasonSliceRejected+": processing ResourceSlice objects: ") || !strings.Contains(events.events[0], "at most 64") {
+		t.Errorf("events %v, want one %s with the API server's reason", events.events, ReasonSliceRejected)
 	}
 }
