@@ -78,6 +78,12 @@ var goldenNamespaces = map[string]mutate.Namespace{
 	"ndv5-partial-2gpu":  optedIn("training"),
 	"ndv5-partial-4gpu":  optedIn("training"),
 	"fail-closed":        optedIn("training"),
+	"jobset-worker":      optedIn("training"),
+	"job-own-affinity":   optedIn("training"),
+	"job-placement-any":  optedIn("training"),
+	"job-other-affinity": optedIn("training"),
+	"lws-worker":         optedIn("serving"),
+	"batch-job-shared":   optedIn("training"),
 	"mi300x":             optedIn("hpc", contract.AnnotationMode, "rdma-exclusive"),
 }
 
@@ -230,6 +236,9 @@ func Load(root string) ([]Case, error) {
 		{"bad-socket-fallback", []string{m, "rdma-shared", sf, "never"}, optedIn("t")},
 		{"bad-socket-fallback-mode-none", []string{m, "none", sf, "Deny"}, optedIn("t")},
 		{"bad-rdma-idle-warning", []string{m, "rdma-shared", iw, "off"}, optedIn("t")},
+		{"bad-placement", []string{m, "rdma-exclusive", contract.AnnotationPlacement, "same-rack"}, optedIn("t")},
+		{"bad-placement-mode-none", []string{m, "none", contract.AnnotationPlacement, "Any"}, optedIn("t")},
+		{"placement-any", []string{m, "rdma-exclusive", contract.AnnotationPlacement, "any"}, optedIn("t")},
 		{"bad-namespace-socket-fallback", []string{m, "rdma-shared"}, optedIn("team", sf, "no")},
 		{"namespace-fail-closed", []string{m, "rdma-exclusive"}, optedIn("team", sf, "deny")},
 		{"malformed-csv-networks", []string{m, "ipoib", "k8s.v1.cni.cncf.io/networks", "a,,b"}, optedIn("t")},
