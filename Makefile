@@ -56,7 +56,7 @@ FORCE:
 .PHONY: lint
 # Every build tag the tree uses, so the code behind them is vetted too (the
 # tools tag guards hack/tools helper modules, which vet in their own modules).
-VET_TAGS := integration,e2e,chart,cni_integration,promtool
+VET_TAGS := integration,e2e,chart,cni_integration,promtool,fleet
 
 lint: ## gofmt and go vet (untagged files and every test build tag).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
