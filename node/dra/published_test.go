@@ -83,13 +83,15 @@ func TestPublishedWaitsForTheAPI(t *testing.T) {
 	if len(list.Items) != 1 || len(list.Items[0].Spec.Devices) != 16 {
 		t.Fatalf("after Published the API holds %d slices (%v); want one with the 16 devices of ND H100 v5", len(list.Items), list.Items)
 	}
-	// A model the API does not hold yet is not published.
-	short, sCancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer sCancel()
-	if err := client.ResourceV1().ResourceSlices().Delete(ctx, list.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+	// A driver whose slices never reached the API is not published.
+	idle, err := New(Config{NodeName: "node-0", CDIDir: t.TempDir(), Plugin: PluginOptions{Client: fake.NewClientset()}}, testr.New(t))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Published(short); err == nil {
+	idle.Update(d.snapshot())
+	short, sCancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer sCancel()
+	if err := idle.Published(short); err == nil {
 		t.Error("Published returned nil while the API holds no slice of the node")
 	}
 }
