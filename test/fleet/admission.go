@@ -72,22 +72,29 @@ func admitPod(name string) *corev1.Pod {
 // latency a burst sees against a namespace that is not opted in, and the
 // pods refused or admitted unmutated while one replica is killed every 30 s.
 func (f *fleet) admission(t *testing.T) {
-	res := admissionResult{}
+	res := admissionResult{PacedRate: pacedRate}
 	base := f.admitBurst(t, baselineNS, "base")
 	res.Baseline = base
+	res.BaselinePaced = f.admitPaced(t, baselineNS, "basep")
 	f.webhookUp(t)
 	res.Webhook = f.admitBurst(t, admitNS, "wh")
 	res.Webhook.AddedP99Ms = res.Webhook.LatencyMs.P99 - base.LatencyMs.P99
+	res.WebhookPaced = f.admitPaced(t, admitNS, "whp")
+	res.WebhookPaced.AddedP99Ms = res.WebhookPaced.LatencyMs.P99 - res.BaselinePaced.LatencyMs.P99
 	res.Kill = f.killReplicas(t)
 	f.webhookDown(t)
 	f.policyUp(t)
 	res.Policy = f.admitBurst(t, admitNS, "pol")
 	res.Policy.AddedP99Ms = res.Policy.LatencyMs.P99 - base.LatencyMs.P99
+	res.PolicyPaced = f.admitPaced(t, admitNS, "polp")
+	res.PolicyPaced.AddedP99Ms = res.PolicyPaced.LatencyMs.P99 - res.BaselinePaced.LatencyMs.P99
 	f.report.Admission = res
-	t.Logf("admission: baseline %.0f pods/s p99 %.1f ms; webhook %.0f pods/s +%.1f ms p99; policy %.0f pods/s +%.1f ms p99; replica kills: %d refused, %d unmutated of %d",
-		base.PodsPerSecond, base.LatencyMs.P99, res.Webhook.PodsPerSecond, res.Webhook.AddedP99Ms, res.Policy.PodsPerSecond, res.Policy.AddedP99Ms,
-		res.Kill.Refused, res.Kill.Unmutated, res.Kill.Pods)
-	for name, b := range map[string]burstResult{"webhook": res.Webhook, "policy": res.Policy} {
+	t.Logf("admission bursts: baseline %.0f pods/s p99 %.1f ms; webhook %.0f pods/s +%.1f ms p99; policy %.0f pods/s +%.1f ms p99",
+		base.PodsPerSecond, base.LatencyMs.P99, res.Webhook.PodsPerSecond, res.Webhook.AddedP99Ms, res.Policy.PodsPerSecond, res.Policy.AddedP99Ms)
+	t.Logf("admission at %.0f pods/s: baseline p99 %.1f ms; webhook +%.1f ms p99; policy +%.1f ms p99; replica kills (%d): %d refused, %d unmutated of %d",
+		pacedRate, res.BaselinePaced.LatencyMs.P99, res.WebhookPaced.AddedP99Ms, res.PolicyPaced.AddedP99Ms,
+		res.Kill.Kills, res.Kill.Refused, res.Kill.Unmutated, res.Kill.Pods)
+	for name, b := range map[string]burstResult{"webhook": res.Webhook, "policy": res.Policy, "webhook paced": res.WebhookPaced, "policy paced": res.PolicyPaced} {
 		if b.Refused+b.Unmutated > 0 {
 			t.Errorf("%s burst: %d refused, %d unmutated of %d", name, b.Refused, b.Unmutated, b.Pods)
 		}
@@ -98,8 +105,58 @@ func (f *fleet) admission(t *testing.T) {
 }
 
 type admissionResult struct {
+	// Bursts: 32 clients at once, the highest rate the control plane
+	// takes; latencies include the queueing.
 	Baseline, Webhook, Policy burstResult
-	Kill                      killResult
+	// Paced: pacedRate pods per second, what admission adds to one create.
+	PacedRate                                float64
+	BaselinePaced, WebhookPaced, PolicyPaced burstResult
+	Kill                                     killResult
+}
+
+// pacedRate is well below what this control plane takes in a burst.
+const pacedRate = 20.0
+
+// admitPaced creates pods at pacedRate per second for 10 s (smoke) or 30 s
+// and measures each create's latency.
+func (f *fleet) admitPaced(t *testing.T, ns, prefix string) burstResult {
+	secs := 30
+	if f.s.smoke {
+		secs = 10
+	}
+	n := int(pacedRate) * secs
+	var mu sync.Mutex
+	var lat []float64
+	var refused, unmutated atomic.Int64
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Duration(float64(time.Second) / pacedRate))
+	defer tick.Stop()
+	start := time.Now()
+	for i := range n {
+		<-tick.C
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			got, err := f.admin.CoreV1().Pods(ns).Create(f.ctx, admitPod(fmt.Sprintf("%s-%05d", prefix, i)), metav1.CreateOptions{})
+			d := time.Since(t0)
+			if err != nil {
+				refused.Add(1)
+				return
+			}
+			if ns == admitNS && got.Annotations[contract.AnnotationInjected] == "" {
+				unmutated.Add(1)
+			}
+			mu.Lock()
+			lat = append(lat, float64(d.Microseconds())/1000)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	f.deletePods(t, ns, "app=admit")
+	return burstResult{Pods: n, Refused: int(refused.Load()), Unmutated: int(unmutated.Load()), Seconds: el,
+		PodsPerSecond: float64(n) / el, LatencyMs: pct(lat)}
 }
 
 type burstResult struct {
@@ -256,7 +313,10 @@ func (f *fleet) killReplicas(t *testing.T) killResult {
 			go f.setEndpoints(t, rest)
 			f.script(t, "webhook-stop", fmt.Sprint(i))
 			f.script(t, "webhook-start", fmt.Sprint(i))
-			f.waitReplica(t, i)
+			if err := f.replicaReady(i, time.Minute); err != nil {
+				t.Errorf("webhook replica %d after its restart: %v", i, err)
+				return
+			}
 			f.setEndpoints(t, webhookIPs)
 			mu.Lock()
 			res.Kills++
@@ -317,15 +377,31 @@ func (f *fleet) setEndpoints(t *testing.T, ips []string) {
 }
 
 func (f *fleet) waitReplica(t *testing.T, i int) {
+	if err := f.replicaReady(i, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replicaReady polls replica i's /readyz until it answers 200; the
+// deadline only bounds a failure.
+func (f *fleet) replicaReady(i int, within time.Duration) error {
 	url := fmt.Sprintf("http://%s:8081/readyz", webhookIPs[i])
-	f.waitFor(t, "webhook replica "+fmt.Sprint(i)+" ready", time.Minute, func() (bool, string) {
-		resp, err := http.Get(url)
-		if err != nil {
-			return false, err.Error()
+	c := http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := c.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("%s: %s", url, resp.Status)
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
-	})
+		if time.Now().After(deadline) {
+			return fmt.Errorf("replica %d not ready after %s: %w", i, within, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func (f *fleet) script(t *testing.T, args ...string) {

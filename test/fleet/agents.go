@@ -16,7 +16,9 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -97,6 +99,9 @@ type agentRun struct {
 	done    chan error
 	started time.Time
 	readyAt atomic.Int64 // unix nanos, 0 until Ready
+	// devicesAtReady: the devices the API held for the node when the
+	// agent became Ready (DRA), -1 until then.
+	devicesAtReady atomic.Int64
 }
 
 // requestCounter counts an agent's API requests by verb and resource, as
@@ -163,6 +168,7 @@ func (l nodeLabels) NodeLabels(ctx context.Context, name string) (map[string]str
 // side (simulated kubelet included) otherwise.
 func (f *fleet) startAgent(n *simNode, podUID string) (*agentRun, error) {
 	r := &agentRun{node: n, counter: &requestCounter{}, done: make(chan error, 1), started: time.Now()}
+	r.devicesAtReady.Store(-1)
 	cs, err := agentClient(f.rest, r.counter)
 	if err != nil {
 		return nil, err
@@ -216,6 +222,18 @@ func (f *fleet) startAgent(n *simNode, podUID string) (*agentRun, error) {
 			}
 		}
 		r.readyAt.Store(time.Now().UnixNano())
+		if r.driver != nil {
+			// What the scheduler sees the moment the agent says Ready.
+			sel := fields.Set{resourceapi.ResourceSliceSelectorNodeName: n.name, resourceapi.ResourceSliceSelectorDriver: contract.DRADriverName}
+			list, err := f.admin.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
+			devices := 0
+			if err == nil {
+				for _, s := range list.Items {
+					devices += len(s.Spec.Devices)
+				}
+			}
+			r.devicesAtReady.Store(int64(devices))
+		}
 	}()
 	n.mu.Lock()
 	n.current = r

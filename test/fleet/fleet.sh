@@ -79,17 +79,17 @@ EOF
 
 kwok_config() {
 	local f
-	: >"$CONF/kwok.yaml.tmp"
+	: >"$CONF/kwok-stages.build"
 	for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
 		pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
 		[[ -f $KWOK_STAGES/$f ]] || die "KWOK stage $KWOK_STAGES/$f missing (make kwok downloads the module)"
 		{
 			cat "$KWOK_STAGES/$f"
 			echo "---"
-		} >>"$CONF/kwok.yaml.tmp"
+		} >>"$CONF/kwok-stages.build"
 	done
-	put "$CONF/kwok.yaml" <"$CONF/kwok.yaml.tmp"
-	rm -f "$CONF/kwok.yaml.tmp"
+	put "$CONF/kwok.yaml" <"$CONF/kwok-stages.build"
+	rm -f "$CONF/kwok-stages.build"
 }
 
 up() {
@@ -136,7 +136,7 @@ webhook_start() {
 	start "webhook-$i" "$NETNS" - "$BIN/ibkube-webhook" --kubeconfig="$KUBECONFIG_ADMIN" \
 		--config="$E2E_DIR/webhook/config.yaml" --cert-dir="$E2E_DIR/webhook" \
 		--host="${WEBHOOK_IPS[$i]}" --port=9443 --namespace=ibkube-system --check-networks=false \
-		--metrics-bind-address=0 --health-probe-bind-address="${WEBHOOK_IPS[$i]}:8081"
+		--cert-management=external --metrics-bind-address=0 --health-probe-bind-address="${WEBHOOK_IPS[$i]}:8081"
 }
 
 case ${1:-} in

@@ -173,7 +173,13 @@ func (k *draKubelet) observe(ctx context.Context, t watch.EventType, pod *corev1
 		return
 	}
 	if p == nil {
-		p = &podPrep{pod: pod, node: n, seen: time.Now(), wasDown: n.live() == nil}
+		// Down for a second already: the scheduler's decision came after
+		// the agent had gone, not before it while the watch event was on
+		// its way.
+		n.mu.Lock()
+		down := n.current == nil && !n.downSince.IsZero() && time.Since(n.downSince) > time.Second
+		n.mu.Unlock()
+		p = &podPrep{pod: pod, node: n, seen: time.Now(), wasDown: down}
 		if p.wasDown {
 			k.boundOff++
 		}
@@ -227,6 +233,10 @@ func (k *draKubelet) prepare(ctx context.Context, p *podPrep) {
 	if err == nil {
 		p.done, p.claimIDs = true, ids
 		k.prepared = append(k.prepared, time.Since(p.seen))
+		if _, still := k.pods[p.pod.UID]; !still {
+			// Deleted while being prepared: the kubelet unprepares it.
+			k.unprepare[p.node] = append(k.unprepare[p.node], ids...)
+		}
 		return
 	}
 	if time.Since(p.seen) > k.giveUp {

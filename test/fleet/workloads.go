@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,23 +169,27 @@ func (f *fleet) burst(t *testing.T, w workload, n int) throughputResult {
 	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Minute)
 	defer cancel()
 	bound := make(chan time.Time, n)
-	wt, err := f.admin.CoreV1().Pods(workNS).Watch(ctx, metav1.ListOptions{LabelSelector: "app=fleet"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wt.Stop()
 	go func() {
 		seen := map[string]bool{}
-		for ev := range wt.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if ok && ev.Type != watch.Deleted && p.Spec.NodeName != "" && !seen[p.Name] {
-				seen[p.Name] = true
-				bound <- time.Now()
+		for ctx.Err() == nil {
+			wt, err := f.admin.CoreV1().Pods(workNS).Watch(ctx, metav1.ListOptions{LabelSelector: "app=fleet"})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
 			}
+			for ev := range wt.ResultChan() {
+				p, ok := ev.Object.(*corev1.Pod)
+				if ok && ev.Type != watch.Deleted && p.Spec.NodeName != "" && !seen[p.Name] {
+					seen[p.Name] = true
+					bound <- time.Now()
+				}
+			}
+			wt.Stop()
 		}
 	}()
 	start := time.Now()
 	var wg sync.WaitGroup
+	var failed atomic.Int64
 	sem := make(chan struct{}, 32)
 	for i := range n {
 		wg.Add(1)
@@ -194,27 +199,32 @@ func (f *fleet) burst(t *testing.T, w workload, n int) throughputResult {
 			defer func() { <-sem }()
 			p := w.pod(fmt.Sprintf("%s-%05d", w.name, i))
 			if _, err := f.admin.CoreV1().Pods(workNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				failed.Add(1)
 				t.Errorf("create %s: %v", p.Name, err)
 			}
 		}()
 	}
 	wg.Wait()
+	want := n - int(failed.Load())
 	var last time.Time
 	got := 0
 	idle := time.NewTimer(2 * time.Minute)
-	for got < n {
+	for got < want {
 		select {
 		case at := <-bound:
 			got++
 			last = at
 			idle.Reset(2 * time.Minute)
 		case <-idle.C:
-			secs := last.Sub(start).Seconds()
-			return throughputResult{Pods: n, Seconds: secs, PodsPerSecond: float64(got) / secs, Unbound: n - got}
+			want = got
 		}
 	}
 	secs := last.Sub(start).Seconds()
-	return throughputResult{Pods: n, Seconds: secs, PodsPerSecond: float64(n) / secs}
+	res := throughputResult{Pods: n, Unbound: n - got}
+	if got > 0 {
+		res.Seconds, res.PodsPerSecond = secs, float64(got)/secs
+	}
+	return res
 }
 
 // deletePods deletes the selected pods and waits until they and their
