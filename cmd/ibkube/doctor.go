@@ -23,7 +23,7 @@ func runDoctor(ctx context.Context, args []string, s stdio) error {
 	kubeletSocketDir := fs.String("kubelet-socket-dir", doctor.DefaultKubeletSocketDir, "the kubelet's device plugin directory (the agent's --kubelet-socket-dir), read for other plugins registering ibkube's resources")
 	memlockMax := fs.String("memlock-max", "", `the agent's --memlock-max ("unlimited", "64Gi"; empty: what the runtime holds)`)
 	output := fs.String("o", "text", "output format: text or json")
-	if done, err := parseSubcommand(fs, args, "ibkube doctor"); done {
+	if done, err := parse("ibkube doctor", fs, args, func() error { return cmdline.NoArgs(fs) }); done {
 		return err
 	}
 	if *output != "text" && *output != "json" {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -12,26 +13,41 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ibkube/ibkube/hca/discovery"
+	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/node/agent"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/counters"
+	"github.com/ibkube/ibkube/node/dra/slice"
 	"github.com/ibkube/ibkube/node/resource"
 )
 
 // runNode prints the node's HCAs as the agent sees them: which resource each
-// feeds (or which selector excludes it), health and reason.
+// feeds (or which selector excludes it), health and reason; or, with
+// -o slices, the ResourceSlices the DRA agent would publish for them.
 func runNode(ctx context.Context, args []string, s stdio) error {
 	fs := cmdline.NewFlagSet("ibkube node", s.err)
 	host := addHostFlags(fs)
-	output := fs.String("o", "table", "output format: table or json")
-	if done, err := parseSubcommand(fs, args, "node"); done {
+	output := fs.String("o", "table", "output format: table, json, or slices (the resource.k8s.io/v1 ResourceSlices the agent publishes with --allocation=dra, as a YAML stream)")
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "with -o slices: the Kubernetes node the slices are for (default $NODE_NAME, else the host name)")
+	if done, err := parse("node", fs, args, func() error { return cmdline.NoArgs(fs) }); done {
 		return err
 	}
-	if *output != "table" && *output != "json" {
-		return fmt.Errorf("node: -o %q: want table or json", *output)
+	switch *output {
+	case "table", "json", "slices":
+	default:
+		return fmt.Errorf("node: -o %q: want table, json or slices", *output)
+	}
+	if *output == "slices" {
+		name, err := sliceNodeName(*nodeName)
+		if err != nil {
+			return err
+		}
+		*nodeName = name
 	}
 	cfg, err := config.Load(*host.config)
 	if err != nil {
@@ -45,7 +61,11 @@ func runNode(ctx context.Context, args []string, s stdio) error {
 	if err != nil {
 		return fmt.Errorf("node: scan %s: %w", *host.sysfsRoot, err)
 	}
-	report := agent.Report(resource.Build(cfg, node, resource.Options{}))
+	model := resource.Build(cfg, node, resource.Options{})
+	if *output == "slices" {
+		return printSlices(s.out, model, *nodeName, *host.sysfsRoot)
+	}
+	report := agent.Report(model)
 	if len(report) == 0 {
 		fmt.Fprintf(s.err, "no RDMA devices under %s (source: %s)\n", *host.sysfsRoot, dash(node.Source))
 	}
@@ -54,7 +74,63 @@ func runNode(ctx context.Context, args []string, s stdio) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(withCounters(report, counters.Reader{SysfsRoot: *host.sysfsRoot}.Read(counters.Targets(node))))
 	}
-	return nodeTable(s.out, report)
+	if err := nodeTable(s.out, report); err != nil {
+		return err
+	}
+	return partitionLine(s.out, agent.NodePartition(model))
+}
+
+// partitionLine closes the table with the node's partition: the key the
+// agent labels the node with, or why there is none.
+func partitionLine(w io.Writer, p inventory.Partition) error {
+	var err error
+	switch {
+	case p.Known():
+		_, err = fmt.Fprintf(w, "\nPartition: %s (%s)\n", p.Label(), p.State)
+	case p.State == inventory.PartitionNoInfiniBand:
+		_, err = fmt.Fprintf(w, "\nPartition: - (%s)\n", p.State)
+	default:
+		_, err = fmt.Fprintf(w, "\nPartition: - (%s: %s)\n", p.State, text(p.Reason))
+	}
+	return err
+}
+
+// printSlices writes the ResourceSlices the DRA agent would publish for the
+// node, through the agent's own code (node/dra/slice), as a YAML stream.
+func printSlices(w io.Writer, m *resource.Model, node, sysfsRoot string) error {
+	facts := slice.NodeFacts{Name: node, PCIeRoots: map[string]string{}}
+	for _, st := range m.HCAs {
+		if root, err := slice.PCIeRoot(sysfsRoot, st.HCA.PCIAddress); err == nil {
+			facts.PCIeRoots[st.HCA.PCIAddress] = root
+		}
+	}
+	for i, obj := range slice.Objects(slice.Slices(m, facts), node) {
+		data, err := yaml.Marshal(obj)
+		if err != nil {
+			return fmt.Errorf("node: encode ResourceSlice %d: %w", i, err)
+		}
+		if _, err := fmt.Fprintf(w, "---\n%s", data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sliceNodeName is the pool's node: the flag, else the host name, which
+// must be a Kubernetes node name.
+func sliceNodeName(flag string) (string, error) {
+	node := flag
+	if node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return "", fmt.Errorf("node: -o slices needs --node-name: %w", err)
+		}
+		node = h
+	}
+	if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
+		return "", fmt.Errorf("node: --node-name %q: %s; want a Kubernetes node name", node, strings.Join(errs, "; "))
+	}
+	return node, nil
 }
 
 // nodeHCA is one HCA in `ibkube node -o json`: the agent's report plus
@@ -83,23 +159,39 @@ func withCounters(report []agent.HCAReport, ports []counters.Port) []nodeHCA {
 
 func nodeTable(w io.Writer, report []agent.HCAReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tPCI\tNUMA\tLINK\tPORTS\tNETDEVS\tHEALTHY\tRESOURCE\tREASON")
+	fmt.Fprintln(tw, "NAME\tPCI\tNUMA\tLINK\tPORTS\tNETDEVS\tPKEYS\tHEALTHY\tRESOURCE\tREASON")
 	for _, h := range report {
-		var ports, netdevs []string
+		var ports, netdevs, pkeys []string
 		for _, p := range h.Ports {
 			ports = append(ports, fmt.Sprintf("%d:%s/%s", p.Port, dash(p.State), dash(p.PhysState)))
 			if p.Netdev != "" {
 				netdevs = append(netdevs, p.Netdev)
+			}
+			if k := portPKeys(p); k != "" {
+				pkeys = append(pkeys, fmt.Sprintf("%d:%s", p.Port, k))
 			}
 		}
 		numa := strconv.Itoa(h.NUMANode)
 		if h.NUMANode < 0 {
 			numa = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\n", cell(h.Name), cell(h.PCIAddress), numa, cell(h.LinkLayer),
-			cell(strings.Join(ports, ",")), cell(strings.Join(netdevs, ",")), h.Healthy, cell(h.Resource), text(h.Reason))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\n", cell(h.Name), cell(h.PCIAddress), numa, cell(h.LinkLayer),
+			cell(strings.Join(ports, ",")), cell(strings.Join(netdevs, ",")), cell(strings.Join(pkeys, ",")), h.Healthy, cell(h.Resource), text(h.Reason))
 	}
 	return tw.Flush()
+}
+
+// portPKeys is a port's partition table in the PKEYS column: its used
+// keys by index order, "0x800b/0x7fff", or "unreadable".
+func portPKeys(p agent.PortReport) string {
+	if p.PKeyError != "" {
+		return "unreadable"
+	}
+	keys := make([]string, len(p.PKeys))
+	for i, e := range p.PKeys {
+		keys[i] = e.Key.String()
+	}
+	return strings.Join(keys, "/")
 }
 
 // cell is one table column: names and addresses come from the tree being
