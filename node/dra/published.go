@@ -22,7 +22,8 @@ import (
 )
 
 // Published blocks until the API server holds this node's ResourceSlices
-// with every device (and device taint) of the latest model, or ctx ends.
+// with every device (and device taint) the driver last handed to the
+// kubelet plugin library, or ctx ends.
 // The kubelet plugin library publishes in the background, so without this
 // the agent would report Ready while the scheduler still sees no devices on
 // the node: pods sent there meanwhile fail with "cannot allocate all claims"
@@ -36,12 +37,22 @@ func (d *Driver) Published(ctx context.Context) error {
 	}
 	wait := publishedPollMin
 	for {
+		// What the driver last handed the slice controller; nil while the
+		// first write waits on the publishing rules.
 		d.mu.Lock()
-		want := publishedDevices(Resources(d.model, NodeFacts{Name: d.cfg.NodeName, PCIeRoots: d.pcieRoots}))
+		var want []string
+		handed := d.published != nil
+		if handed {
+			want = publishedDevices(*d.published)
+		}
 		d.mu.Unlock()
-		got, err := listPublished(ctx, cs, d.cfg.NodeName)
-		if err == nil && slices.Equal(got, want) {
-			return nil
+		var got []string
+		var err error
+		if handed {
+			got, err = listPublished(ctx, cs, d.cfg.NodeName)
+			if err == nil && slices.Equal(got, want) {
+				return nil
+			}
 		}
 		if err != nil && ctx.Err() == nil {
 			d.log.V(1).Info("listing the node's ResourceSlices", "error", err.Error())
@@ -111,14 +122,18 @@ func listPublished(ctx context.Context, cs kubernetes.Interface, node string) ([
 func stoppingResources(res resourceslice.DriverResources) resourceslice.DriverResources {
 	out := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
 	for name, p := range res.Pools {
-		var cp resourceslice.Pool
+		cp := p
+		cp.Slices = nil
 		for _, s := range p.Slices {
 			devs := make([]resourceapi.Device, len(s.Devices))
 			for i, dev := range s.Devices {
 				dev.Taints = append(slices.Clone(dev.Taints), resourceapi.DeviceTaint{Key: contract.DRATaintAgentStopped, Effect: resourceapi.DeviceTaintEffectNoSchedule})
 				devs[i] = dev
 			}
-			cp.Slices = append(cp.Slices, resourceslice.Slice{Devices: devs})
+			// The slice as it was (shared counters and all), its devices
+			// tainted.
+			s.Devices = devs
+			cp.Slices = append(cp.Slices, s)
 		}
 		out.Pools[name] = cp
 	}
