@@ -139,12 +139,16 @@ func TestFleet(t *testing.T) {
 	f.startAgents(t)
 	f.kubelet = newDRAKubelet(f)
 	go f.kubelet.run(ctx, workNS)
-	f.measureSteady(t)
-	f.measureStorage(t, "agents")
-	f.throughput(t)
-	f.flapStorm(t)
-	f.rollout(t)
-	f.admission(t)
+	// Each phase's figures are written as soon as it ends, so a run cut
+	// short keeps what it measured.
+	for _, phase := range []func(*testing.T){
+		f.measureSteady, func(t *testing.T) { f.measureStorage(t, "agents") },
+		f.throughput, f.flapStorm, f.rollout, f.admission,
+	} {
+		f.report.APIServerRSSAfter = apiserverRSS(s.dir)
+		f.writeReport(t)
+		phase(t)
+	}
 	f.report.APIServerRSSAfter = apiserverRSS(s.dir)
 	f.stopAgents(t)
 }
@@ -395,5 +399,4 @@ func (f *fleet) writeReport(t *testing.T) {
 	if err := os.WriteFile(f.s.report, append(b, '\n'), 0o644); err != nil {
 		t.Error(err)
 	}
-	t.Logf("report: %s", f.s.report)
 }

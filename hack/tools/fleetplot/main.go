@@ -163,6 +163,15 @@ func bars(title, ylabel string, labels []string, series []struct {
 	}
 	p.Legend.Top = true
 	p.NominalX(labels...)
+	// Head room above the tallest bar for the legend.
+	top := 0.0
+	for _, s := range series {
+		for _, v := range s.vals {
+			top = max(top, v)
+		}
+	}
+	p.Y.Min, p.Y.Max = 0, max(top*1.35, 1)
+	p.X.Min, p.X.Max = -0.7, float64(len(labels)-1)+0.7
 	return p, nil
 }
 
@@ -216,7 +225,7 @@ func requestsPlot(r report, _ []report) (*plot.Plot, error) {
 func faultsPlot(r report, _ []report) (*plot.Plot, error) {
 	a := r.Admission.Kill
 	return bars(fmt.Sprintf("Faults at %d nodes (goal 0 each)", r.Nodes), "pods",
-		[]string{"stranded by rollout", "bound while agent down", "refused (replica killed)", "unmutated (replica killed)"},
+		[]string{"stranded (rollout)", "bound, agent down", "refused (kills)", "unmutated (kills)"},
 		[]series{{"pods", []float64{float64(r.Rollout.Stranded), float64(r.Rollout.BoundWhileAgentDown), float64(a.Refused), float64(a.Unmutated)}, blue}})
 }
 
