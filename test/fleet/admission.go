@@ -360,9 +360,14 @@ func (f *fleet) setEndpoints(t *testing.T, ips []string) {
 	for _, ip := range ips {
 		addrs = append(addrs, corev1.EndpointAddress{IP: ip})
 	}
-	ep := &corev1.Endpoints{ //nolint:staticcheck // the selector-less Service's endpoints, mirrored into EndpointSlices
+	// The selector-less Service's Endpoints, as the endpoints controller
+	// writes them for a webhook's pods; the API server resolves the webhook
+	// Service through them (--enable-aggregator-routing).
+	//lint:ignore SA1019 the Endpoints API is what the harness stands in for
+	ep := &corev1.Endpoints{
 		ObjectMeta: metav1.ObjectMeta{Name: webhookSvc, Namespace: webhookNS},
-		Subsets:    []corev1.EndpointSubset{{Addresses: addrs, Ports: []corev1.EndpointPort{{Name: "https", Port: 9443}}}},
+		//lint:ignore SA1019 see above
+		Subsets: []corev1.EndpointSubset{{Addresses: addrs, Ports: []corev1.EndpointPort{{Name: "https", Port: 9443}}}},
 	}
 	cur, err := f.admin.CoreV1().Endpoints(webhookNS).Get(f.ctx, webhookSvc, metav1.GetOptions{})
 	if err == nil {
