@@ -1,6 +1,8 @@
 # Helm chart (charts/ibkube) and the plain manifests rendered from it.
 # See docs/install.md.
 
+##@ Helm chart and manifests
+
 CHART_DIR       := $(ROOT)/charts/ibkube
 CHART_RELEASE   := ibkube
 CHART_NAMESPACE := ibkube-system
@@ -21,7 +23,7 @@ define render_manifests
 	   echo "  labels:"; \
 	   echo "    pod-security.kubernetes.io/enforce: privileged"; \
 	   $(HELM) template $(CHART_RELEASE) $(CHART_DIR) --namespace $(CHART_NAMESPACE) \
-	     --kube-version $(KUBE_VERSION); \
+	     --kube-version $(KUBE_VERSION) --no-hooks; \
 	} > $(1).tmp
 	@mv -f $(1).tmp $(1)
 endef

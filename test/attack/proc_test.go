@@ -199,25 +199,40 @@ func (w *webhook) alive() error {
 	}
 }
 
+// readiness is what the /readyz probes saw.
+type readiness struct {
+	ok, total atomic.Int64
+	// worstRun is the longest run of failed probes: the kubelet takes a
+	// replica out of the Service after failureThreshold (3) in a row.
+	worstRun atomic.Int64
+	done     chan struct{} // closed once the last probe is counted
+}
+
 // watchReady probes /readyz every 250 ms until ctx ends.
-func (w *webhook) watchReady(ctx context.Context) (ok, total *atomic.Int64) {
-	ok, total = new(atomic.Int64), new(atomic.Int64)
+func (w *webhook) watchReady(ctx context.Context) *readiness {
+	r := &readiness{done: make(chan struct{})}
 	go func() {
+		defer close(r.done)
 		tick := time.NewTicker(250 * time.Millisecond)
 		defer tick.Stop()
+		run := int64(0)
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
-			total.Add(1)
+			r.total.Add(1)
 			if w.ready() {
-				ok.Add(1)
+				r.ok.Add(1)
+				run = 0
+				continue
 			}
+			run++
+			r.worstRun.Store(max(r.worstRun.Load(), run))
 		}
 	}()
-	return ok, total
+	return r
 }
 
 // writeServingCert writes a self-signed tls.crt and tls.key for 127.0.0.1.

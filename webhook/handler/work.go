@@ -9,17 +9,66 @@ import (
 )
 
 // podShape is what the handler reads of a pod before decoding it: how many
-// containers of each kind it holds. A container decodes into an empty
-// struct, which costs no memory, so a review of 100,000 minimal containers
-// is counted in a few milliseconds and a few bytes instead of being built
-// as 100,000 corev1.Containers. Annotations are read only for a pod over
-// the bound (podAnnotations), so a pod within it costs no copy of them.
+// containers of each kind it holds, counted on the raw JSON (elementCount),
+// so a review of 1.4 million minimal containers costs one pass over its
+// bytes instead of 1.4 million decoded corev1.Containers, or even 1.4
+// million reflected empty structs (seconds of CPU). Annotations are read
+// only for a pod over the bound (podAnnotations), so a pod within it costs
+// no copy of them.
 type podShape struct {
 	Spec struct {
-		Containers          []struct{} `json:"containers"`
-		InitContainers      []struct{} `json:"initContainers"`
-		EphemeralContainers []struct{} `json:"ephemeralContainers"`
+		Containers          elementCount `json:"containers"`
+		InitContainers      elementCount `json:"initContainers"`
+		EphemeralContainers elementCount `json:"ephemeralContainers"`
 	} `json:"spec"`
+}
+
+// elementCount is the number of elements of a JSON array. The decoder has
+// checked the whole document before it hands over the array's bytes, so
+// counting the commas outside nested values and strings is exact.
+type elementCount int
+
+func (c *elementCount) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '[' {
+		if string(b) == "null" {
+			*c = 0
+			return nil
+		}
+		return fmt.Errorf("want a list, got %.20q", b)
+	}
+	n, depth, inString, escaped, empty := 0, 0, false, false, true
+	for _, ch := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case ch == '\\':
+				escaped = true
+			case ch == '"':
+				inString = false
+			}
+		case ch == '"':
+			inString = true
+			empty = false
+		case ch == '[' || ch == '{':
+			if depth > 0 {
+				empty = false
+			}
+			depth++
+		case ch == ']' || ch == '}':
+			depth--
+		case ch == ',' && depth == 1:
+			n++
+		case ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r':
+			empty = false
+		}
+	}
+	if !empty {
+		n++
+	}
+	*c = elementCount(n)
+	return nil
 }
 
 type podAnnotations struct {
@@ -47,7 +96,7 @@ func checkWork(object []byte, ns mutate.Namespace) (workCheck, error) {
 		return workCheck{}, fmt.Errorf("decode pod: %w", err)
 	}
 	s := shape.Spec
-	refusal := mutate.ContainerCountRefusal(len(s.Containers) + len(s.InitContainers) + len(s.EphemeralContainers))
+	refusal := mutate.ContainerCountRefusal(int(s.Containers + s.InitContainers + s.EphemeralContainers))
 	if refusal == nil {
 		return workCheck{}, nil
 	}

@@ -133,3 +133,21 @@ func TestHandlerBoundsEchoes(t *testing.T) {
 		})
 	}
 }
+
+func TestElementCount(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int{
+		`[]`: 0, ` [ ] `: 0, `null`: 0, `[{}]`: 1, `[{},{}]`: 2, `[ {} , {} ]`: 2,
+		`[{"name":"a,b","args":["x,y",{"k":"]"}]},{"name":"\"],["}]`: 2,
+		`[1]`: 1, `[[],[]]`: 2, `["a\\\",b"]`: 1, `["a\",b"]`: 1,
+	} {
+		var c elementCount
+		if err := c.UnmarshalJSON([]byte(strings.TrimSpace(in))); err != nil {
+			t.Errorf("%s: %v", in, err)
+			continue
+		}
+		if int(c) != want {
+			t.Errorf("%s: %d elements, want %d", in, c, want)
+		}
+	}
+}
