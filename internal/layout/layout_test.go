@@ -29,7 +29,7 @@ var allowed = []struct {
 	{"nccl/machine", []string{"nccl", "contract"}},
 	{"node/", []string{"node/", "hca/", "nccl/machine", "internal/", "contract"}},
 	{"cni/", []string{"cni/", "hca/", "internal/", "contract"}},
-	{"webhook/", []string{"webhook/", "cni/multus", "nccl", "internal/", "contract"}},
+	{"webhook/", []string{"webhook/", "nccl", "internal/", "contract"}},
 }
 
 // constructors build API clients or event broadcasters: only binaries call

@@ -5,7 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ibkube/ibkube/cni/multus"
+	"github.com/ibkube/ibkube/webhook/multus"
 	"github.com/ibkube/ibkube/contract"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ibkube/ibkube/cni/multus"
+	"github.com/ibkube/ibkube/webhook/multus"
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/nccl"
 	"github.com/ibkube/ibkube/webhook/config"

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ibkube/ibkube/cni/multus"
+	"github.com/ibkube/ibkube/webhook/multus"
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/memlockvalue"
 	"github.com/ibkube/ibkube/webhook/config"

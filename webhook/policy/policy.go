@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ibkube/ibkube/cni/multus"
+	"github.com/ibkube/ibkube/webhook/multus"
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/version"
 	"github.com/ibkube/ibkube/nccl"
