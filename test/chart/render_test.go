@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ibkube/ibkube/internal/golden"
+	"github.com/ibkube/ibkube/internal/testing/golden"
 	"github.com/ibkube/ibkube/internal/helmtest"
 )
 
