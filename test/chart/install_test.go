@@ -10,8 +10,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ibkube/ibkube/internal/testenv"
 	"github.com/ibkube/ibkube/internal/testing/charttest"
+	"github.com/ibkube/ibkube/internal/testing/testenv"
 )
 
 // TestAPIServerHelmInstall runs `helm install` and `helm upgrade` against a
