@@ -52,6 +52,9 @@ type MonitorConfig struct {
 	Lister Lister
 	Pods   Pods
 	Events EventSink
+	// Jobs reads the pods of the local pods' jobs for the split-job check;
+	// nil: no check.
+	Jobs Jobs
 	// Period between readings.
 	Period time.Duration
 	Idle   IdleRule
@@ -78,6 +81,7 @@ type Monitor struct {
 	optedOut  map[string]bool
 	pods      map[string]PodInfo
 	listErr   string
+	split     splitWatch
 
 	mu    sync.Mutex
 	state snapshot
@@ -87,6 +91,7 @@ type snapshot struct {
 	ports    []PortTotals
 	owners   map[string]Holder
 	verdicts []IdleVerdict
+	jobs     []jobCount
 }
 
 // NewMonitor returns a monitor; Register its collector and Run it.
@@ -103,6 +108,7 @@ func NewMonitor(cfg MonitorConfig, log logr.Logger) (*Monitor, error) {
 	return &Monitor{
 		cfg: cfg, log: log, tracker: NewTracker(), history: History{},
 		heldSince: map[string]time.Time{}, warned: map[string]bool{}, optedOut: map[string]bool{}, pods: map[string]PodInfo{},
+		split: newSplitWatch(),
 	}, nil
 }
 
@@ -172,9 +178,10 @@ func (m *Monitor) Step(ctx context.Context) {
 		}
 	}
 	verdicts := m.judge(ctx, now, holders)
+	m.checkSplits(ctx, now, holders)
 
 	m.mu.Lock()
-	m.state = snapshot{ports: totals, owners: ExclusiveOwners(holders), verdicts: verdicts}
+	m.state = snapshot{ports: totals, owners: ExclusiveOwners(holders), verdicts: verdicts, jobs: m.split.counts()}
 	m.mu.Unlock()
 }
 
@@ -278,7 +285,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (m *Monitor) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descData, descPackets, descErrors, descHW, descIdle, descIdleCount} {
+	for _, d := range []*prometheus.Desc{descData, descPackets, descErrors, descHW, descIdle, descIdleCount, descJobPartitions} {
 		ch <- d
 	}
 }
@@ -324,6 +331,9 @@ func (m *Monitor) Collect(ch chan<- prometheus.Metric) {
 		ch <- constMetric(descIdle, prometheus.GaugeValue, x, v.Holder.Namespace, v.Holder.Pod, v.Holder.Container)
 	}
 	ch <- constMetric(descIdleCount, prometheus.GaugeValue, float64(idle))
+	for _, j := range st.jobs {
+		ch <- constMetric(descJobPartitions, prometheus.GaugeValue, float64(j.partitions), j.namespace, j.job)
+	}
 }
 
 // Ports returns the last reading's totals (for /counters and the CLI).
