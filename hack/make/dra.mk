@@ -1,5 +1,7 @@
 # DRA driver (node/dra, contract, the agent's --allocation=dra). See docs/dra-driver.md.
 
+##@ DRA driver
+
 .PHONY: test-dra
 test-dra: ## DRA driver unit tests (slices, CDI specs, prepare/unprepare, health, gate check, the gRPC socket).
 	$(GO) test -count=1 ./node/dra/... ./contract/...
@@ -15,7 +17,3 @@ BENCH_TARGETS += bench-dra
 .PHONY: bench-dra
 bench-dra: ## DRA driver benchmarks: Prepare p50/p99, port change to ResourceSlice through the agent.
 	$(GO) test -run '^$$' -bench . -benchtime 100x ./node/dra/
-
-.PHONY: update-dra-golden
-update-dra-golden: ## Rewrite the DRA golden ResourceSlices and CDI spec (node/dra/testdata); review the diff.
-	$(GO) test ./node/dra/ -run 'Golden' -update

@@ -1,6 +1,8 @@
 # Memlock decisions (node/memlock), the NRI plugin (node/nri) and the node doctor (node/doctor).
 # See docs/memlock.md.
 
+##@ Memlock, NRI and doctor
+
 MEMLOCK_INTEGRATION_TIMEOUT ?= 15m
 
 .PHONY: test-integration-memlock

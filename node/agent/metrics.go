@@ -28,11 +28,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		registrations: promreg.CounterVec("ibkube_node_agent_kubelet_registrations_total", "Registrations with the kubelet, by resource and result (success, error); more than one success means re-registrations after kubelet restarts.", "resource", "result"),
 		scans:         promreg.CounterVec("ibkube_node_agent_scans_total", "Hardware scans, by trigger (start, event, periodic) and result (success, error).", "trigger", "result"),
 		partition:     promreg.GaugeVec("ibkube_node_agent_partition_info", "1 for the partition label the agent wrote on its Node (the InfiniBand tenant key, a RoCE placement value); empty when the node has none.", "partition"),
-		scanSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "ibkube_node_agent_scan_duration_seconds",
-			Help:    "Duration of a hardware scan.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
-		}),
+		scanSeconds:   promreg.Histogram("ibkube_node_agent_scan_duration_seconds", "Duration of a hardware scan.", prometheus.ExponentialBuckets(0.0005, 4, 8)),
 	}
 	if err := promreg.Register(reg, m.devices, m.hcas, m.allocations, m.allocated, m.registrations, m.scans, m.scanSeconds, m.partition); err != nil {
 		return nil, err

@@ -282,6 +282,10 @@ var KnownDifferences = map[string]Difference{
 	// the policies the API server's validation refuses the pod first.
 	"fuzz-seed/negative-gpus/default":                      {Why: "a negative GPU count is refused by the API server's validation, before the policy's message", APIServerOnly: true},
 	"fuzz-seed/negative-gpus/never+ifname":                 {Why: "a negative GPU count is refused by the API server's validation, before the policy's message", APIServerOnly: true},
+	"bounds/annotation-468KB/default":                      {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
+	"bounds/annotation-468KB/never+ifname":                 {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
+	"bounds/networks-468KB/default":                        {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
+	"bounds/networks-468KB/never+ifname":                   {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
 	"difference/networks-json-object/default":              {Why: "a JSON networks value that is no list: both refuse, the webhook with its JSON decoder's words"},
 	"difference/networks-json-object/never+ifname":         {Why: "a JSON networks value that is no list: both refuse, the webhook with its JSON decoder's words"},
 	"difference/networks-json-string-element/default":      {Why: "a JSON networks element that is no object: both refuse, the webhook naming the entry"},
