@@ -33,7 +33,8 @@ images: build image-tool ## Image tarballs ibkube:dev, ibkube-report:dev (+ no-o
 	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(REPORT_BIN) ./test/e2e/report
 	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(NOOP_BIN) ./test/e2e/noopwebhook
 	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube.tar -t ibkube:dev $(addprefix $(BIN)/,$(COMMANDS))
-	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube-report.tar -t ibkube-report:dev -entrypoint /usr/local/bin/report $(REPORT_BIN) $(NOOP_BIN)
+	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube-report.tar -t ibkube-report:dev -entrypoint /usr/local/bin/report $(REPORT_BIN) $(NOOP_BIN) \
+	  test/e2e/testdata/report-passwd=/etc/passwd test/e2e/testdata/report-group=/etc/group
 	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube-pause.tar -t ibkube-pause:dev -entrypoint /usr/local/bin/pause $(PAUSE_BIN)
 	@echo "images: $$(cd $(IMAGES_DIR) && ls *.tar | tr '\n' ' ')"
 
