@@ -37,10 +37,10 @@ type Pods interface {
 }
 
 // Source is what the monitor needs of the agent: the HCAs it manages and
-// its pools.
+// how its pools and DRA devices map to them.
 type Source interface {
 	Inventory() inventory.Node
-	Pools() map[string]PoolView
+	Attribution() Attribution
 }
 
 // MonitorConfig configures a Monitor.
@@ -78,6 +78,8 @@ type Monitor struct {
 	optedOut  map[string]bool
 	pods      map[string]PodInfo
 	listErr   string
+	// overlapsSent are the overlaps already reported, by message.
+	overlapsSent map[string]bool
 
 	mu    sync.Mutex
 	state snapshot
@@ -87,6 +89,7 @@ type snapshot struct {
 	ports    []PortTotals
 	owners   map[string]Holder
 	verdicts []IdleVerdict
+	overlaps int
 }
 
 // NewMonitor returns a monitor; Register its collector and Run it.
@@ -103,6 +106,7 @@ func NewMonitor(cfg MonitorConfig, log logr.Logger) (*Monitor, error) {
 	return &Monitor{
 		cfg: cfg, log: log, tracker: NewTracker(), history: History{},
 		heldSince: map[string]time.Time{}, warned: map[string]bool{}, optedOut: map[string]bool{}, pods: map[string]PodInfo{},
+		overlapsSent: map[string]bool{},
 	}, nil
 }
 
@@ -168,13 +172,35 @@ func (m *Monitor) Step(ctx context.Context) {
 				m.log.Info("pod resources listed again")
 				m.listErr = ""
 			}
-			holders = Holders(cs, m.cfg.Source.Pools())
+			holders = Holders(cs, m.cfg.Source.Attribution())
+			m.reportOverlaps(Overlaps(holders))
 		}
 	}
 	verdicts := m.judge(ctx, now, holders)
 
 	m.mu.Lock()
-	m.state = snapshot{ports: totals, owners: ExclusiveOwners(holders), verdicts: verdicts}
+	m.state = snapshot{ports: totals, owners: ExclusiveOwners(holders), verdicts: verdicts, overlaps: m.state.overlaps}
+	m.mu.Unlock()
+}
+
+// reportOverlaps sends a node Event for each overlap not reported while it
+// lasted; one that ends and comes back is reported again.
+func (m *Monitor) reportOverlaps(os []Overlap) {
+	now := map[string]bool{}
+	for _, o := range os {
+		msg := o.Message()
+		now[msg] = true
+		if m.overlapsSent[msg] {
+			continue
+		}
+		m.log.Info("exclusive HCA shared", "hca", o.HCA, "exclusive", o.Exclusive, "sharers", o.Sharers)
+		if m.cfg.Events != nil {
+			m.cfg.Events.NodeEvent(ReasonExclusiveShared, msg)
+		}
+	}
+	m.overlapsSent = now
+	m.mu.Lock()
+	m.state.overlaps = len(os)
 	m.mu.Unlock()
 }
 
@@ -242,12 +268,13 @@ func (m *Monitor) judge(ctx context.Context, now time.Time, holders []Holder) []
 
 // Metric names the Monitor exports.
 const (
-	MetricDataBytes      = "ibkube_rdma_port_data_bytes_total"
-	MetricPackets        = "ibkube_rdma_port_packets_total"
-	MetricErrors         = "ibkube_rdma_port_errors_total"
-	MetricHWStat         = "ibkube_rdma_port_hw_stat_total"
-	MetricContainerIdle  = "ibkube_rdma_container_idle"
-	MetricIdleContainers = "ibkube_rdma_idle_containers"
+	MetricDataBytes       = "ibkube_rdma_port_data_bytes_total"
+	MetricPackets         = "ibkube_rdma_port_packets_total"
+	MetricErrors          = "ibkube_rdma_port_errors_total"
+	MetricHWStat          = "ibkube_rdma_port_hw_stat_total"
+	MetricContainerIdle   = "ibkube_rdma_container_idle"
+	MetricIdleContainers  = "ibkube_rdma_idle_containers"
+	MetricExclusiveShared = "ibkube_rdma_exclusive_hcas_shared"
 )
 
 var (
@@ -274,11 +301,13 @@ var (
 		holderLabels, nil)
 	descIdleCount = prometheus.NewDesc(MetricIdleContainers,
 		"Containers on this node whose RDMA devices sit idle (see ibkube_rdma_container_idle).", nil, nil)
+	descExclusiveShared = prometheus.NewDesc(MetricExclusiveShared,
+		"HCAs on this node held exclusively by one container and reachable by others through a shared resource (node Event RDMAExclusiveShared names them).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *Monitor) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descData, descPackets, descErrors, descHW, descIdle, descIdleCount} {
+	for _, d := range []*prometheus.Desc{descData, descPackets, descErrors, descHW, descIdle, descIdleCount, descExclusiveShared} {
 		ch <- d
 	}
 }
@@ -324,6 +353,7 @@ func (m *Monitor) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descIdle, prometheus.GaugeValue, x, v.Holder.Namespace, v.Holder.Pod, v.Holder.Container)
 	}
 	ch <- prometheus.MustNewConstMetric(descIdleCount, prometheus.GaugeValue, float64(idle))
+	ch <- prometheus.MustNewConstMetric(descExclusiveShared, prometheus.GaugeValue, float64(st.overlaps))
 }
 
 // Ports returns the last reading's totals (for /counters and the CLI).
