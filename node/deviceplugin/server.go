@@ -25,6 +25,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/ibkube/ibkube/node/resource"
 )
 
 // KubeletSocket is the kubelet's registration socket's name in the socket dir.
@@ -33,14 +35,14 @@ const KubeletSocket = "kubelet.sock"
 // Pool is what one plugin serves; *resource.Pool implements it.
 type Pool interface {
 	Devices() []*pluginapi.Device
-	Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error)
+	Allocate(ids []string) (resource.Grant, error)
 	Preferred(available, mustInclude []string, size int) ([]string, error)
 }
 
 // SharedPool is a shared pool that can leave HCAs out of a slot's
 // allocation; *resource.Pool implements it.
 type SharedPool interface {
-	AllocateShared(ids []string, heldBy map[string]string) (*pluginapi.ContainerAllocateResponse, []string, error)
+	AllocateShared(ids []string, heldBy map[string]string) (resource.Grant, []string, error)
 }
 
 // Holds says which HCAs containers hold exclusively on this node (the
@@ -467,12 +469,12 @@ func (p *plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	pool, _, _ := p.current()
 	resp := &pluginapi.AllocateResponse{}
 	for _, c := range req.ContainerRequests {
-		r, err := p.allocate(ctx, pool, c.DevicesIds)
+		g, err := p.allocate(ctx, pool, c.DevicesIds)
 		if err != nil {
 			p.log.Error(err, "allocate", "devices", c.DevicesIds)
 			return nil, err
 		}
-		resp.ContainerResponses = append(resp.ContainerResponses, r)
+		resp.ContainerResponses = append(resp.ContainerResponses, allocateResponse(g))
 		if p.observer != nil {
 			p.observer.Allocated(p.resource, len(c.DevicesIds))
 		}
@@ -488,7 +490,7 @@ const holdsTimeout = 2 * time.Second
 // containers hold exclusively; when they cannot be listed it gets every
 // healthy HCA, as the device plugin API alone would give, and the agent's
 // overlap report names any overlap that results.
-func (p *plugin) allocate(ctx context.Context, pool Pool, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+func (p *plugin) allocate(ctx context.Context, pool Pool, ids []string) (resource.Grant, error) {
 	shared, ok := pool.(SharedPool)
 	if p.exclusive || !ok {
 		return pool.Allocate(ids)
@@ -503,9 +505,9 @@ func (p *plugin) allocate(ctx context.Context, pool Pool, ids []string) (*plugin
 		}
 		held = h
 	}
-	r, hcas, err := shared.AllocateShared(ids, held)
+	g, hcas, err := shared.AllocateShared(ids, held)
 	if err != nil {
-		return nil, err
+		return resource.Grant{}, err
 	}
 	if len(held) > 0 {
 		p.log.Info("shared slot leaves out exclusively held HCAs", "devices", ids, "granted", hcas, "held", held)
@@ -515,7 +517,7 @@ func (p *plugin) allocate(ctx context.Context, pool Pool, ids []string) (*plugin
 			p.log.Error(err, "cannot record the shared slot's HCAs; the overlap report assumes it has every HCA", "devices", ids)
 		}
 	}
-	return r, nil
+	return g, nil
 }
 
 // PreStartContainer is not needed (PreStartRequired is false).

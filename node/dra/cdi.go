@@ -91,8 +91,9 @@ func ClaimSpec(claim types.UID, ref string, reqs []Request) (*cdispec.Spec, erro
 	return spec, nil
 }
 
-// requestEdits merges what each pool hands out for its part of the devices;
-// a request normally draws from one pool (its DeviceClass selects one).
+// requestEdits merges what each pool grants for its part of the devices
+// (resource.Grant.Merge) into CDI edits; a request normally draws from one
+// pool (its DeviceClass selects one).
 func requestEdits(devs []Device) (cdispec.ContainerEdits, error) {
 	var pools []*resource.Pool
 	byPool := map[*resource.Pool][]string{}
@@ -104,67 +105,30 @@ func requestEdits(devs []Device) (cdispec.ContainerEdits, error) {
 			byPool[d.Pool] = append(byPool[d.Pool], d.HCA.Name)
 		}
 	}
-	var e cdispec.ContainerEdits
-	env := map[string][]string{}
-	var envOrder []string
+	var grant resource.Grant
 	for _, p := range pools {
-		resp, err := p.AllocateHCAs(byPool[p])
+		g, err := p.AllocateHCAs(byPool[p])
 		if err != nil {
-			return e, err
+			return cdispec.ContainerEdits{}, err
 		}
-		for _, ds := range resp.Devices {
-			if !slices.ContainsFunc(e.DeviceNodes, func(n *cdispec.DeviceNode) bool { return n.Path == ds.ContainerPath }) {
-				e.DeviceNodes = append(e.DeviceNodes, &cdispec.DeviceNode{Path: ds.ContainerPath, HostPath: ds.HostPath, Type: "c", Permissions: ds.Permissions})
-			}
-		}
-		for _, m := range resp.Mounts {
-			if !slices.ContainsFunc(e.Mounts, func(x *cdispec.Mount) bool { return x.ContainerPath == m.ContainerPath }) {
-				e.Mounts = append(e.Mounts, &cdispec.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Options: []string{"ro", "nosuid", "nodev", "bind"}})
-			}
-		}
-		keys := make([]string, 0, len(resp.Envs))
-		for k := range resp.Envs {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			if _, ok := env[k]; !ok {
-				envOrder = append(envOrder, k)
-			}
-			env[k] = append(env[k], resp.Envs[k])
-		}
+		grant.Merge(g)
 	}
-	for _, k := range envOrder {
-		e.Env = append(e.Env, k+"="+mergeEnv(k, env[k]))
-	}
-	return e, nil
+	return containerEdits(grant), nil
 }
 
-// mergeEnv joins one variable's values from several pools: the port lists
-// concatenate (NCCL_IB_HCA keeps its leading "=", exact match), anything
-// else takes the first value.
-func mergeEnv(key string, vals []string) string {
-	if len(vals) == 1 {
-		return vals[0]
+// containerEdits is CDI's form of a grant.
+func containerEdits(g resource.Grant) cdispec.ContainerEdits {
+	var e cdispec.ContainerEdits
+	for _, d := range g.Devices {
+		e.DeviceNodes = append(e.DeviceNodes, &cdispec.DeviceNode{Path: d.ContainerPath, HostPath: d.HostPath, Type: "c", Permissions: d.Permissions})
 	}
-	switch key {
-	case resource.EnvNCCLIBHCA, resource.EnvUCXNetDevices:
-	default:
-		return vals[0]
+	for _, m := range g.Mounts {
+		e.Mounts = append(e.Mounts, &cdispec.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, Options: []string{"ro", "nosuid", "nodev", "bind"}})
 	}
-	prefix := ""
-	var items []string
-	for _, v := range vals {
-		if rest, ok := strings.CutPrefix(v, "="); ok {
-			prefix, v = "=", rest
-		}
-		for _, it := range strings.Split(v, ",") {
-			if it != "" && !slices.Contains(items, it) {
-				items = append(items, it)
-			}
-		}
+	for _, v := range g.Env {
+		e.Env = append(e.Env, v.Name+"="+v.Value)
 	}
-	return prefix + strings.Join(items, ",")
+	return e
 }
 
 // specStore keeps one CDI spec file per claim UID in a directory: the

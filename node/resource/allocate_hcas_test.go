@@ -28,7 +28,7 @@ func TestAllocateHCAsShared(t *testing.T) {
 	if d := cmp.Diff([]string{"/host/dev/infiniband/uverbs5", "/host/dev/infiniband/rdma_cm"}, paths); d != "" {
 		t.Errorf("devices (-want +got):\n%s", d)
 	}
-	if got := resp.Envs[EnvNCCLIBHCA]; got != "=mlx5_5:1" {
+	if got := resp.EnvMap()[EnvNCCLIBHCA]; got != "=mlx5_5:1" {
 		t.Errorf("%s = %q, want =mlx5_5:1", EnvNCCLIBHCA, got)
 	}
 	if _, err := shared.AllocateHCAs([]string{"mlx5_8"}); err == nil || !strings.Contains(err.Error(), `unknown device "mlx5_8"`) {

@@ -19,17 +19,6 @@ import (
 	"github.com/ibkube/ibkube/node/config"
 )
 
-// TopologyContainerPath is where a container finds the node profile's NCCL
-// topology file; NCCL_TOPO_FILE points at it.
-const TopologyContainerPath = "/etc/ibkube/nccl-topo.xml"
-
-// Env variable names the model sets.
-const (
-	EnvNCCLIBHCA     = "NCCL_IB_HCA"
-	EnvUCXNetDevices = "UCX_NET_DEVICES"
-	EnvNCCLTopoFile  = "NCCL_TOPO_FILE"
-)
-
 // Profile is the node's part in Allocate: node facts only. It has no room
 // for tunings on purpose: Allocate's environment outranks the NCCL conf file
 // of the profile the pod resolved, so a tuning here would silently beat a
@@ -252,13 +241,13 @@ func topology(nodes ...int) *pluginapi.TopologyInfo {
 // UCX_NET_DEVICES naming exactly those HCAs and ports; and the node
 // profile's topology file (NCCL_TOPO_FILE). Node facts only: tunings come
 // from the pod's profile.
-func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+func (p *Pool) Allocate(ids []string) (Grant, error) {
 	if p.Exclusive() {
 		return p.AllocateHCAs(ids)
 	}
 	for _, id := range ids {
 		if n, ok := slotIndex(id); !ok || n >= p.Slots {
-			return nil, fmt.Errorf("%s: unknown device %q; this node offers %s to %s", p.Resource, id, SlotID(0), SlotID(p.Slots-1))
+			return Grant{}, fmt.Errorf("%s: unknown device %q; this node offers %s to %s", p.Resource, id, SlotID(0), SlotID(p.Slots-1))
 		}
 	}
 	var hcas []inventory.HCA
@@ -268,7 +257,7 @@ func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, err
 		}
 	}
 	if len(hcas) == 0 {
-		return nil, fmt.Errorf("%s: no healthy HCA on this node", p.Resource)
+		return Grant{}, fmt.Errorf("%s: no healthy HCA on this node", p.Resource)
 	}
 	return p.allocate(hcas), nil
 }
@@ -276,12 +265,12 @@ func (p *Pool) Allocate(ids []string) (*pluginapi.ContainerAllocateResponse, err
 // AllocateHCAs answers for the named HCAs of the pool whatever its mode, as
 // Allocate does for an exclusive pool: the DRA driver hands out a shared
 // pool's HCAs one by one too.
-func (p *Pool) AllocateHCAs(names []string) (*pluginapi.ContainerAllocateResponse, error) {
+func (p *Pool) AllocateHCAs(names []string) (Grant, error) {
 	hcas := make([]inventory.HCA, 0, len(names))
 	for _, id := range names {
 		i := slices.IndexFunc(p.HCAs, func(h inventory.HCA) bool { return h.Name == id })
 		if i < 0 {
-			return nil, fmt.Errorf("%s: unknown device %q; this node offers %s", p.Resource, id, strings.Join(p.deviceIDs(), ", "))
+			return Grant{}, fmt.Errorf("%s: unknown device %q; this node offers %s", p.Resource, id, strings.Join(p.deviceIDs(), ", "))
 		}
 		hcas = append(hcas, p.HCAs[i])
 	}
@@ -312,33 +301,30 @@ func (p *Pool) Ports(h inventory.HCA) []inventory.Port {
 	return out
 }
 
-func (p *Pool) allocate(hcas []inventory.HCA) *pluginapi.ContainerAllocateResponse {
-	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
-	var ports []string
+// allocate is the grant for hcas: their char devices of the kinds this
+// pool hands out, rdma_cm, the node profile's topology file and the node
+// facts (nodeEnv).
+func (p *Pool) allocate(hcas []inventory.HCA) Grant {
+	var g Grant
 	for _, h := range hcas {
-		for _, port := range p.Ports(h) {
-			ports = append(ports, fmt.Sprintf("%s:%d", h.Name, port.Number))
-		}
 		for _, c := range h.CharDevices {
 			if c.Present && slices.Contains(p.charKinds, c.Kind()) {
-				resp.Devices = append(resp.Devices, p.deviceSpec(c.Name))
+				g.Devices = append(g.Devices, p.deviceNode(c.Name))
 			}
 		}
 	}
 	if p.rdmaCM != nil && p.rdmaCM.Present {
-		resp.Devices = append(resp.Devices, p.deviceSpec(p.rdmaCM.Name))
+		g.Devices = append(g.Devices, p.deviceNode(p.rdmaCM.Name))
 	}
-	resp.Envs[EnvNCCLIBHCA] = "=" + strings.Join(ports, ",")
-	resp.Envs[EnvUCXNetDevices] = strings.Join(ports, ",")
 	if f := p.opts.Profile.TopologyFile; f != "" {
-		resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: TopologyContainerPath, HostPath: f, ReadOnly: true})
-		resp.Envs[EnvNCCLTopoFile] = TopologyContainerPath
+		g.Mounts = append(g.Mounts, Mount{ContainerPath: TopologyContainerPath, HostPath: f})
 	}
-	return resp
+	g.Env = p.nodeEnv(hcas)
+	return g
 }
 
-func (p *Pool) deviceSpec(name string) *pluginapi.DeviceSpec {
-	return &pluginapi.DeviceSpec{
+func (p *Pool) deviceNode(name string) DeviceNode {
+	return DeviceNode{
 		ContainerPath: "/dev/" + inventory.DevInfinibandPath + "/" + name,
 		HostPath:      filepath.Join(p.opts.HostDevRoot, inventory.DevInfinibandPath, name),
 		Permissions:   "rw",

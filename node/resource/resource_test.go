@@ -135,39 +135,39 @@ func TestAllocate(t *testing.T) {
 		Name: "ndv5", TopologyFile: "/var/lib/ibkube/topology/ndv5.xml",
 	}}
 	m := Build(config.Default(), n, opts)
-	spec := func(name string) *pluginapi.DeviceSpec {
-		return &pluginapi.DeviceSpec{ContainerPath: "/dev/infiniband/" + name, HostPath: "/host/dev/infiniband/" + name, Permissions: "rw"}
+	spec := func(name string) DeviceNode {
+		return DeviceNode{ContainerPath: "/dev/infiniband/" + name, HostPath: "/host/dev/infiniband/" + name, Permissions: "rw"}
 	}
-	mount := []*pluginapi.Mount{{ContainerPath: TopologyContainerPath, HostPath: "/var/lib/ibkube/topology/ndv5.xml", ReadOnly: true}}
+	mount := []Mount{{ContainerPath: TopologyContainerPath, HostPath: "/var/lib/ibkube/topology/ndv5.xml"}}
 	tests := []struct {
 		name     string
 		resource string
 		ids      []string
-		want     *pluginapi.ContainerAllocateResponse
+		want     Grant
 		wantErr  string
 	}{
 		{
 			name: "exclusive gets only its HCAs", resource: "rdma/ib", ids: []string{"mlx5_1", "mlx5_0"},
-			want: &pluginapi.ContainerAllocateResponse{
-				Envs: map[string]string{
-					"NCCL_IB_HCA": "=mlx5_1:1,mlx5_0:1", "UCX_NET_DEVICES": "mlx5_1:1,mlx5_0:1", "NCCL_TOPO_FILE": TopologyContainerPath,
+			want: Grant{
+				Env: []EnvVar{
+					{"NCCL_IB_HCA", "=mlx5_1:1,mlx5_0:1"}, {"NCCL_TOPO_FILE", TopologyContainerPath}, {"UCX_NET_DEVICES", "mlx5_1:1,mlx5_0:1"},
 				},
 				// Least privilege: verbs and rdma_cm only, no umad/issm.
-				Devices: []*pluginapi.DeviceSpec{spec("uverbs1"), spec("uverbs0"), spec("rdma_cm")},
+				Devices: []DeviceNode{spec("uverbs1"), spec("uverbs0"), spec("rdma_cm")},
 				Mounts:  mount,
 			},
 		},
 		{
 			name: "shared gets every healthy selected HCA", resource: "rdma/shared_ib", ids: []string{"slot-62"},
-			want: &pluginapi.ContainerAllocateResponse{
-				Envs: map[string]string{
-					"NCCL_IB_HCA":     "=mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1",
-					"UCX_NET_DEVICES": "mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1",
-					"NCCL_TOPO_FILE":  TopologyContainerPath,
+			want: Grant{
+				Env: []EnvVar{
+					{"NCCL_IB_HCA", "=mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1"},
+					{"NCCL_TOPO_FILE", TopologyContainerPath},
+					{"UCX_NET_DEVICES", "mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1"},
 				},
 				// mlx5_1 lacks umad1, which this pool does not hand out:
 				// it stays in.
-				Devices: []*pluginapi.DeviceSpec{
+				Devices: []DeviceNode{
 					spec("uverbs0"), spec("uverbs1"), spec("uverbs3"), spec("uverbs4"),
 					spec("uverbs5"), spec("uverbs6"), spec("uverbs7"), spec("rdma_cm"),
 				},
@@ -190,7 +190,7 @@ func TestAllocate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := cmp.Diff(tc.want, got, protocmp.Transform()); d != "" {
+			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("Allocate (-want +got):\n%s", d)
 			}
 		})
@@ -251,15 +251,15 @@ func TestAllocateVPIPorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Envs["NCCL_IB_HCA"] != "=mlx5_0:1" {
-		t.Errorf("NCCL_IB_HCA = %q, want =mlx5_0:1", got.Envs["NCCL_IB_HCA"])
+	if got.EnvMap()["NCCL_IB_HCA"] != "=mlx5_0:1" {
+		t.Errorf("NCCL_IB_HCA = %q, want =mlx5_0:1", got.EnvMap()["NCCL_IB_HCA"])
 	}
 	got, err = m.Pool("rdma/any").Allocate([]string{"slot-0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Envs["NCCL_IB_HCA"] != "=mlx5_0:1,mlx5_0:2" {
-		t.Errorf("pool without linkLayers: NCCL_IB_HCA = %q, want both ports", got.Envs["NCCL_IB_HCA"])
+	if got.EnvMap()["NCCL_IB_HCA"] != "=mlx5_0:1,mlx5_0:2" {
+		t.Errorf("pool without linkLayers: NCCL_IB_HCA = %q, want both ports", got.EnvMap()["NCCL_IB_HCA"])
 	}
 }
 
@@ -277,8 +277,8 @@ func TestManagementDevices(t *testing.T) {
 		{ResourceName: "example.com/ib-diag", Mode: config.ModeExclusive, Selector: config.DefaultSelector(), ManagementDevices: []string{"umad"}},
 	}
 	m := Build(cfg, n, Options{HostDevRoot: "/dev"})
-	spec := func(name string) *pluginapi.DeviceSpec {
-		return &pluginapi.DeviceSpec{ContainerPath: "/dev/infiniband/" + name, HostPath: "/dev/infiniband/" + name, Permissions: "rw"}
+	spec := func(name string) DeviceNode {
+		return DeviceNode{ContainerPath: "/dev/infiniband/" + name, HostPath: "/dev/infiniband/" + name, Permissions: "rw"}
 	}
 
 	diag := m.Pool("example.com/ib-diag")
@@ -286,7 +286,7 @@ func TestManagementDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]*pluginapi.DeviceSpec{spec("uverbs0"), spec("umad0"), spec("rdma_cm")}, got.Devices, protocmp.Transform()); d != "" {
+	if d := cmp.Diff([]DeviceNode{spec("uverbs0"), spec("umad0"), spec("rdma_cm")}, got.Devices); d != "" {
 		t.Errorf("opted-in pool devices (-want +got):\n%s", d)
 	}
 	health := map[string]string{}

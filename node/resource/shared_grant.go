@@ -5,8 +5,6 @@ import (
 	"sort"
 	"strings"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
 	"github.com/ibkube/ibkube/hca/inventory"
 )
 
@@ -17,13 +15,13 @@ import (
 // HCAs other containers were promised alone. It returns the HCAs granted.
 // When every healthy HCA is held, it refuses: a shared container would get
 // no HCA at all, or another's.
-func (p *Pool) AllocateShared(ids []string, heldBy map[string]string) (*pluginapi.ContainerAllocateResponse, []string, error) {
+func (p *Pool) AllocateShared(ids []string, heldBy map[string]string) (Grant, []string, error) {
 	if p.Exclusive() {
-		return nil, nil, fmt.Errorf("%s: AllocateShared on an exclusive pool", p.Resource)
+		return Grant{}, nil, fmt.Errorf("%s: AllocateShared on an exclusive pool", p.Resource)
 	}
 	for _, id := range ids {
 		if n, ok := slotIndex(id); !ok || n >= p.Slots {
-			return nil, nil, fmt.Errorf("%s: unknown device %q; this node offers %s to %s", p.Resource, id, SlotID(0), SlotID(p.Slots-1))
+			return Grant{}, nil, fmt.Errorf("%s: unknown device %q; this node offers %s to %s", p.Resource, id, SlotID(0), SlotID(p.Slots-1))
 		}
 	}
 	var hcas []inventory.HCA
@@ -41,10 +39,10 @@ func (p *Pool) AllocateShared(ids []string, heldBy map[string]string) (*pluginap
 	}
 	if len(hcas) == 0 {
 		if len(held) == 0 {
-			return nil, nil, fmt.Errorf("%s: no healthy HCA on this node", p.Resource)
+			return Grant{}, nil, fmt.Errorf("%s: no healthy HCA on this node", p.Resource)
 		}
 		sort.Strings(held)
-		return nil, nil, fmt.Errorf("%s: every healthy HCA on this node is held exclusively (%s); a shared container would share them, so it is refused", p.Resource, strings.Join(held, ", "))
+		return Grant{}, nil, fmt.Errorf("%s: every healthy HCA on this node is held exclusively (%s); a shared container would share them, so it is refused", p.Resource, strings.Join(held, ", "))
 	}
 	return p.allocate(hcas), names, nil
 }
