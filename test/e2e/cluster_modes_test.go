@@ -144,7 +144,10 @@ func testModesSideBySide(ctx context.Context, t *testing.T, r *Result) {
 		})
 		check(t, r, err == nil, "claim %s: CDI spec still in %s after its pod was deleted", uid, nodeCDIDir(draNode))
 	}
-	_ = h.cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
+	// Gone before the next scenario counts ND's free HCAs.
+	if err := deletePodsNow(ctx, ns, "ib-dp"); err != nil {
+		check(t, r, false, "%v", err)
+	}
 }
 
 func globUID(dir, uid string) []string {
