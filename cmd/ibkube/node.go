@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/ibkube/ibkube/hca/discovery"
+	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/node/agent"
 	"github.com/ibkube/ibkube/node/config"
@@ -45,7 +46,8 @@ func runNode(ctx context.Context, args []string, s stdio) error {
 	if err != nil {
 		return fmt.Errorf("node: scan %s: %w", *host.sysfsRoot, err)
 	}
-	report := agent.Report(resource.Build(cfg, node, resource.Options{}))
+	model := resource.Build(cfg, node, resource.Options{})
+	report := agent.Report(model)
 	if len(report) == 0 {
 		fmt.Fprintf(s.err, "no RDMA devices under %s (source: %s)\n", *host.sysfsRoot, dash(node.Source))
 	}
@@ -54,7 +56,25 @@ func runNode(ctx context.Context, args []string, s stdio) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(withCounters(report, counters.Reader{SysfsRoot: *host.sysfsRoot}.Read(counters.Targets(node))))
 	}
-	return nodeTable(s.out, report)
+	if err := nodeTable(s.out, report); err != nil {
+		return err
+	}
+	return partitionLine(s.out, agent.NodePartition(model))
+}
+
+// partitionLine closes the table with the node's partition: the key the
+// agent labels the node with, or why there is none.
+func partitionLine(w io.Writer, p inventory.Partition) error {
+	var err error
+	switch {
+	case p.Known():
+		_, err = fmt.Fprintf(w, "\nPartition: %s (%s)\n", p.Label(), p.State)
+	case p.State == inventory.PartitionNoInfiniBand:
+		_, err = fmt.Fprintf(w, "\nPartition: - (%s)\n", p.State)
+	default:
+		_, err = fmt.Fprintf(w, "\nPartition: - (%s: %s)\n", p.State, text(p.Reason))
+	}
+	return err
 }
 
 // nodeHCA is one HCA in `ibkube node -o json`: the agent's report plus
@@ -83,23 +103,39 @@ func withCounters(report []agent.HCAReport, ports []counters.Port) []nodeHCA {
 
 func nodeTable(w io.Writer, report []agent.HCAReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tPCI\tNUMA\tLINK\tPORTS\tNETDEVS\tHEALTHY\tRESOURCE\tREASON")
+	fmt.Fprintln(tw, "NAME\tPCI\tNUMA\tLINK\tPORTS\tNETDEVS\tPKEYS\tHEALTHY\tRESOURCE\tREASON")
 	for _, h := range report {
-		var ports, netdevs []string
+		var ports, netdevs, pkeys []string
 		for _, p := range h.Ports {
 			ports = append(ports, fmt.Sprintf("%d:%s/%s", p.Port, dash(p.State), dash(p.PhysState)))
 			if p.Netdev != "" {
 				netdevs = append(netdevs, p.Netdev)
+			}
+			if k := portPKeys(p); k != "" {
+				pkeys = append(pkeys, fmt.Sprintf("%d:%s", p.Port, k))
 			}
 		}
 		numa := strconv.Itoa(h.NUMANode)
 		if h.NUMANode < 0 {
 			numa = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\n", cell(h.Name), cell(h.PCIAddress), numa, cell(h.LinkLayer),
-			cell(strings.Join(ports, ",")), cell(strings.Join(netdevs, ",")), h.Healthy, cell(h.Resource), text(h.Reason))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\n", cell(h.Name), cell(h.PCIAddress), numa, cell(h.LinkLayer),
+			cell(strings.Join(ports, ",")), cell(strings.Join(netdevs, ",")), cell(strings.Join(pkeys, ",")), h.Healthy, cell(h.Resource), text(h.Reason))
 	}
 	return tw.Flush()
+}
+
+// portPKeys is a port's partition table in the PKEYS column: its used
+// keys by index order, "0x800b/0x7fff", or "unreadable".
+func portPKeys(p agent.PortReport) string {
+	if p.PKeyError != "" {
+		return "unreadable"
+	}
+	keys := make([]string, len(p.PKeys))
+	for i, e := range p.PKeys {
+		keys[i] = e.Key.String()
+	}
+	return strings.Join(keys, "/")
 }
 
 // cell is one table column: names and addresses come from the tree being

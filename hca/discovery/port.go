@@ -54,6 +54,7 @@ func portSteps() []portStep {
 		readPortRate,
 		readPortGUID,
 		readPortRoCENetdev,
+		readPortPKeys,
 	}
 }
 

@@ -70,57 +70,74 @@ type watcher struct {
 	ports *portPoller
 }
 
+// coalescer gathers a burst of events into one hint, Coalesce after the
+// first.
+type coalescer struct {
+	delay time.Duration
+	timer *time.Timer
+	fire  <-chan time.Time // nil while nothing is pending
+}
+
+func (c *coalescer) pending() {
+	if c.timer == nil {
+		c.timer = time.NewTimer(c.delay)
+		c.fire = c.timer.C
+	}
+}
+
+func (c *coalescer) stop() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.timer, c.fire = nil, nil
+}
+
+// hint resyncs the watches and offers one hint, ending any pending burst.
+func (w *watcher) hint(c *coalescer) {
+	c.stop()
+	w.sync()
+	select {
+	case w.out <- struct{}{}:
+	default: // a hint is already waiting
+	}
+}
+
+// pollTicker ticks every PortPoll; nil when the poll is off.
+func (w *watcher) pollTicker() (<-chan time.Time, func()) {
+	if w.s.opts.PortPoll <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTicker(w.s.opts.PortPoll)
+	return t.C, t.Stop
+}
+
 func (w *watcher) run(ctx context.Context, links <-chan netlink.LinkUpdate) {
-	var timer *time.Timer
-	var fire <-chan time.Time
-	pending := func() {
-		if timer == nil {
-			timer = time.NewTimer(w.s.opts.Coalesce)
-			fire = timer.C
-		}
-	}
-	hint := func() {
-		if timer != nil {
-			timer.Stop()
-		}
-		timer, fire = nil, nil
-		w.sync()
-		select {
-		case w.out <- struct{}{}:
-		default: // a hint is already waiting
-		}
-	}
-	var poll <-chan time.Time
-	if w.s.opts.PortPoll > 0 {
-		t := time.NewTicker(w.s.opts.PortPoll)
-		defer t.Stop()
-		poll = t.C
-	}
+	c := &coalescer{delay: w.s.opts.Coalesce}
+	defer c.stop()
+	poll, stopPoll := w.pollTicker()
+	defer stopPoll()
 	for {
 		select {
 		case <-ctx.Done():
-			if timer != nil {
-				timer.Stop()
-			}
 			return
 		case <-poll:
 			if w.ports.poll() {
-				hint()
+				w.hint(c)
 			}
 		case ev, ok := <-w.fw.Events:
 			if !ok {
 				return
 			}
-			if ev.Op&fsnotify.Create != 0 || ev.Op&fsnotify.Remove != 0 || ev.Op&fsnotify.Rename != 0 {
+			if ev.Op&(fsnotify.Create|fsnotify.Remove|fsnotify.Rename) != 0 {
 				w.sync() // a directory may have appeared: watch it too
 			}
-			pending()
+			c.pending()
 		case err, ok := <-w.fw.Errors:
 			if !ok {
 				return
 			}
 			w.s.log.Error(err, "filesystem watch error; rescanning")
-			pending()
+			c.pending()
 		case u, ok := <-links:
 			if !ok {
 				links = nil
@@ -128,10 +145,10 @@ func (w *watcher) run(ctx context.Context, links <-chan netlink.LinkUpdate) {
 				continue
 			}
 			if w.rdmaNetdev(u) {
-				pending()
+				c.pending()
 			}
-		case <-fire:
-			hint()
+		case <-c.fire:
+			w.hint(c)
 		}
 	}
 }

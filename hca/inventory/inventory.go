@@ -66,6 +66,11 @@ type Port struct {
 	// GUID is the port GUID (ports/<n>/gids/0 interface id), which an IPoIB
 	// hardware address ends with.
 	GUID string `json:"portGUID,omitempty"`
+	// PKeys is the used entries of the partition table (InfiniBand ports
+	// only), in index order; PKeyError says why it could not be read whole,
+	// and PKeys is then empty.
+	PKeys     []PKeyEntry `json:"pkeys,omitempty"`
+	PKeyError string      `json:"pkeyError,omitempty"`
 }
 
 // CharDevice is a device node under /dev/infiniband.

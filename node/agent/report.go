@@ -26,6 +26,10 @@ type HCAReport struct {
 	Resources   []string     `json:"resources"`
 	Ports       []PortReport `json:"ports"`
 	CharDevices []CharReport `json:"charDevices"`
+	// Partition is the tenant partition key this HCA's ACTIVE InfiniBand
+	// ports share ("0x800b"); empty when they share none (NodePartition
+	// says why for the node).
+	Partition string `json:"partition,omitempty"`
 }
 
 // PortReport is one HCA port.
@@ -36,6 +40,9 @@ type PortReport struct {
 	LinkLayer string `json:"linkLayer"`
 	Rate      string `json:"rate,omitempty"`
 	Netdev    string `json:"netdev"`
+	// PKeys is the used entries of the port's partition table.
+	PKeys     []inventory.PKeyEntry `json:"pkeys,omitempty"`
+	PKeyError string                `json:"pkeyError,omitempty"`
 }
 
 // CharReport is one char device of an HCA.
@@ -60,14 +67,25 @@ func Report(m *resource.Model) []HCAReport {
 			r.Resources = []string{}
 		}
 		for _, p := range h.Ports {
-			r.Ports = append(r.Ports, PortReport{Port: p.Number, State: p.State, PhysState: p.PhysState, LinkLayer: p.LinkLayer, Rate: p.Rate, Netdev: p.Netdev})
+			r.Ports = append(r.Ports, PortReport{Port: p.Number, State: p.State, PhysState: p.PhysState, LinkLayer: p.LinkLayer, Rate: p.Rate, Netdev: p.Netdev,
+				PKeys: p.PKeys, PKeyError: p.PKeyError})
 		}
+		r.Partition = inventory.HCAsPartition([]inventory.HCA{h}, []string{h.Name}).Label()
 		for _, c := range h.CharDevices {
 			r.CharDevices = append(r.CharDevices, charReport(c))
 		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// NodePartition is the node's partition as the model's HCAs say.
+func NodePartition(m *resource.Model) inventory.Partition {
+	hcas := make([]inventory.HCA, 0, len(m.HCAs))
+	for _, s := range m.HCAs {
+		hcas = append(hcas, s.HCA)
+	}
+	return inventory.NodePartition(inventory.Node{HCAs: hcas})
 }
 
 func charReport(c inventory.CharDevice) CharReport {

@@ -4,6 +4,15 @@
 // moments when the kubelet re-creates its socket (fsnotify on the directory,
 // not a poll). It only serves: what to advertise and how to allocate come
 // from a Pool (node/resource).
+//
+// Every server start listens on a socket name never used before. The
+// kubelet (1.37) keys a plugin's connection by its socket path and refuses a
+// Register for a path it still holds, dropping the live connection as it
+// refuses (pkg/kubelet/cm/devicemanager/plugin/v1beta1/handler.go
+// connectClient -> deregisterClient; manager.go PluginConnected): a server
+// restarted on the same path and registered before the kubelet has torn
+// down the old stream would leave the resource stuck until the kubelet
+// restarts. A fresh path cannot collide with one the kubelet holds.
 package deviceplugin
 
 import (
@@ -13,6 +22,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,7 +117,7 @@ func NewManager(opts Options, specs []Spec) *Manager {
 		p := &plugin{
 			resource:  s.Resource,
 			exclusive: s.Exclusive,
-			socket:    filepath.Join(opts.SocketDir, SocketName(s.Resource)),
+			dir:       opts.SocketDir,
 			log:       opts.Logger.WithValues("resource", s.Resource),
 			observer:  opts.Observer,
 			holds:     opts.Holds,
@@ -121,10 +131,36 @@ func NewManager(opts Options, specs []Spec) *Manager {
 	return m
 }
 
-// SocketName is the plugin socket file name for a resource:
-// rdma/shared_ib -> ibkube-rdma_shared_ib.sock.
+// SocketName is the stem of a resource's plugin socket names:
+// rdma/shared_ib -> ibkube-rdma_shared_ib.sock. A server listens on
+// SocketFile(resource, generation), ibkube-rdma_shared_ib.<generation>.sock.
 func SocketName(resource string) string {
-	return "ibkube-" + strings.NewReplacer("/", "_", ".", "_").Replace(resource) + ".sock"
+	return socketStem(resource) + ".sock"
+}
+
+func socketStem(resource string) string {
+	return "ibkube-" + strings.NewReplacer("/", "_", ".", "_").Replace(resource)
+}
+
+// SocketFile is the socket name of one server start of a resource's plugin.
+func SocketFile(resource, generation string) string {
+	return socketStem(resource) + "." + generation + ".sock"
+}
+
+// IsSocketOf tells whether name is a socket name of resource's plugin, of
+// any server start (SocketName itself is how agents before per-start names
+// called it). Dots in a resource name become '_', so the stem's end is
+// unambiguous.
+func IsSocketOf(resource, name string) bool {
+	if name == SocketName(resource) {
+		return true
+	}
+	gen, ok := strings.CutPrefix(name, socketStem(resource)+".")
+	if !ok {
+		return false
+	}
+	gen, ok = strings.CutSuffix(gen, ".sock")
+	return ok && gen != "" && !strings.ContainsAny(gen, "./")
 }
 
 // Update hands a plugin its pool's new state; streams see the new device
@@ -158,6 +194,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			p.stop()
 		}
 	}()
+	m.removeOldSockets()
 	for _, p := range m.plugins {
 		if err := p.start(); err != nil {
 			return err
@@ -210,13 +247,42 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 }
 
+// removeOldSockets deletes the sockets an earlier agent left for the
+// resources served here: nothing serves them, and the kubelet forgets a path
+// once its stream has ended.
+func (m *Manager) removeOldSockets() {
+	entries, err := os.ReadDir(m.opts.SocketDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.Type()&os.ModeSocket == 0 {
+			continue
+		}
+		for _, p := range m.plugins {
+			if IsSocketOf(p.resource, e.Name()) {
+				if err := os.Remove(filepath.Join(m.opts.SocketDir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+					m.opts.Logger.Error(err, "remove an old plugin socket", "socket", e.Name())
+				}
+			}
+		}
+	}
+}
+
+// serving is one server start: its socket and its number in this process.
+type serving struct {
+	socket string
+	start  uint64
+}
+
 // plugin serves one pool.
 type plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 
 	resource  string
 	exclusive bool
-	socket    string
+	dir       string
+	socket    string // this server's; owned by Manager.Run's goroutine
 	log       logr.Logger
 	observer  Observer
 	holds     Holds
@@ -230,7 +296,7 @@ type plugin struct {
 	srv  *grpc.Server  // owned by Manager.Run's goroutine
 	kick chan struct{} // asks the registrar to (re-)register now
 
-	// serving counts the servers start has opened; registered is the
+	// starts counts the servers start has opened; registered is the
 	// registration (kubelet.sock instance, server) the kubelet last
 	// accepted. The registrar sends no second Register for one pair: the
 	// kubelet (1.37) refuses it as "device plugin already connected" and,
@@ -239,8 +305,10 @@ type plugin struct {
 	// later registration on the socket is refused until the kubelet
 	// restarts (pkg/kubelet/cm/devicemanager/plugin/v1beta1/handler.go
 	// connectClient -> deregisterClient, manager.go PluginConnected).
-	serving    atomic.Uint64
+	starts     atomic.Uint64
 	registered string // registrar goroutine only
+	// serves is the latest server, for the registrar.
+	serves atomic.Pointer[serving]
 }
 
 // kickRegistration asks the registrar to register now, dropping any backoff
@@ -317,16 +385,20 @@ func (p *plugin) current() (Pool, []*pluginapi.Device, <-chan struct{}) {
 	return p.pool, p.devices, p.changed
 }
 
+// start serves on a socket name of its own: the start time (an agent
+// restarted within one nanosecond of its predecessor's start is not a case)
+// and this process's start count.
 func (p *plugin) start() error {
-	if err := os.Remove(p.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale socket %s: %w", p.socket, err)
-	}
-	lis, err := net.Listen("unix", p.socket)
+	n := p.starts.Add(1)
+	gen := strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatUint(n, 10)
+	socket := filepath.Join(p.dir, SocketFile(p.resource, gen))
+	lis, err := net.Listen("unix", socket)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", p.socket, err)
+		return fmt.Errorf("listen on %s: %w", socket, err)
 	}
+	p.socket = socket
+	p.serves.Store(&serving{socket: socket, start: n})
 	p.srv = grpc.NewServer()
-	p.serving.Add(1)
 	pluginapi.RegisterDevicePluginServer(p.srv, p)
 	go func(srv *grpc.Server) {
 		if err := srv.Serve(lis); err != nil {
@@ -342,13 +414,16 @@ func (p *plugin) stop() {
 		p.srv.Stop()
 		p.srv = nil
 	}
-	_ = os.Remove(p.socket)
+	if p.socket != "" {
+		_ = os.Remove(p.socket)
+		p.socket = ""
+	}
 }
 
 // restartIfGone serves again on a fresh socket when ours was removed (the
 // kubelet empties the directory when it starts).
 func (p *plugin) restartIfGone() error {
-	if _, err := os.Stat(p.socket); err == nil && p.srv != nil {
+	if _, err := os.Stat(p.socket); err == nil && p.srv != nil && p.socket != "" {
 		return nil
 	}
 	p.stop()
@@ -361,12 +436,6 @@ func (p *plugin) register(ctx context.Context, kubeletSocket string) (err error)
 			p.observer.Registered(p.resource, err)
 		}
 	}()
-	req := &pluginapi.RegisterRequest{
-		Version:      pluginapi.Version,
-		Endpoint:     filepath.Base(p.socket),
-		ResourceName: p.resource,
-		Options:      p.options(),
-	}
 	// Fail fast and retry briefly rather than wait for readiness: a stale
 	// kubelet.sock must not block the loop that watches for the new one, and
 	// a just-created socket may not be listening for a few microseconds.
@@ -385,10 +454,17 @@ func (p *plugin) register(ctx context.Context, kubeletSocket string) (err error)
 			// gone (again): its next creation kicks registration
 			return fmt.Errorf("register %s: %w", p.resource, errNoKubelet)
 		}
-		key := registrationKey(fi, p.serving.Load())
+		srv := p.serves.Load()
+		key := registrationKey(fi, srv.start)
 		if key == p.registered {
 			p.log.V(1).Info("already registered with this kubelet for this server")
 			return nil
+		}
+		req := &pluginapi.RegisterRequest{
+			Version:      pluginapi.Version,
+			Endpoint:     filepath.Base(srv.socket),
+			ResourceName: p.resource,
+			Options:      p.options(),
 		}
 		if err = p.registerOnce(ctx, kubeletSocket, req); err == nil {
 			p.registered = key

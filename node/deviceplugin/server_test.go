@@ -109,17 +109,16 @@ func TestRegistrationAndListAndWatch(t *testing.T) {
 	for _, tc := range []struct {
 		resource  string
 		preferred bool
-		endpoint  string
 		devices   int
 	}{
-		{"rdma/shared_ib", false, "ibkube-rdma_shared_ib.sock", 63},
-		{"rdma/ib", true, "ibkube-rdma_ib.sock", 8},
+		{"rdma/shared_ib", false, 63},
+		{"rdma/ib", true, 8},
 	} {
 		r, err := stub.WaitRegistration(tc.resource, wait)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Request.Endpoint != tc.endpoint || r.Request.Version != "v1beta1" || r.Options.GetPreferredAllocationAvailable != tc.preferred {
+		if !IsSocketOf(tc.resource, r.Request.Endpoint) || r.Request.Version != "v1beta1" || r.Options.GetPreferredAllocationAvailable != tc.preferred {
 			t.Errorf("%s registration = %v, options %v", tc.resource, r.Request, r.Options)
 		}
 		l, err := stub.WaitList(tc.resource, wait, func([]*pluginapi.Device) bool { return true })
@@ -301,13 +300,18 @@ func waitCount(t *testing.T, obs *counter, counts map[string]int, resource strin
 func servingPlugins(t *testing.T, dir string) {
 	t.Helper()
 	for deadline := time.Now().Add(wait); ; time.Sleep(5 * time.Millisecond) {
-		_, errIB := os.Stat(filepath.Join(dir, "ibkube-rdma_ib.sock"))
-		_, errShared := os.Stat(filepath.Join(dir, "ibkube-rdma_shared_ib.sock"))
-		if errIB == nil && errShared == nil {
+		served := map[string]bool{}
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			for _, r := range []string{"rdma/ib", "rdma/shared_ib"} {
+				served[r] = served[r] || IsSocketOf(r, e.Name())
+			}
+		}
+		if served["rdma/ib"] && served["rdma/shared_ib"] {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("plugin sockets not served in %s: %v, %v", dir, errIB, errShared)
+			t.Fatalf("plugin sockets not served in %s: %v", dir, served)
 		}
 	}
 }
@@ -430,5 +434,71 @@ func TestNoSecondRegistrationForOneServer(t *testing.T) {
 	case r := <-stub.Registrations("rdma/ib"):
 		t.Fatalf("a second Register reached the kubelet for the same kubelet and server: %v", r.Request)
 	default:
+	}
+}
+
+// TestRestartIsNeverRefused: the plugin's socket disappears and the plugin
+// serves and registers again while the kubelet has not yet torn down the
+// old stream. The kubelet 1.37 refuses a Register for a socket path it still
+// holds and, refusing, drops the live client, after which every Register on
+// that path is refused until the kubelet restarts. A fresh path per server
+// start is accepted at once, and the old endpoint goes once its teardown
+// runs.
+func TestRestartIsNeverRefused(t *testing.T) {
+	t.Parallel()
+	stub, _, _ := start(t, testNode())
+	first, err := stub.WaitRegistration("rdma/ib", wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := stub.HoldTeardown()
+	defer release()
+	old := filepath.Join(filepath.Dir(stub.Socket()), first.Request.Endpoint)
+	if err := os.Remove(old); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-stub.Refusals("rdma/ib"):
+		t.Fatalf("the restarted server's registration was refused: %v", r.Err)
+	case r := <-stub.Registrations("rdma/ib"):
+		if r.Request.Endpoint == first.Request.Endpoint {
+			t.Errorf("the restarted server registered the old socket name %s", r.Request.Endpoint)
+		}
+	case <-time.After(wait):
+		t.Fatal("the restarted server did not register")
+	}
+	release()
+	// The old stream's teardown now disconnects the old endpoint, leaving
+	// only the new one, which the kubelet keeps following.
+	for deadline := time.Now().Add(wait); ; time.Sleep(5 * time.Millisecond) {
+		if c := stub.Connected("rdma/ib"); len(c) == 1 && c[0] != old {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kubelet endpoints of rdma/ib = %v, want only the new server's", stub.Connected("rdma/ib"))
+		}
+	}
+	if _, err := stub.WaitList("rdma/ib", wait, func(d []*pluginapi.Device) bool { return len(d) == 8 }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestIsSocketOf(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		resource, name string
+		want           bool
+	}{
+		{"rdma/ib", "ibkube-rdma_ib.sock", true},
+		{"rdma/ib", SocketFile("rdma/ib", "x1-2"), true},
+		{"rdma/ib", "ibkube-rdma_ib_x.abc.sock", false},
+		{"rdma/ib_x", "ibkube-rdma_ib_x.abc.sock", true},
+		{"rdma/ib", "ibkube-rdma_ib..sock", false},
+		{"rdma/ib", "ibkube-rdma_ib.a.b.sock", false},
+		{"rdma/shared_ib", "ibkube-rdma_ib.abc.sock", false},
+	} {
+		if got := IsSocketOf(tc.resource, tc.name); got != tc.want {
+			t.Errorf("IsSocketOf(%q, %q) = %v, want %v", tc.resource, tc.name, got, tc.want)
+		}
 	}
 }

@@ -112,7 +112,7 @@ const (
 // Check turns facts into a report.
 func Check(f Facts) Report {
 	r := Report{Results: []Result{
-		checkDevices(f), checkPorts(f), checkNetdevs(f), checkPeermem(f),
+		checkDevices(f), checkPorts(f), checkPartition(f), checkNetdevs(f), checkPeermem(f),
 		checkNRI(f), checkMemlock(f), checkAdvertise(f), checkOtherPlugins(f), checkLinkErrors(f),
 		checkExclusive(f),
 	}}

@@ -101,11 +101,10 @@ func checkOtherPlugins(f Facts) Result {
 		if foreign := foreignIDs(a, k.Registered[a.Resource]); len(foreign) > 0 {
 			conflicts = append(conflicts, fmt.Sprintf("%s is registered with device IDs ibkube does not hand out (%s)", a.Resource, abbreviate(foreign, 4)))
 		}
-		own := deviceplugin.SocketName(a.Resource)
 		short := a.Resource[strings.LastIndex(a.Resource, "/")+1:]
 		for _, s := range k.Sockets {
 			base := strings.TrimSuffix(s, ".sock")
-			if s != own && !strings.HasPrefix(s, "ibkube-") && (base == short || base == strings.ReplaceAll(a.Resource, "/", "_")) {
+			if !deviceplugin.IsSocketOf(a.Resource, s) && !strings.HasPrefix(s, "ibkube-") && (base == short || base == strings.ReplaceAll(a.Resource, "/", "_")) {
 				lookalikes = append(lookalikes, fmt.Sprintf("%s (like %s)", s, a.Resource))
 			}
 		}

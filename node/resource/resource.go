@@ -363,64 +363,87 @@ func (p *Pool) Preferred(available, mustInclude []string, size int) ([]string, e
 	if !p.Exclusive() {
 		return append(out, rest[:size-len(out)]...), nil
 	}
-	order := map[string]int{}
-	numa := map[string]int{}
-	for i, h := range p.HCAs {
-		order[h.Name] = i
-		numa[h.Name] = h.NUMANode
-	}
-	groups := map[int][]string{}
-	for _, id := range rest {
-		n, ok := numa[id]
-		if !ok {
-			n = inventory.UnknownNUMANode
-		}
-		groups[n] = append(groups[n], id)
-	}
-	for _, g := range groups {
-		sort.Slice(g, func(i, j int) bool { return order[g[i]] < order[g[j]] })
-	}
-	take := func(n int) {
-		need := size - len(out)
-		g := groups[n]
-		k := min(need, len(g))
-		out = append(out, g[:k]...)
-		delete(groups, n)
-	}
-	used := map[int]bool{}
-	for _, id := range mustInclude {
-		if n, ok := numa[id]; ok && n >= 0 {
-			used[n] = true
-		}
-	}
-	for _, n := range slices.Sorted(maps.Keys(used)) {
+	k := p.numaGroups(rest)
+	for _, n := range k.nodesOf(mustInclude) {
 		if len(out) < size {
-			take(n)
+			out = k.take(out, n, size)
 		}
 	}
 	for len(out) < size {
-		need := size - len(out)
-		best, bestLen := inventory.UnknownNUMANode, -1
-		// smallest known NUMA group that fits
-		for _, n := range slices.Sorted(maps.Keys(groups)) {
-			if l := len(groups[n]); n >= 0 && l >= need && (bestLen < 0 || l < bestLen) {
-				best, bestLen = n, l
-			}
-		}
-		if bestLen < 0 { // none fits: largest known group
-			for _, n := range slices.Sorted(maps.Keys(groups)) {
-				if l := len(groups[n]); n >= 0 && l > bestLen {
-					best, bestLen = n, l
-				}
-			}
-		}
-		if bestLen < 0 {
-			best = inventory.UnknownNUMANode
-		}
-		if len(groups[best]) == 0 {
+		n := k.next(size - len(out))
+		if len(k.groups[n]) == 0 {
 			break
 		}
-		take(best)
+		out = k.take(out, n, size)
 	}
 	return out, nil
+}
+
+// numaPacker holds the devices left to pick, grouped by NUMA node.
+type numaPacker struct {
+	numa   map[string]int   // device -> its NUMA node
+	groups map[int][]string // NUMA node -> devices left, in pool order
+}
+
+// numaGroups groups ids by NUMA node (unknown devices under
+// UnknownNUMANode), each group in pool order.
+func (p *Pool) numaGroups(ids []string) *numaPacker {
+	order := map[string]int{}
+	k := &numaPacker{numa: map[string]int{}, groups: map[int][]string{}}
+	for i, h := range p.HCAs {
+		order[h.Name] = i
+		k.numa[h.Name] = h.NUMANode
+	}
+	for _, id := range ids {
+		n, ok := k.numa[id]
+		if !ok {
+			n = inventory.UnknownNUMANode
+		}
+		k.groups[n] = append(k.groups[n], id)
+	}
+	for _, g := range k.groups {
+		sort.Slice(g, func(i, j int) bool { return order[g[i]] < order[g[j]] })
+	}
+	return k
+}
+
+// nodesOf are the known NUMA nodes of ids, sorted.
+func (k *numaPacker) nodesOf(ids []string) []int {
+	used := map[int]bool{}
+	for _, id := range ids {
+		if n, ok := k.numa[id]; ok && n >= 0 {
+			used[n] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(used))
+}
+
+// take appends to out what group n holds, up to size in all, and drops the
+// group.
+func (k *numaPacker) take(out []string, n, size int) []string {
+	g := k.groups[n]
+	out = append(out, g[:min(size-len(out), len(g))]...)
+	delete(k.groups, n)
+	return out
+}
+
+// next is the group to take need more devices from: the smallest known
+// NUMA node that fits them (leaving larger ones whole for later pods), else
+// the largest known one, else the devices of unknown NUMA node.
+func (k *numaPacker) next(need int) int {
+	best, bestLen := inventory.UnknownNUMANode, -1
+	for _, n := range slices.Sorted(maps.Keys(k.groups)) {
+		if l := len(k.groups[n]); n >= 0 && l >= need && (bestLen < 0 || l < bestLen) {
+			best, bestLen = n, l
+		}
+	}
+	if bestLen >= 0 {
+		return best
+	}
+	for _, n := range slices.Sorted(maps.Keys(k.groups)) {
+		if l := len(k.groups[n]); n >= 0 && l > bestLen {
+			best, bestLen = n, l
+		}
+	}
+	return best
 }

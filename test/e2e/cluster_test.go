@@ -721,7 +721,7 @@ func testKubeletRestarts(ctx context.Context, t *testing.T, r *Result) {
 		}
 		want[res] = v
 	}
-	plugin := filepath.Join(h.e2eDir, "nodes/nd/kubelet/device-plugins", deviceplugin.SocketName(string(exclusiveRes)))
+	pluginDir := filepath.Join(h.e2eDir, "nodes/nd/kubelet/device-plugins")
 	var times, afterSocket []float64
 	reregistered := 0
 	for i := 0; i < restarts; i++ {
@@ -733,7 +733,7 @@ func testKubeletRestarts(ctx context.Context, t *testing.T, r *Result) {
 		// The kubelet wiped its directory before re-creating kubelet.sock:
 		// the agent's socket there again means it registered anew.
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			if _, err := os.Stat(plugin); err != nil {
+			if !servesSocket(pluginDir, string(exclusiveRes)) {
 				return false, nil
 			}
 			n, err := h.cs.CoreV1().Nodes().Get(ctx, ndNode, metav1.GetOptions{})
@@ -824,4 +824,16 @@ func testNodeLost(ctx context.Context, t *testing.T, r *Result) {
 	}
 	c.finish(ctx, t, r)
 	_ = h.cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
+}
+
+// servesSocket tells whether dir holds a plugin socket of resource (each
+// server start of the agent has a name of its own).
+func servesSocket(dir, resource string) bool {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if deviceplugin.IsSocketOf(resource, e.Name()) {
+			return true
+		}
+	}
+	return false
 }

@@ -196,114 +196,165 @@ func (c *Config) IPoIBNamespaceFor(podNamespace string) string {
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// problems collects validation errors, each naming the field, the bad value
+// and what is accepted.
+type problems []error
+
+func (p *problems) bad(field, value, want string) {
+	*p = append(*p, fmt.Errorf("%s: invalid value %q: %s", field, value, want))
+}
+
+// validate checks every field, reporting every problem at once in field
+// order.
 func (c *Config) validate() error {
-	var errs []error
-	bad := func(field, value, want string) {
-		errs = append(errs, fmt.Errorf("%s: invalid value %q: %s", field, value, want))
+	var p problems
+	c.validateHeader(&p)
+	c.validateResources(&p)
+	c.validateIPoIB(&p)
+	c.validatePolicies(&p)
+	seen := map[string]bool{}
+	for i, s := range c.Profiles {
+		s.validate(&p, fmt.Sprintf("profiles[%d]", i), seen, c.Resources.Shared)
 	}
+	return errors.Join(p...)
+}
+
+func (c *Config) validateHeader(p *problems) {
 	if c.APIVersion != APIVersion {
-		bad("apiVersion", c.APIVersion, "want "+APIVersion)
+		p.bad("apiVersion", c.APIVersion, "want "+APIVersion)
 	}
 	if c.Kind != Kind {
-		bad("kind", c.Kind, "want "+Kind)
+		p.bad("kind", c.Kind, "want "+Kind)
 	}
+}
+
+// isExtendedResource says whether v is an extended resource name
+// (domain/name).
+func isExtendedResource(v string) bool {
+	return len(validation.IsQualifiedName(v)) == 0 && strings.Contains(v, "/")
+}
+
+func (c *Config) validateResources(p *problems) {
 	for _, f := range [...]struct{ field, v string }{
 		{"resources.shared", c.Resources.Shared},
 		{"resources.exclusive", c.Resources.Exclusive},
 		{"gpuResource", c.GPUResource},
 	} {
-		field, v := f.field, f.v
-		if msgs := validation.IsQualifiedName(v); len(msgs) > 0 || !strings.Contains(v, "/") {
-			bad(field, v, "want an extended resource name such as rdma/shared_ib (domain/name)")
+		if !isExtendedResource(f.v) {
+			p.bad(f.field, f.v, "want an extended resource name such as rdma/shared_ib (domain/name)")
 		}
 	}
 	if c.Resources.Shared == c.Resources.Exclusive {
-		bad("resources.exclusive", c.Resources.Exclusive, "must differ from resources.shared")
+		p.bad("resources.exclusive", c.Resources.Exclusive, "must differ from resources.shared")
 	}
 	if c.DefaultHCAs < 1 || c.DefaultHCAs > MaxHCAs {
-		bad("defaultHCAs", fmt.Sprint(c.DefaultHCAs), fmt.Sprintf("want an integer from 1 to %d", MaxHCAs))
+		p.bad("defaultHCAs", fmt.Sprint(c.DefaultHCAs), fmt.Sprintf("want an integer from 1 to %d", MaxHCAs))
 	}
+}
+
+func (c *Config) validateIPoIB(p *problems) {
 	if msgs := validation.IsDNS1123Label(c.IPoIB.Name); len(msgs) > 0 {
-		bad("ipoib.name", c.IPoIB.Name, "want a NetworkAttachmentDefinition name (DNS-1123 label)")
+		p.bad("ipoib.name", c.IPoIB.Name, "want a NetworkAttachmentDefinition name (DNS-1123 label)")
 	}
 	if c.IPoIB.Namespace != "" {
 		if msgs := validation.IsDNS1123Label(c.IPoIB.Namespace); len(msgs) > 0 {
-			bad("ipoib.namespace", c.IPoIB.Namespace, "want a namespace name (DNS-1123 label) or empty for the release namespace")
+			p.bad("ipoib.namespace", c.IPoIB.Namespace, "want a namespace name (DNS-1123 label) or empty for the release namespace")
 		}
 	}
 	if c.IPoIB.Interface != "" && (len(c.IPoIB.Interface) > 15 || strings.ContainsAny(c.IPoIB.Interface, "/ @,\"")) {
-		bad("ipoib.interface", c.IPoIB.Interface, "want a Linux interface name (at most 15 characters, no '/', ' ', '@', ',')")
+		p.bad("ipoib.interface", c.IPoIB.Interface, "want a Linux interface name (at most 15 characters, no '/', ' ', '@', ',')")
 	}
+}
+
+func (c *Config) validatePolicies(p *problems) {
 	if err := ValidateMemlock(c.Memlock); err != nil {
-		bad("memlock", c.Memlock, err.Error())
+		p.bad("memlock", c.Memlock, err.Error())
 	}
 	switch c.CapabilityPolicy {
 	case CapabilityAuto, CapabilityAlways, CapabilityNever:
 	default:
-		bad("capabilityPolicy", string(c.CapabilityPolicy), "want auto, always or never")
+		p.bad("capabilityPolicy", string(c.CapabilityPolicy), "want auto, always or never")
 	}
-	seen := map[string]bool{}
-	for i, p := range c.Profiles {
-		f := fmt.Sprintf("profiles[%d]", i)
-		if msgs := validation.IsDNS1123Label(p.Name); len(msgs) > 0 {
-			bad(f+".name", p.Name, "want a DNS-1123 label such as my-cluster")
+}
+
+// validate checks one profile written as field f; seen holds the names of
+// the profiles before it, shared the config's shared resource.
+func (s ProfileSpec) validate(p *problems, f string, seen map[string]bool, shared string) {
+	if msgs := validation.IsDNS1123Label(s.Name); len(msgs) > 0 {
+		p.bad(f+".name", s.Name, "want a DNS-1123 label such as my-cluster")
+	}
+	if seen[s.Name] {
+		p.bad(f+".name", s.Name, "profile defined twice")
+	}
+	seen[s.Name] = true
+	if s.RemovedTopologyFile != "" {
+		p.bad(f+".topologyFile", s.RemovedTopologyFile, "no longer accepted: the node agent mounts the NCCL topology file of the node's instance type "+
+			"(or the AgentConfig profile); remove the field")
+	}
+	s.validateNCCL(p, f)
+	s.validateCounts(p, f)
+	s.validateResources(p, f, shared)
+	s.validateEnv(p, f)
+}
+
+// validateNCCL checks the conf file's variables: NCCL_* names, single lines
+// within NCCL's limit, each under nccl or wholeNodeNCCL, not both.
+func (s ProfileSpec) validateNCCL(p *problems, f string) {
+	for _, k := range slices.Sorted(maps.Keys(s.NCCL)) {
+		if !strings.HasPrefix(k, "NCCL_") || !envName.MatchString(k) {
+			p.bad(f+".nccl", k, "keys must be NCCL_* variable names (other variables go under env)")
 		}
-		if seen[p.Name] {
-			bad(f+".name", p.Name, "profile defined twice")
+		if k == "NCCL_CONF_FILE" {
+			p.bad(f+".nccl", k, "NCCL_CONF_FILE is set by ibkube to load this very file")
 		}
-		seen[p.Name] = true
-		if p.RemovedTopologyFile != "" {
-			bad(f+".topologyFile", p.RemovedTopologyFile, "no longer accepted: the node agent mounts the NCCL topology file of the node's instance type "+
-				"(or the AgentConfig profile); remove the field")
-		}
-		for _, k := range slices.Sorted(maps.Keys(p.NCCL)) {
-			if !strings.HasPrefix(k, "NCCL_") || !envName.MatchString(k) {
-				bad(f+".nccl", k, "keys must be NCCL_* variable names (other variables go under env)")
-			}
-			if k == "NCCL_CONF_FILE" {
-				bad(f+".nccl", k, "NCCL_CONF_FILE is set by ibkube to load this very file")
-			}
-			if v := p.NCCL[k]; strings.ContainsAny(v, "\n\r") || len(v) > 1023 {
-				bad(f+".nccl."+k, v, "want a single line of at most 1023 bytes (NCCL's conf file limit)")
-			}
-		}
-		for _, k := range slices.Sorted(maps.Keys(p.WholeNodeNCCL)) {
-			if !strings.HasPrefix(k, "NCCL_") || !envName.MatchString(k) {
-				bad(f+".wholeNodeNCCL", k, "keys must be NCCL_* variable names")
-			}
-			if _, ok := p.NCCL[k]; ok {
-				bad(f+".wholeNodeNCCL", k, "also under nccl; a variable goes under one of them")
-			}
-			if v := p.WholeNodeNCCL[k]; strings.ContainsAny(v, "\n\r") || len(v) > 1023 {
-				bad(f+".wholeNodeNCCL."+k, v, "want a single line of at most 1023 bytes (NCCL's conf file limit)")
-			}
-		}
-		if p.GPUsPerNode != nil && (*p.GPUsPerNode < 0 || *p.GPUsPerNode > MaxHCAs) {
-			bad(f+".gpusPerNode", fmt.Sprint(*p.GPUsPerNode), fmt.Sprintf("want an integer from 0 (unknown) to %d", MaxHCAs))
-		}
-		if p.HCAsPerGPU != nil && (*p.HCAsPerGPU < 0 || *p.HCAsPerGPU > MaxHCAs) {
-			bad(f+".hcasPerGPU", fmt.Sprint(*p.HCAsPerGPU), fmt.Sprintf("want an integer from 0 (meaning 1) to %d", MaxHCAs))
-		}
-		for _, r := range [...]struct{ field, v string }{{"exclusiveResource", p.ExclusiveResource}, {"gpuResource", p.GPUResource}} {
-			if r.v == "" {
-				continue
-			}
-			if msgs := validation.IsQualifiedName(r.v); len(msgs) > 0 || !strings.Contains(r.v, "/") {
-				bad(f+"."+r.field, r.v, "want an extended resource name such as rdma/roce (domain/name)")
-			}
-		}
-		if p.ExclusiveResource != "" && p.ExclusiveResource == c.Resources.Shared {
-			bad(f+".exclusiveResource", p.ExclusiveResource, "must differ from resources.shared")
-		}
-		for _, k := range slices.Sorted(maps.Keys(p.Env)) {
-			if !envName.MatchString(k) {
-				bad(f+".env", k, "want an environment variable name")
-			} else if strings.HasPrefix(k, "NCCL_") {
-				bad(f+".env", k, "NCCL_* variables go under nccl, so user env always overrides them")
-			}
+		if v := s.NCCL[k]; !confLine(v) {
+			p.bad(f+".nccl."+k, v, "want a single line of at most 1023 bytes (NCCL's conf file limit)")
 		}
 	}
-	return errors.Join(errs...)
+	for _, k := range slices.Sorted(maps.Keys(s.WholeNodeNCCL)) {
+		if !strings.HasPrefix(k, "NCCL_") || !envName.MatchString(k) {
+			p.bad(f+".wholeNodeNCCL", k, "keys must be NCCL_* variable names")
+		}
+		if _, ok := s.NCCL[k]; ok {
+			p.bad(f+".wholeNodeNCCL", k, "also under nccl; a variable goes under one of them")
+		}
+		if v := s.WholeNodeNCCL[k]; !confLine(v) {
+			p.bad(f+".wholeNodeNCCL."+k, v, "want a single line of at most 1023 bytes (NCCL's conf file limit)")
+		}
+	}
+}
+
+// confLine says whether v fits one line of NCCL's conf file.
+func confLine(v string) bool { return !strings.ContainsAny(v, "\n\r") && len(v) <= 1023 }
+
+func (s ProfileSpec) validateCounts(p *problems, f string) {
+	if s.GPUsPerNode != nil && (*s.GPUsPerNode < 0 || *s.GPUsPerNode > MaxHCAs) {
+		p.bad(f+".gpusPerNode", fmt.Sprint(*s.GPUsPerNode), fmt.Sprintf("want an integer from 0 (unknown) to %d", MaxHCAs))
+	}
+	if s.HCAsPerGPU != nil && (*s.HCAsPerGPU < 0 || *s.HCAsPerGPU > MaxHCAs) {
+		p.bad(f+".hcasPerGPU", fmt.Sprint(*s.HCAsPerGPU), fmt.Sprintf("want an integer from 0 (meaning 1) to %d", MaxHCAs))
+	}
+}
+
+func (s ProfileSpec) validateResources(p *problems, f, shared string) {
+	for _, r := range [...]struct{ field, v string }{{"exclusiveResource", s.ExclusiveResource}, {"gpuResource", s.GPUResource}} {
+		if r.v != "" && !isExtendedResource(r.v) {
+			p.bad(f+"."+r.field, r.v, "want an extended resource name such as rdma/roce (domain/name)")
+		}
+	}
+	if s.ExclusiveResource != "" && s.ExclusiveResource == shared {
+		p.bad(f+".exclusiveResource", s.ExclusiveResource, "must differ from resources.shared")
+	}
+}
+
+func (s ProfileSpec) validateEnv(p *problems, f string) {
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		if !envName.MatchString(k) {
+			p.bad(f+".env", k, "want an environment variable name")
+		} else if strings.HasPrefix(k, "NCCL_") {
+			p.bad(f+".env", k, "NCCL_* variables go under nccl, so user env always overrides them")
+		}
+	}
 }
 
 // resolve builds the profile table: built-ins, then the user's profiles in

@@ -23,149 +23,17 @@ import (
 // original pod into it. A pod outside an opted-in namespace, or without a
 // mode, is left alone (Result zero). Denials are *Refusal.
 //
-// Mutate only ever adds: every step first checks whether what it would add
-// is already there (written by the user or by an earlier admission), so
-// Mutate of a mutated pod returns an empty patch.
+// Mutate first decides (decide: a plan of what each selected container and
+// the pod lack, and why), then applies the plan. It only ever adds: every
+// decision first checks whether what it would add is already there
+// (written by the user or by an earlier admission), so Mutate of a mutated
+// pod returns an empty patch.
 func Mutate(pod *corev1.Pod, ns Namespace, cfg *config.Config) (Result, error) {
-	if ns.Labels[contract.LabelInject] != contract.InjectEnabled {
-		return Result{}, nil
-	}
-	for k := range pod.Annotations {
-		if s, ok := strings.CutPrefix(k, contract.Prefix); ok && !contract.KnownKey(s) {
-			return Result{}, refusef("annotation %s: unknown key under %s; accepted keys: %s", bound(k, maxEcho), contract.Prefix, contract.AcceptedKeys())
-		}
-	}
-	// The annotations are checked whatever the mode, so a bad value is
-	// refused where it is written, not on the day a mode is added.
-	memlock, hasMemlock := pod.Annotations[contract.AnnotationMemlock]
-	if hasMemlock {
-		if err := config.ValidateMemlock(memlock); err != nil {
-			return Result{}, refusef("annotation %s: invalid value %s: %v", contract.AnnotationMemlock, echo(memlock), err)
-		}
-	}
-	if v, ok := pod.Annotations[contract.AnnotationSocketFallback]; ok {
-		if _, err := parseSocketFallback(v, "annotation "+contract.AnnotationSocketFallback); err != nil {
-			return Result{}, err
-		}
-	}
-	if v, ok := pod.Annotations[contract.AnnotationIdleWarning]; ok && v != "true" && v != "false" {
-		return Result{}, refusef("annotation %s: invalid value %s; accepted: true, false", contract.AnnotationIdleWarning, echo(v))
-	}
-	m, ok, err := resolveMode(pod, ns, cfg)
-	if err != nil || !ok {
+	pl, err := decide(pod, ns, cfg)
+	if err != nil || pl == nil {
 		return Result{}, err
 	}
-	failClosed, err := resolveSocketFallback(pod, ns)
-	if err != nil {
-		return Result{}, err
-	}
-	profile, profileName, err := resolveProfile(pod, ns, cfg)
-	if err != nil {
-		return Result{}, err
-	}
-	gpuRes := gpuResource(profile, cfg)
-	targets, err := selectContainers(pod, gpuRes)
-	if err != nil {
-		return Result{}, err
-	}
-	hcas, err := parseHCAs(pod)
-	if err != nil {
-		return Result{}, err
-	}
-	var counts []int64
-	if m.Exclusive {
-		if counts, err = exclusiveCounts(targets, hcas, gpuRes, profile, cfg); err != nil {
-			return Result{}, err
-		}
-	}
-
-	p := patcher{ops: make([]PatchOp, 0, 8*len(targets)+6)}
-	modeName := m.String()
-	res := Result{Injected: true, Mode: m}
-	warn := func(format string, args ...any) {
-		res.Warnings = append(res.Warnings, bound(fmt.Sprintf(format, args...), maxMessage))
-	}
-
-	if hcas > 0 && !m.Exclusive {
-		warn("annotation %s is ignored: it applies to mode %s only", contract.AnnotationHCAs, contract.ModeExclusive)
-	}
-	if failClosed && !m.RDMA() {
-		warn("socket fallback deny is ignored: mode %s uses no RDMA, so NCCL runs over sockets by design", modeName)
-	}
-	if m.RDMA() {
-		warnWholeHostDevices(pod, targets, warn)
-	}
-
-	addCap := m.RDMA()
-	if addCap {
-		switch cfg.CapabilityPolicy {
-		case config.CapabilityNever:
-			addCap = false
-		case config.CapabilityAuto:
-			if lvl := ns.Labels[LabelPodSecurityEnforce]; lvl == "baseline" || lvl == "restricted" {
-				addCap = false
-				if missingCap(targets) {
-					warn("IPC_LOCK not added: namespace %q enforces Pod Security %q, which forbids it; "+
-						"locked memory for RDMA comes from the node agent (annotation %s)", ns.Name, lvl, contract.AnnotationMemlock)
-				}
-			}
-		}
-	}
-
-	// Pod annotations, in a fixed order, collected and written at the end.
-	var annos []kv
-	confText := ""
-	if _, ok := pod.Annotations[contract.AnnotationNCCLConf]; !ok {
-		ifname, err := ipoibInterface(pod, m, cfg)
-		if err != nil {
-			return Result{}, err
-		}
-		confText = ncclConf(confInput{
-			profileName: profileName, modeName: modeName, m: m, profile: profile, ifname: ifname,
-			wholeNode: holdsWholeNode(targets, gpuRes, profile.GPUsPerNode), failClosed: failClosed && m.RDMA(),
-		})
-		annos = append(annos, kv{contract.AnnotationNCCLConf, confText})
-	}
-	if m.RDMA() && !hasMemlock {
-		annos = append(annos, kv{contract.AnnotationMemlock, cfg.Memlock})
-	}
-	if m.IPoIB {
-		existing := pod.Annotations[multus.Annotation]
-		net := multus.Network{Namespace: cfg.IPoIBNamespace(), Name: cfg.IPoIB.Name, Interface: cfg.IPoIB.Interface}
-		v, changed, err := multus.Merge(existing, []multus.Network{net}, pod.Namespace)
-		if err != nil {
-			return Result{}, refusef("annotation %s: invalid value %s: %v; accepted: a comma-separated list of [namespace/]name[@interface] or a JSON list of network selection elements",
-				multus.Annotation, echo(existing), err)
-		}
-		if changed {
-			annos = append(annos, kv{multus.Annotation, v})
-		}
-	}
-
-	exclusiveRes := cfg.Resources.Exclusive
-	if profile.ExclusiveResource != "" {
-		exclusiveRes = profile.ExclusiveResource
-	}
-	for i, t := range targets {
-		if m.Shared {
-			p.ensureResource(t, cfg.Resources.Shared, 1, warn)
-		}
-		if m.Exclusive {
-			p.ensureResource(t, exclusiveRes, counts[i], warn)
-		}
-		if addCap {
-			p.ensureCapability(t, "IPC_LOCK")
-		}
-		p.ensureEnv(t, profile, warn)
-		p.ensureMount(t, warn)
-	}
-	p.ensureVolume(pod)
-
-	if _, ok := pod.Annotations[contract.AnnotationInjected]; !ok {
-		annos = append(annos, kv{contract.AnnotationInjected, status(modeName, targets, profileName)})
-	}
-	p.addAnnotations(pod, annos)
-	res.Patch = p.ops
+	res := Result{Injected: true, Mode: pl.mode, Warnings: pl.warnings, Patch: apply(pod, pl)}
 	if len(res.Patch) == 0 {
 		res.Patch = nil
 	}

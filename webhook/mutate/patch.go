@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/ibkube/ibkube/contract"
-	"github.com/ibkube/ibkube/nccl"
 )
 
 // target is one selected container and where it sits in the pod JSON.
@@ -80,32 +79,42 @@ func (p *patcher) addAnnotations(pod *corev1.Pod, annos []kv) {
 	}
 }
 
-// ensureResource gives the container n of res in limits and requests,
-// unless the user already asked for res in either.
-func (p *patcher) ensureResource(t target, res string, n int64, warn func(string, ...any)) {
-	r := &t.c.Resources
-	name := corev1.ResourceName(res)
-	lim, inLim := r.Limits[name]
-	req, inReq := r.Requests[name]
-	if inLim || inReq {
-		have := lim
-		if !inLim {
-			have = req
+// apply makes the plan's changes to the pod, recording each as a patch
+// operation: per container its resources, capability, env and mount, then
+// the volume, then the annotations.
+func apply(pod *corev1.Pod, pl *plan) []PatchOp {
+	p := patcher{ops: make([]PatchOp, 0, 8*len(pl.containers)+6)}
+	for _, cp := range pl.containers {
+		for _, r := range cp.resources {
+			p.addResource(cp.target, r)
 		}
-		if have.Value() != n {
-			warn("container %q keeps its own %s: %s (ibkube would have set %d)", t.c.Name, res, have.String(), n)
+		if cp.capability != "" {
+			p.addCapability(cp.target, cp.capability)
 		}
+		p.addEnv(cp.target, cp.env)
+		if cp.mount {
+			p.addMount(cp.target)
+		}
+	}
+	if pl.volume {
+		p.addVolume(pod)
+	}
+	p.addAnnotations(pod, pl.annotations)
+	return p.ops
+}
+
+// addResource gives the container r in limits and requests.
+func (p *patcher) addResource(t target, r resourceAdd) {
+	res := &t.c.Resources
+	q := quantity(r.count)
+	if res.Limits == nil && res.Requests == nil && res.Claims == nil {
+		res.Limits = corev1.ResourceList{r.name: q}
+		res.Requests = corev1.ResourceList{r.name: q}
+		p.add(t.path+"/resources", corev1.ResourceRequirements{Limits: res.Limits, Requests: res.Requests})
 		return
 	}
-	q := quantity(n)
-	if r.Limits == nil && r.Requests == nil && r.Claims == nil {
-		r.Limits = corev1.ResourceList{name: q}
-		r.Requests = corev1.ResourceList{name: q}
-		p.add(t.path+"/resources", corev1.ResourceRequirements{Limits: r.Limits, Requests: r.Requests})
-		return
-	}
-	p.setQuantity(&r.Limits, t.path+"/resources/limits", name, q)
-	p.setQuantity(&r.Requests, t.path+"/resources/requests", name, q)
+	p.setQuantity(&res.Limits, t.path+"/resources/limits", r.name, q)
+	p.setQuantity(&res.Requests, t.path+"/resources/requests", r.name, q)
 }
 
 // setQuantity sets name to q in the resource list at path: one op for the
@@ -120,11 +129,8 @@ func (p *patcher) setQuantity(list *corev1.ResourceList, path string, name corev
 	p.add(path+"/"+escape(string(name)), q)
 }
 
-func (p *patcher) ensureCapability(t target, capName corev1.Capability) {
+func (p *patcher) addCapability(t target, capName corev1.Capability) {
 	c := t.c
-	if hasCapability(c, capName) {
-		return
-	}
 	switch {
 	case c.SecurityContext == nil:
 		c.SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{capName}}}
@@ -150,32 +156,9 @@ func envIndex(c *corev1.Container, name string) int {
 	return -1
 }
 
-// ensureEnv adds NCCL_CONF_FILE and the profile's non-NCCL variables where
-// the user did not set them in env. With envFrom, whose values an env entry
-// would silently override, only NCCL_CONF_FILE is added (see README).
-func (p *patcher) ensureEnv(t target, profile nccl.Profile, warn func(string, ...any)) {
+// addEnv appends add to the container's env.
+func (p *patcher) addEnv(t target, add []corev1.EnvVar) {
 	c := t.c
-	add := make([]corev1.EnvVar, 0, 1+len(profile.Env))
-	if i := envIndex(c, contract.EnvNCCLConfFile); i < 0 {
-		add = append(add, corev1.EnvVar{Name: contract.EnvNCCLConfFile, Value: contract.NCCLConfFile})
-	} else if e := c.Env[i]; e.Value != contract.NCCLConfFile || e.ValueFrom != nil {
-		warn("container %q sets %s itself, so NCCL does not read the profile's settings from %s", c.Name, contract.EnvNCCLConfFile, contract.NCCLConfFile)
-	}
-	var skipped []string
-	for _, v := range profile.Env {
-		if envIndex(c, v.Name) >= 0 {
-			continue
-		}
-		if len(c.EnvFrom) > 0 {
-			skipped = append(skipped, v.Name+"="+v.Value)
-			continue
-		}
-		add = append(add, corev1.EnvVar{Name: v.Name, Value: v.Value})
-	}
-	if len(skipped) > 0 {
-		warn("container %q uses envFrom, so ibkube did not add %s (an env entry would override a value from envFrom); set them in env if you want them",
-			c.Name, strings.Join(skipped, ", "))
-	}
 	if len(add) == 0 {
 		return
 	}
@@ -190,17 +173,9 @@ func (p *patcher) ensureEnv(t target, profile nccl.Profile, warn func(string, ..
 	}
 }
 
-func (p *patcher) ensureMount(t target, warn func(string, ...any)) {
+// addMount mounts the conf volume read-only where NCCL_CONF_FILE points.
+func (p *patcher) addMount(t target) {
 	c := t.c
-	for _, m := range c.VolumeMounts {
-		if m.Name == contract.NCCLConfVolume && m.MountPath == contract.NCCLConfDir {
-			return
-		}
-		if m.MountPath == contract.NCCLConfDir || m.Name == contract.NCCLConfVolume {
-			warn("container %q already mounts %s or volume %s, so NCCL_CONF_FILE may not find the profile's settings", c.Name, contract.NCCLConfDir, contract.NCCLConfVolume)
-			return
-		}
-	}
 	m := corev1.VolumeMount{Name: contract.NCCLConfVolume, MountPath: contract.NCCLConfDir, ReadOnly: true}
 	if c.VolumeMounts == nil {
 		c.VolumeMounts = []corev1.VolumeMount{m}
@@ -211,17 +186,8 @@ func (p *patcher) ensureMount(t target, warn func(string, ...any)) {
 	p.add(t.path+"/volumeMounts/-", m)
 }
 
-// ensureVolume adds the downwardAPI volume projecting the conf annotation,
-// if some container mounts it and the pod does not have it yet.
-func (p *patcher) ensureVolume(pod *corev1.Pod) {
-	for _, v := range pod.Spec.Volumes {
-		if v.Name == contract.NCCLConfVolume {
-			return
-		}
-	}
-	if !mountsConf(pod.Spec.Containers) && !mountsConf(pod.Spec.InitContainers) {
-		return
-	}
+// addVolume adds the downwardAPI volume projecting the conf annotation.
+func (p *patcher) addVolume(pod *corev1.Pod) {
 	v := corev1.Volume{Name: contract.NCCLConfVolume, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
 		Items: []corev1.DownwardAPIVolumeFile{{
 			Path:     contract.NCCLConfFileName,

@@ -268,7 +268,8 @@ func jsonPatch(op, path, value string) string {
 	return "JSONPatch{op: " + lit(op) + ", path: " + path + ", value: " + value + "}"
 }
 
-// ensureResource is patcher.ensureResource for container c at path t.
+// ensureResource is needResource and addResource (package mutate) for
+// container c at path t.
 func ensureResource(c, t, res, n string) string {
 	esc := res + ".replace('~', '~0').replace('/', '~1')"
 	return "((" + c + ".?resources.?limits[?" + res + "].hasValue() || " + c + ".?resources.?requests[?" + res + "].hasValue()) ? [] : " +
@@ -278,7 +279,7 @@ func ensureResource(c, t, res, n string) string {
 		"has(" + c + ".resources.requests) ? " + jsonPatch("add", t+" + '/resources/requests/' + "+esc, n) + " : " + jsonPatch("add", t+" + '/resources/requests'", "{"+res+": "+n+"}") + "])"
 }
 
-// ensureCapability is patcher.ensureCapability for IPC_LOCK.
+// ensureCapability is the IPC_LOCK of a containerPlan and addCapability.
 func ensureCapability(c, t string) string {
 	caps := "Object.spec.containers.securityContext.capabilities{add: ['IPC_LOCK']}"
 	return "(!variables.addCap || " + c + ".?securityContext.?capabilities.?add.orValue([]).exists(x, x in ['IPC_LOCK', 'CAP_IPC_LOCK', 'ALL'])) ? [] : " +
@@ -288,7 +289,7 @@ func ensureCapability(c, t string) string {
 		"[" + jsonPatch("add", t+" + '/securityContext/capabilities/add/-'", "'IPC_LOCK'") + "]"
 }
 
-// ensureEnv is patcher.ensureEnv: NCCL_CONF_FILE and the profile's other
+// ensureEnv is needEnv and addEnv: NCCL_CONF_FILE and the profile's other
 // variables, where the container does not set them (none of the latter
 // with envFrom).
 func ensureEnv(c, t string) string {
@@ -301,7 +302,7 @@ func ensureEnv(c, t string) string {
 		"adds.map(e, " + jsonPatch("add", t+" + '/env/-'", env) + "))[0]"
 }
 
-// ensureMount is patcher.ensureMount.
+// ensureMount is needMount and addMount.
 func ensureMount(c, t string) string {
 	m := "Object.spec.containers.volumeMounts{name: " + lit(contract.NCCLConfVolume) + ", mountPath: " + lit(contract.NCCLConfDir) + ", readOnly: true}"
 	return mountSkip(c) + " ? [] : !has(" + c + ".volumeMounts) ? [" + jsonPatch("add", t+" + '/volumeMounts'", "["+m+"]") + "] : [" + jsonPatch("add", t+" + '/volumeMounts/-'", m) + "]"

@@ -2,6 +2,17 @@
 // serves the real Registration API on kubelet.sock in a directory and, like
 // the kubelet, connects back to each registered plugin, reads its options
 // and follows its ListAndWatch stream.
+//
+// It keeps the kubelet 1.37 device manager's books (kubernetes
+// pkg/kubelet/cm/devicemanager/plugin/v1beta1/handler.go and manager.go):
+// clients are listed per resource and told apart by socket path only; an
+// endpoint is connected per (resource, socket path); a Register for a path
+// whose endpoint is still connected is refused ("device plugin already
+// connected") and, through deregisterClient, drops every client of that path,
+// the live one included; when a stream ends, the endpoint is disconnected only
+// if a client of its path is still listed. So a refused duplicate leaves an
+// endpoint that nothing ever disconnects, and every later Register on that
+// path is refused until the kubelet restarts.
 package kubeletstub
 
 import (
@@ -42,15 +53,35 @@ type Stub struct {
 	mu            sync.Mutex
 	srv           *grpc.Server
 	registrations map[string]chan Registration
+	refusals      map[string]chan Refusal
 	lists         map[string]chan List
-	clients       map[string]*grpc.ClientConn
-	ctx           context.Context
-	cancel        context.CancelFunc
+	// clients is the handler's list per resource (server.clients);
+	// endpoints the manager's store per resource and socket path
+	// (ManagerImpl.endpointStore). A kubelet restart empties both.
+	clients   map[string][]*client
+	endpoints map[string]map[string]*client
+	// teardown, when not nil, holds back what the kubelet does once a
+	// plugin's stream ends, until it is closed.
+	teardown chan struct{}
+	ctx      context.Context
+	cancel   context.CancelFunc
+}
+
+// client is one connection the stub made to a registered plugin.
+type client struct {
+	path string
+	conn *grpc.ClientConn
+}
+
+// Refusal is one Register call the stub refused.
+type Refusal struct {
+	Request *pluginapi.RegisterRequest
+	Err     error
 }
 
 // Start serves kubelet.sock in dir.
 func Start(dir string) (*Stub, error) {
-	s := &Stub{dir: dir, registrations: map[string]chan Registration{}, lists: map[string]chan List{}, clients: map[string]*grpc.ClientConn{}}
+	s := &Stub{dir: dir, registrations: map[string]chan Registration{}, refusals: map[string]chan Refusal{}, lists: map[string]chan List{}}
 	return s, s.listen()
 }
 
@@ -67,6 +98,7 @@ func (s *Stub) listen() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.mu.Lock()
 	s.srv, s.ctx, s.cancel = srv, ctx, cancel
+	s.clients, s.endpoints = map[string][]*client{}, map[string]map[string]*client{}
 	s.mu.Unlock()
 	go func() { _ = srv.Serve(lis) }()
 	return nil
@@ -83,10 +115,12 @@ func (s *Stub) Stop() {
 	if s.cancel != nil {
 		s.cancel()
 	}
-	for r, c := range s.clients {
-		_ = c.Close()
-		delete(s.clients, r)
+	for _, eps := range s.endpoints {
+		for _, c := range eps {
+			_ = c.conn.Close()
+		}
 	}
+	s.clients, s.endpoints = map[string][]*client{}, map[string]map[string]*client{}
 	_ = os.Remove(s.Socket())
 }
 
@@ -121,6 +155,45 @@ func (s *Stub) Registrations(resource string) <-chan Registration {
 	return channelFor(s.registrations, resource, registrationsBuffer)
 }
 
+// Refusals delivers every Register call of a resource the stub refused.
+func (s *Stub) Refusals(resource string) <-chan Refusal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return channelFor(s.refusals, resource, registrationsBuffer)
+}
+
+// HoldTeardown makes the stub, like a busy kubelet, not yet notice that a
+// plugin's stream ended: what it does then waits until release is called.
+func (s *Stub) HoldTeardown() (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	gate := make(chan struct{})
+	s.teardown = gate
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			if s.teardown == gate {
+				s.teardown = nil
+			}
+			s.mu.Unlock()
+			close(gate)
+		})
+	}
+}
+
+// Connected lists the socket paths the stub holds an endpoint for, for a
+// resource.
+func (s *Stub) Connected(resource string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for p := range s.endpoints[resource] {
+		out = append(out, p)
+	}
+	return out
+}
+
 // Lists delivers every ListAndWatch message for a resource, across
 // re-registrations.
 func (s *Stub) Lists(resource string) <-chan List {
@@ -150,54 +223,123 @@ func channelFor[T any](m map[string]chan T, resource string, size int) chan T {
 func (s *Stub) Client(resource string) (pluginapi.DevicePluginClient, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, ok := s.clients[resource]
-	if !ok {
+	cs := s.clients[resource]
+	if len(cs) == 0 {
 		return nil, fmt.Errorf("%s is not registered", resource)
 	}
-	return pluginapi.NewDevicePluginClient(c), nil
+	return pluginapi.NewDevicePluginClient(cs[len(cs)-1].conn), nil
 }
 
-// Register implements the Registration API: like the kubelet it checks the
-// version, then dials the plugin, reads its options and follows ListAndWatch.
+// Register implements the Registration API as the kubelet 1.37 does: it
+// checks the version, lists a client for the socket path, dials the plugin
+// and reads its options, then connects the endpoint unless one for that path
+// is still connected, in which case it refuses and drops every client of the
+// path (connectClient -> deregisterClient).
 func (s *Stub) Register(_ context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
 	if req.Version != pluginapi.Version {
 		return nil, fmt.Errorf("unsupported version %q", req.Version)
 	}
-	conn, err := grpc.NewClient("unix://"+filepath.Join(s.dir, req.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	path := filepath.Join(s.dir, req.Endpoint)
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
 	}
+	c := &client{path: path, conn: conn}
 	s.mu.Lock()
 	ctx := s.ctx
-	if old := s.clients[req.ResourceName]; old != nil {
-		_ = old.Close()
-	}
-	s.clients[req.ResourceName] = conn
+	s.clients[req.ResourceName] = append(s.clients[req.ResourceName], c)
 	lists := channelFor(s.lists, req.ResourceName, listsBuffer)
 	regs := channelFor(s.registrations, req.ResourceName, registrationsBuffer)
+	refused := channelFor(s.refusals, req.ResourceName, registrationsBuffer)
 	s.mu.Unlock()
-	client := pluginapi.NewDevicePluginClient(conn)
+	plugin := pluginapi.NewDevicePluginClient(conn)
 	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	opts, err := client.GetDevicePluginOptions(octx, &pluginapi.Empty{}, grpc.WaitForReady(true))
+	opts, err := plugin.GetDevicePluginOptions(octx, &pluginapi.Empty{}, grpc.WaitForReady(true))
 	cancel()
+	if err == nil {
+		err = s.connect(req.ResourceName, c)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("get options of %s: %w", req.ResourceName, err)
+		s.deregister(req.ResourceName, path)
+		_ = conn.Close()
+		refused <- Refusal{Request: req, Err: err}
+		return nil, err
 	}
 	regs <- Registration{Request: req, Options: opts, At: time.Now()}
-	go func() {
-		stream, err := client.ListAndWatch(ctx, &pluginapi.Empty{}, grpc.WaitForReady(true))
-		if err != nil {
-			return
+	go s.run(ctx, req.ResourceName, c, plugin, lists)
+	return &pluginapi.Empty{}, nil
+}
+
+// connect is the manager's PluginConnected.
+func (s *Stub) connect(resource string, c *client) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.endpoints[resource] == nil {
+		s.endpoints[resource] = map[string]*client{}
+	}
+	if _, ok := s.endpoints[resource][c.path]; ok {
+		return fmt.Errorf("device plugin already connected: %s", c.path)
+	}
+	s.endpoints[resource][c.path] = c
+	return nil
+}
+
+// deregister is the handler's deregisterClient: it drops every client of
+// the path.
+func (s *Stub) deregister(resource, path string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keep []*client
+	for _, c := range s.clients[resource] {
+		if c.path != path {
+			keep = append(keep, c)
 		}
+	}
+	s.clients[resource] = keep
+}
+
+// run follows a plugin's stream and, once it ends, disconnects its endpoint
+// only if a client of its path is still listed (runClient).
+func (s *Stub) run(ctx context.Context, resource string, c *client, plugin pluginapi.DevicePluginClient, lists chan List) {
+	if stream, err := plugin.ListAndWatch(ctx, &pluginapi.Empty{}, grpc.WaitForReady(true)); err == nil {
 		for {
 			m, err := stream.Recv()
 			if err != nil {
-				return
+				break
 			}
 			lists <- List{Devices: m.Devices, At: time.Now()}
 		}
-	}()
-	return &pluginapi.Empty{}, nil
+	}
+	s.mu.Lock()
+	gate := s.teardown
+	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ctx != s.ctx {
+		return // the kubelet restarted meanwhile: its books are new
+	}
+	listed := false
+	for _, o := range s.clients[resource] {
+		listed = listed || o.path == c.path
+	}
+	if !listed {
+		return
+	}
+	var keep []*client
+	for _, o := range s.clients[resource] {
+		if o.path != c.path {
+			keep = append(keep, o)
+		}
+	}
+	s.clients[resource] = keep
+	delete(s.endpoints[resource], c.path)
+	_ = c.conn.Close()
 }
 
 // WaitList returns the next list of resource that satisfies ok.

@@ -1,0 +1,143 @@
+package layout
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Core packages keep every function small enough to read at once: deciding
+// and applying grow apart into steps instead of together into one function.
+const (
+	maxFuncLines      = 60
+	maxFuncComplexity = 15
+)
+
+// cores are the packages whose functions the size rule covers: the
+// webhook's core (the mutation, the config) and the node's resource model
+// and discovery.
+var cores = []string{
+	"webhook/mutate",
+	"webhook/config",
+	"node/resource",
+	"hca/discovery",
+}
+
+func TestCoreFunctionsStaySmall(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	for _, pkg := range cores {
+		files, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(pkg), "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s: no Go files (%v)", pkg, err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			fset := token.NewFileSet()
+			af, err := parser.ParseFile(fset, f, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel, _ := filepath.Rel(root, f)
+			for _, msg := range oversize(fset, af) {
+				t.Errorf("%s: %s", filepath.ToSlash(rel), msg)
+			}
+		}
+	}
+}
+
+// TestOversizeCatches keeps the rule honest: a long function and a branchy
+// one are both reported, a small one is not.
+func TestOversizeCatches(t *testing.T) {
+	t.Parallel()
+	var long strings.Builder
+	long.WriteString("package p\nfunc long() {\n")
+	for i := range maxFuncLines {
+		fmt.Fprintf(&long, "\t_ = %d\n", i)
+	}
+	long.WriteString("}\nfunc branchy(a, b bool, n int) {\n")
+	for range maxFuncComplexity / 2 {
+		long.WriteString("\tif a && b {\n\t}\n")
+	}
+	long.WriteString("\tswitch n {\n\tcase 1:\n\tcase 2:\n\tdefault:\n\t}\n}\nfunc small() {}\n")
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "p.go", long.String(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := oversize(fset, f)
+	want := []string{
+		fmt.Sprintf("long is %d lines (at most %d): split it into steps", maxFuncLines+2, maxFuncLines),
+		fmt.Sprintf("branchy has cyclomatic complexity %d (at most %d): split it into steps", 1+2*(maxFuncComplexity/2)+2, maxFuncComplexity),
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("oversize =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// oversize reports the functions of f over either limit.
+func oversize(fset *token.FileSet, f *ast.File) []string {
+	var out []string
+	for _, d := range f.Decls {
+		fd, ok := d.(*ast.FuncDecl)
+		if !ok || fd.Body == nil {
+			continue
+		}
+		name := fd.Name.Name
+		if fd.Recv != nil && len(fd.Recv.List) == 1 {
+			name = recvName(fd.Recv.List[0].Type) + "." + name
+		}
+		if n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1; n > maxFuncLines {
+			out = append(out, fmt.Sprintf("%s is %d lines (at most %d): split it into steps", name, n, maxFuncLines))
+		}
+		if c := complexity(fd); c > maxFuncComplexity {
+			out = append(out, fmt.Sprintf("%s has cyclomatic complexity %d (at most %d): split it into steps", name, c, maxFuncComplexity))
+		}
+	}
+	return out
+}
+
+func recvName(e ast.Expr) string {
+	switch e := e.(type) {
+	case *ast.StarExpr:
+		return recvName(e.X)
+	case *ast.IndexExpr:
+		return recvName(e.X)
+	case *ast.Ident:
+		return e.Name
+	}
+	return "?"
+}
+
+// complexity is gocyclo's count: one, plus one per if, for, range, case
+// (not default), select case (not default), && and ||. Function literals
+// count toward the function that holds them.
+func complexity(fn ast.Node) int {
+	c := 1
+	ast.Inspect(fn, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.IfStmt, *ast.ForStmt, *ast.RangeStmt:
+			c++
+		case *ast.CaseClause:
+			if n.List != nil {
+				c++
+			}
+		case *ast.CommClause:
+			if n.Comm != nil {
+				c++
+			}
+		case *ast.BinaryExpr:
+			if n.Op == token.LAND || n.Op == token.LOR {
+				c++
+			}
+		}
+		return true
+	})
+	return c
+}
