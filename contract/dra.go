@@ -19,6 +19,12 @@ const (
 	ExtendedResourceRoCE     = ResourceRoCE
 )
 
+// DeviceClassSelector is the CEL selector of the DeviceClass serving the
+// pool named resource: the driver's devices whose pool attribute is it.
+func DeviceClassSelector(resource string) string {
+	return `device.driver == "` + DRADriverName + `" && device.attributes["` + DRADriverName + `"].` + DRAAttrPool + ` == "` + resource + `"`
+}
+
 // Device attributes in the driver's domain (written without the domain in
 // the ResourceSlice, `device.attributes["rdma.infiniband.azure.com"].pool`
 // in CEL). The standard ones (resource.kubernetes.io/pciBusID, pcieRoot,
@@ -32,7 +38,6 @@ const (
 	DRAAttrMode       = "mode"
 	DRAAttrLinkLayer  = "linkLayer"  // "InfiniBand" or "Ethernet", as the kernel spells it
 	DRAAttrRate       = "rate"       // the port's rate in Gb/s (int): 400 for NDR
-	DRAAttrPortState  = "portState"  // "ACTIVE", "DOWN", "INIT", "ARMED"
 	DRAAttrRDMADevice = "rdmaDevice" // the kernel's RDMA device name, "mlx5_0"
 	DRAAttrNetdev     = "netdev"     // the IPoIB or RoCE interface of the port, if any
 	DRAAttrNodeGUID   = "nodeGUID"
@@ -45,6 +50,12 @@ const (
 // (KEP-5075): the pool's slot count; a request takes one slot unless it asks
 // for more.
 const DRACapacitySlots = "slots"
+
+// DRACounterHCA is the one counter of an HCA's shared counter set
+// ("hca-mlx5-0", KEP-4815): every device of the HCA consumes it, a shared
+// device one unit and an exclusive device all of them, so the scheduler
+// never hands one HCA to an exclusive claim and to sharers at once.
+const DRACounterHCA = "hca"
 
 // DRATaintUnhealthy is the key of the NoSchedule device taint an unhealthy
 // HCA carries in the ResourceSlice (port down, char device missing); it goes

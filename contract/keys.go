@@ -49,19 +49,39 @@ const (
 	AnnotationNCCLConf = Prefix + "nccl-conf"
 )
 
-// userKeys and ownKeys are the suffixes accepted under Prefix on a pod.
-var (
-	userKeys = []string{"mode", "hcas", "containers", "profile", "socket-fallback", "rdma-idle-warning"}
-	ownKeys  = []string{"injected", "memlock", "nccl-conf"}
-)
+// UserKeys are the suffixes under Prefix a user writes on a pod, in the
+// order messages list them. A new pod annotation is a constant above and an
+// entry here (or in OwnKeys); the webhook, the admission policy and their
+// tests read the list from here.
+func UserKeys() []string {
+	return suffixes(AnnotationMode, AnnotationHCAs, AnnotationContainers, AnnotationProfile, AnnotationSocketFallback, AnnotationIdleWarning)
+}
+
+// OwnKeys are the suffixes under Prefix ibkube writes on a pod (accepted on
+// re-admission).
+func OwnKeys() []string {
+	return suffixes(AnnotationInjected, AnnotationMemlock, AnnotationNCCLConf)
+}
+
+// KnownKeys are UserKeys then OwnKeys: every suffix accepted under Prefix
+// on a pod.
+func KnownKeys() []string { return append(UserKeys(), OwnKeys()...) }
+
+func suffixes(keys ...string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = strings.TrimPrefix(k, Prefix)
+	}
+	return out
+}
 
 // KnownKey reports whether suffix (the part of a key after Prefix) is an
 // ibkube pod annotation.
 func KnownKey(suffix string) bool {
-	return slices.Contains(userKeys, suffix) || slices.Contains(ownKeys, suffix)
+	return slices.Contains(KnownKeys(), suffix)
 }
 
 // AcceptedKeys lists the accepted suffixes for an error message.
 func AcceptedKeys() string {
-	return strings.Join(userKeys, ", ") + " (and " + strings.Join(ownKeys, ", ") + ", written by ibkube)"
+	return strings.Join(UserKeys(), ", ") + " (and " + strings.Join(OwnKeys(), ", ") + ", written by ibkube)"
 }

@@ -15,12 +15,12 @@ func TestReadmeListsKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range userKeys {
+	for _, k := range UserKeys() {
 		if !strings.Contains(string(readme), "| `"+k+"` |") {
 			t.Errorf("README annotation table lacks user key %q", k)
 		}
 	}
-	for _, k := range ownKeys {
+	for _, k := range OwnKeys() {
 		if !strings.Contains(string(readme), "`"+Prefix+k+"`") {
 			t.Errorf("README lacks ibkube-written key %q", Prefix+k)
 		}

@@ -15,8 +15,14 @@ const (
 	ModeNone      = "none"
 )
 
-// AcceptedModes lists every accepted mode value for an error message.
-const AcceptedModes = "rdma-shared, rdma-exclusive, ipoib, rdma-shared,ipoib, rdma-exclusive,ipoib, none"
+// ModeNames are the names a mode value combines, in the order messages
+// list them.
+func ModeNames() []string { return []string{ModeShared, ModeExclusive, ModeIPoIB, ModeNone} }
+
+// AcceptedModes lists every accepted mode value for an error message: each
+// name alone, then ipoib with each RDMA mode, then none.
+const AcceptedModes = ModeShared + ", " + ModeExclusive + ", " + ModeIPoIB + ", " +
+	ModeShared + "," + ModeIPoIB + ", " + ModeExclusive + "," + ModeIPoIB + ", " + ModeNone
 
 // Mode is a parsed mode value. The zero Mode is none.
 type Mode struct {

@@ -2,6 +2,8 @@ package contract
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -61,5 +63,36 @@ func TestIPoIBNamespace(t *testing.T) {
 		if got := IPoIBNamespace(tc.configured, tc.release, tc.pod); got != tc.want {
 			t.Errorf("IPoIBNamespace(%q, %q, %q) = %q, want %q", tc.configured, tc.release, tc.pod, got, tc.want)
 		}
+	}
+}
+
+// TestAcceptedModesAreTheParsedOnes: the message's list is exactly the
+// canonical spelling of every value ParseMode accepts, each once, so a mode
+// added to the parser cannot be missing from the message (or the reverse).
+func TestAcceptedModesAreTheParsedOnes(t *testing.T) {
+	t.Parallel()
+	names := ModeNames()
+	var parsed []string
+	// Every combination of up to two names.
+	for i, a := range names {
+		for _, v := range append([]string{a}, names[i+1:]...) {
+			value := a
+			if v != a {
+				value = a + "," + v
+			}
+			m, err := ParseMode(value)
+			if err != nil {
+				continue
+			}
+			if s := m.String(); !slices.Contains(parsed, s) {
+				parsed = append(parsed, s)
+			}
+		}
+	}
+	listed := strings.Split(AcceptedModes, ", ")
+	slices.Sort(parsed)
+	slices.Sort(listed)
+	if d := cmp.Diff(parsed, listed); d != "" {
+		t.Errorf("AcceptedModes against what ParseMode accepts (-parsed +listed):\n%s", d)
 	}
 }

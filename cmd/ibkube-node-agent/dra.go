@@ -62,12 +62,18 @@ func addDRAServer(ctx context.Context, a *agent.Agent, opts options, cluster *ap
 		return err
 	}
 	sysfs := opts.sysfsRoot
-	d, err := dra.New(dra.Config{
+	cfg := dra.Config{
 		NodeName: opts.nodeName,
 		CDIDir:   opts.dra.cdiDir,
 		PCIeRoot: func(addr string) (string, error) { return dra.PCIeRoot(sysfs, addr) },
+		Metrics:  a.Registry(),
+		Claims:   cs.ResourceV1(),
 		Plugin:   dra.PluginOptions{Client: cs, PodUID: opts.dra.podUID, PluginDir: opts.dra.pluginDir, RegistryDir: opts.dra.registryDir},
-	}, log)
+	}
+	if cluster != nil {
+		cfg.Events = recorderSink{rec: cluster.recorder, node: opts.nodeName}
+	}
+	d, err := dra.New(cfg, log)
 	if err != nil {
 		return err
 	}

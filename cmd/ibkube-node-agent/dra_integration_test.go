@@ -50,9 +50,9 @@ func TestRunDRA(t *testing.T) {
 			"--cdi-dir", t.TempDir(), "--metrics-bind-address=0", "--health-probe-bind-address=0", "--log-level=error",
 		})
 	}()
-	s := dratest.OneSlice(ctx, t, cs, 60*time.Second, done).Spec
-	if s.Driver != contract.DRADriverName || len(s.Devices) != 16 {
-		t.Errorf("slice: driver %s, %d devices; want %s, 16", s.Driver, len(s.Devices), contract.DRADriverName)
+	pool := dratest.Pool(ctx, t, cs, 60*time.Second, done)
+	if s := pool.Slices[0].Spec; s.Driver != contract.DRADriverName || len(pool.Devices) != 16 {
+		t.Errorf("slices: driver %s, %d devices; want %s, 16", s.Driver, len(pool.Devices), contract.DRADriverName)
 	}
 	entries := func(d string) []string {
 		es, _ := os.ReadDir(d)

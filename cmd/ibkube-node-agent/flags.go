@@ -81,8 +81,8 @@ func flagSet(o *options, getenv func(string) string, out io.Writer) *flag.FlagSe
 
 // check validates the parsed command line.
 func (o *options) check(fs *flag.FlagSet) error {
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: ibkube-node-agent takes flags only", fs.Args())
+	if err := cmdline.NoArgs(fs); err != nil {
+		return err
 	}
 	if o.observe.period <= 0 {
 		return fmt.Errorf("--counters-period %s: want a positive duration such as 15s", o.observe.period)

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/ibkube/ibkube/hca/discovery"
+	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/internal/logging"
 	"github.com/ibkube/ibkube/node/agent"
 	"github.com/ibkube/ibkube/node/config"
@@ -24,10 +24,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "ibkube-node-agent:", err)
-		os.Exit(1)
-	}
+	os.Exit(cmdline.Exit(os.Stderr, "ibkube-node-agent", err))
 }
 
 func run(ctx context.Context, args []string) error {

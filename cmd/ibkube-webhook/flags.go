@@ -37,8 +37,8 @@ func flagSet(o *options, getenv func(string) string, out io.Writer) *flag.FlagSe
 	fs.StringVar(&s.CertDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key, reloaded on rotation")
 	fs.StringVar(&s.Host, "host", "", "address the webhook server listens on (empty: all)")
 	fs.IntVar(&s.Port, "port", 9443, "webhook server port; the webhook path is /mutate-v1-pod")
-	fs.IntVar(&s.Limits.MaxInFlight, "max-requests-in-flight", s.Limits.MaxInFlight, "admission requests handled at once; more get 429 with Retry-After before their body is read (each may hold a few times the 4 MiB body cap: size it with the memory limit)")
-	fs.IntVar(&s.Limits.MaxConns, "max-connections", s.Limits.MaxConns, "open connections to the webhook port; more are closed when accepted")
+	fs.IntVar(&s.Limits.MaxInFlight, "max-requests-in-flight", s.Limits.MaxInFlight, "admission requests decided at once, each taking a slot only once its body has arrived; more wait up to 2 s, then get 429 with Retry-After (each may hold a few times the 4 MiB body cap: size it with the memory limit)")
+	fs.IntVar(&s.Limits.MaxConns, "max-connections", s.Limits.MaxConns, "open connections to the webhook port; at the cap an idle (or silent) one is closed to admit a new one, else the new one is closed when accepted")
 	fs.DurationVar(&s.Limits.DrainPeriod, "shutdown-drain", s.Limits.DrainPeriod, "after SIGTERM, keep answering this long with Connection: close so the API server's kept-alive connections end cleanly (keep below the pod's terminationGracePeriodSeconds minus its preStop)")
 	fs.StringVar(&s.MetricsBindAddress, "metrics-bind-address", ":8080", "Prometheus /metrics address (0: off)")
 	fs.StringVar(&s.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "/healthz and /readyz address (0: off)")
@@ -62,8 +62,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (o opt
 // check validates the parsed command line and completes the cert options.
 func (o *options) check(fs *flag.FlagSet) error {
 	s := &o.server
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: ibkube-webhook takes flags only", fs.Args())
+	if err := cmdline.NoArgs(fs); err != nil {
+		return err
 	}
 	if s.Port < 1 || s.Port > 65535 {
 		return fmt.Errorf("--port %d: want 1-65535", s.Port)

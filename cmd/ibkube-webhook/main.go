@@ -3,23 +3,20 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/internal/logging"
 	"github.com/ibkube/ibkube/webhook/certs"
 	"github.com/ibkube/ibkube/webhook/server"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "ibkube-webhook:", err)
-		os.Exit(1)
-	}
+	os.Exit(cmdline.Exit(os.Stderr, "ibkube-webhook", run(os.Args[1:])))
 }
 
 func run(args []string) error {

@@ -26,7 +26,7 @@ func runDoctor(ctx context.Context, args []string, s stdio) error {
 	stateDir := fs.String("state-dir", "/var/lib/ibkube", "the agent's --state-dir, where it records the HCAs each shared slot got")
 	memlockMax := fs.String("memlock-max", "", `the agent's --memlock-max ("unlimited", "64Gi"; empty: what the runtime holds)`)
 	output := fs.String("o", "text", "output format: text or json")
-	if done, err := parseSubcommand(fs, args, "ibkube doctor"); done {
+	if done, err := parse("ibkube doctor", fs, args, func() error { return cmdline.NoArgs(fs) }); done {
 		return err
 	}
 	if *output != "text" && *output != "json" {

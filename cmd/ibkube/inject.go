@@ -42,12 +42,14 @@ func runInject(_ context.Context, args []string, s stdio) error {
 		fmt.Fprint(s.err, injectUsage)
 		fs.PrintDefaults()
 	}
-	if done, err := parseFlags(fs, args); done {
+	if done, err := parse("inject", fs, args, func() error {
+		if *file == "" || fs.NArg() > 0 {
+			fs.Usage()
+			return errors.New("-f FILE or -f - is required, and no positional arguments")
+		}
+		return nil
+	}); done {
 		return err
-	}
-	if *file == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return errors.New("inject: -f FILE or -f - is required, and no positional arguments")
 	}
 
 	cfg, err := webhookConfig("inject", *cfgPath, *release)

@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/ibkube/ibkube/internal/cmdline"
 )
 
 // stdio carries the streams a subcommand reads and writes, so tests can run
@@ -27,17 +29,16 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
-// parseFlags parses args into fs. done is true when the command must stop:
-// after -h (fs has printed its usage, err is nil) or on a bad flag (fs has
-// printed the error, err asks for exit status 2).
-func parseFlags(fs *flag.FlagSet, args []string) (done bool, err error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return true, nil
-		}
-		return true, exitError{code: 2}
+// parse is every subcommand's command line (cmdline.Parse), its errors
+// named after the subcommand. done is true when the subcommand must stop:
+// after -h (fs has printed its usage, err is nil) or on a bad command line
+// (err is a *cmdline.UsageError: exit status 2, printed once).
+func parse(name string, fs *flag.FlagSet, args []string, check func() error) (done bool, err error) {
+	help, err := cmdline.Parse(fs, args, check)
+	if err != nil {
+		return true, fmt.Errorf("%s: %w", name, err)
 	}
-	return false, nil
+	return help, nil
 }
 
 type subcommand struct {
@@ -81,12 +82,16 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr})
 	stop()
+	os.Exit(exitStatus(os.Stderr, err))
+}
+
+// exitStatus reports err on w, once, and returns the status to exit with:
+// a subcommand's own (doctor's failed checks), 2 for a bad command line,
+// 1 for any other error.
+func exitStatus(w io.Writer, err error) int {
 	var ee exitError
-	switch {
-	case errors.As(err, &ee):
-		os.Exit(ee.code)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "ibkube:", err)
-		os.Exit(1)
+	if errors.As(err, &ee) {
+		return ee.code
 	}
+	return cmdline.Exit(w, "ibkube", err)
 }

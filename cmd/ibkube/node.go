@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -12,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/inventory"
@@ -19,20 +22,32 @@ import (
 	"github.com/ibkube/ibkube/node/agent"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/counters"
+	"github.com/ibkube/ibkube/node/dra/slice"
 	"github.com/ibkube/ibkube/node/resource"
 )
 
 // runNode prints the node's HCAs as the agent sees them: which resource each
-// feeds (or which selector excludes it), health and reason.
+// feeds (or which selector excludes it), health and reason; or, with
+// -o slices, the ResourceSlices the DRA agent would publish for them.
 func runNode(ctx context.Context, args []string, s stdio) error {
 	fs := cmdline.NewFlagSet("ibkube node", s.err)
 	host := addHostFlags(fs)
-	output := fs.String("o", "table", "output format: table or json")
-	if done, err := parseSubcommand(fs, args, "node"); done {
+	output := fs.String("o", "table", "output format: table, json, or slices (the resource.k8s.io/v1 ResourceSlices the agent publishes with --allocation=dra, as a YAML stream)")
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "with -o slices: the Kubernetes node the slices are for (default $NODE_NAME, else the host name)")
+	if done, err := parse("node", fs, args, func() error { return cmdline.NoArgs(fs) }); done {
 		return err
 	}
-	if *output != "table" && *output != "json" {
-		return fmt.Errorf("node: -o %q: want table or json", *output)
+	switch *output {
+	case "table", "json", "slices":
+	default:
+		return fmt.Errorf("node: -o %q: want table, json or slices", *output)
+	}
+	if *output == "slices" {
+		name, err := sliceNodeName(*nodeName)
+		if err != nil {
+			return err
+		}
+		*nodeName = name
 	}
 	cfg, err := config.Load(*host.config)
 	if err != nil {
@@ -47,6 +62,9 @@ func runNode(ctx context.Context, args []string, s stdio) error {
 		return fmt.Errorf("node: scan %s: %w", *host.sysfsRoot, err)
 	}
 	model := resource.Build(cfg, node, resource.Options{})
+	if *output == "slices" {
+		return printSlices(s.out, model, *nodeName, *host.sysfsRoot)
+	}
 	report := agent.Report(model)
 	if len(report) == 0 {
 		fmt.Fprintf(s.err, "no RDMA devices under %s (source: %s)\n", *host.sysfsRoot, dash(node.Source))
@@ -75,6 +93,44 @@ func partitionLine(w io.Writer, p inventory.Partition) error {
 		_, err = fmt.Fprintf(w, "\nPartition: - (%s: %s)\n", p.State, text(p.Reason))
 	}
 	return err
+}
+
+// printSlices writes the ResourceSlices the DRA agent would publish for the
+// node, through the agent's own code (node/dra/slice), as a YAML stream.
+func printSlices(w io.Writer, m *resource.Model, node, sysfsRoot string) error {
+	facts := slice.NodeFacts{Name: node, PCIeRoots: map[string]string{}}
+	for _, st := range m.HCAs {
+		if root, err := slice.PCIeRoot(sysfsRoot, st.HCA.PCIAddress); err == nil {
+			facts.PCIeRoots[st.HCA.PCIAddress] = root
+		}
+	}
+	for i, obj := range slice.Objects(slice.Slices(m, facts), node) {
+		data, err := yaml.Marshal(obj)
+		if err != nil {
+			return fmt.Errorf("node: encode ResourceSlice %d: %w", i, err)
+		}
+		if _, err := fmt.Fprintf(w, "---\n%s", data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sliceNodeName is the pool's node: the flag, else the host name, which
+// must be a Kubernetes node name.
+func sliceNodeName(flag string) (string, error) {
+	node := flag
+	if node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return "", fmt.Errorf("node: -o slices needs --node-name: %w", err)
+		}
+		node = h
+	}
+	if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
+		return "", fmt.Errorf("node: --node-name %q: %s; want a Kubernetes node name", node, strings.Join(errs, "; "))
+	}
+	return node, nil
 }
 
 // nodeHCA is one HCA in `ibkube node -o json`: the agent's report plus

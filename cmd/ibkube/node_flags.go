@@ -2,10 +2,8 @@ package main
 
 import (
 	"flag"
-	"fmt"
 
 	"github.com/ibkube/ibkube/hca/discovery"
-	"github.com/ibkube/ibkube/internal/cmdline"
 )
 
 // hostFlags are the flags `ibkube node` and `ibkube doctor` share: where to
@@ -29,20 +27,4 @@ func (h hostFlags) netlink() discovery.Netlink {
 		return discovery.SystemNetlink{}
 	}
 	return nil
-}
-
-// parseSubcommand parses args into fs for the subcommand name and refuses
-// positional arguments. done is true when the subcommand must stop: after
-// -h (fs has printed its usage, err is nil) or on a bad command line.
-func parseSubcommand(fs *flag.FlagSet, args []string, name string) (done bool, err error) {
-	help, err := cmdline.Parse(fs, args, func() error {
-		if fs.NArg() > 0 {
-			return fmt.Errorf("unexpected arguments %q", fs.Args())
-		}
-		return nil
-	})
-	if err != nil {
-		return true, fmt.Errorf("%s: %w", name, err)
-	}
-	return help, nil
 }

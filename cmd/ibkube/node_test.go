@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/internal/golden"
 )
@@ -28,7 +32,7 @@ func TestRunNodeGolden(t *testing.T) {
 	// RoCE needs a config: the default pools take InfiniBand only.
 	cases = append(cases, nodeCase{"oci-h100-roce", "oci-h100", filepath.Join("testdata", "node", "oci-h100-roce.yaml")})
 	for _, tc := range cases {
-		for _, format := range []string{"json", "table"} {
+		for _, format := range []string{"json", "table", "slices"} {
 			t.Run(tc.name+"/"+format, func(t *testing.T) {
 				t.Parallel()
 				dir := fixture.BuildTemp(t, tc.fixture)
@@ -38,11 +42,11 @@ func TestRunNodeGolden(t *testing.T) {
 				}
 				var out, errb bytes.Buffer
 				args := []string{"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir),
-					"--config", cfg, "-o", format}
+					"--config", cfg, "-o", format, "--node-name", "node-0"}
 				if err := runNode(context.Background(), args, stdio{out: &out, err: &errb}); err != nil {
 					t.Fatalf("runNode: %v (%s)", err, errb.String())
 				}
-				ext := map[string]string{"json": ".json", "table": ".txt"}[format]
+				ext := map[string]string{"json": ".json", "table": ".txt", "slices": ".slices.yaml"}[format]
 				golden.Check(t, filepath.Join("testdata", "node", tc.name+ext), out.Bytes())
 			})
 		}
@@ -93,9 +97,10 @@ func TestRunNodeErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-o", "yaml"}, `node: -o "yaml": want table or json`},
+		{[]string{"-o", "yaml"}, `node: -o "yaml": want table, json or slices`},
+		{[]string{"--config", "none.yaml", "-o", "slices", "--node-name", "Node_0"}, `node: --node-name "Node_0": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*'); want a Kubernetes node name`},
 		{[]string{"--config", bad}, `node: ` + bad + `: pools[0].mode: "both" is not a mode; accepted: shared, exclusive`},
-		{[]string{"extra"}, `node: unexpected arguments ["extra"]`},
+		{[]string{"extra"}, `node: unexpected arguments ["extra"]: ibkube node takes flags only`},
 		// A root that cannot list RDMA devices is an error, not "no HCAs".
 		{[]string{"--config", "none.yaml", "--sysfs-root", filepath.Join(dir, "missing")}, `node: sysfs root ` + filepath.Join(dir, "missing") + ` does not exist; accepted: /sys, or a directory laid out like it`},
 		{[]string{"--config", "none.yaml", "--sysfs-root", dir}, `node: no ` + filepath.Join(dir, "class", "infiniband") + `: the RDMA core is not loaded (modprobe mlx5_ib, or install the NIC driver), or ` + dir + ` is not a sysfs tree`},
@@ -207,5 +212,44 @@ func TestRunNodeHostileTree(t *testing.T) {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
+	}
+}
+
+// TestRunNodeSlicesAreTheAgents: `ibkube node -o slices` prints, object for
+// object, what the DRA agent's code makes of the same tree (node/dra's
+// Resources, as the driver hands it to the slice controller), decodable as
+// resource.k8s.io/v1 ResourceSlices.
+func TestRunNodeSlicesAreTheAgents(t *testing.T) {
+	t.Parallel()
+	dir := fixture.BuildTemp(t, fixture.NDv5)
+	var out bytes.Buffer
+	if err := runNode(context.Background(), []string{"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir),
+		"--config", filepath.Join(dir, "none.yaml"), "-o", "slices", "--node-name", "nd-7"}, stdio{out: &out, err: &bytes.Buffer{}}); err != nil {
+		t.Fatal(err)
+	}
+	var got []resourceapi.ResourceSlice
+	for _, doc := range strings.Split(out.String(), "---\n")[1:] {
+		var s resourceapi.ResourceSlice
+		if err := sigsyaml.UnmarshalStrict([]byte(doc), &s); err != nil {
+			t.Fatalf("decode %q: %v", doc, err)
+		}
+		got = append(got, s)
+	}
+	if len(got) != 2 || got[0].Kind != "ResourceSlice" || got[0].APIVersion != "resource.k8s.io/v1" {
+		t.Fatalf("%d slices %+v, want a counters slice and a devices slice of resource.k8s.io/v1", len(got), got)
+	}
+	var devices, sets int
+	for _, s := range got {
+		if s.Spec.Driver != contract.DRADriverName || s.Spec.Pool.Name != "nd-7" || s.Spec.NodeName == nil || *s.Spec.NodeName != "nd-7" || s.Spec.Pool.ResourceSliceCount != 2 {
+			t.Errorf("slice %s: driver %s, pool %+v, node %v", s.GenerateName, s.Spec.Driver, s.Spec.Pool, s.Spec.NodeName)
+		}
+		devices += len(s.Spec.Devices)
+		sets += len(s.Spec.SharedCounters)
+	}
+	if devices != 16 || sets != 8 {
+		t.Errorf("%d devices and %d counter sets, want 16 and 8", devices, sets)
+	}
+	if root := got[1].Spec.Devices[len(got[1].Spec.Devices)-1].Attributes["resource.kubernetes.io/pcieRoot"]; root.StringValue == nil || *root.StringValue != "pci0108:00" {
+		t.Errorf("ib-mlx5-7 pcieRoot %v, want pci0108:00 read from the tree", root)
 	}
 }

@@ -37,12 +37,14 @@ func runPolicy(_ context.Context, args []string, s stdio) error {
 		fmt.Fprint(s.err, policyUsage)
 		fs.PrintDefaults()
 	}
-	if done, err := parseFlags(fs, args); done {
+	if done, err := parse("policy", fs, args, func() error {
+		if fs.NArg() > 0 {
+			fs.Usage()
+			return fmt.Errorf("unexpected argument %q; accepted: flags only", fs.Arg(0))
+		}
+		return nil
+	}); done {
 		return err
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return fmt.Errorf("policy: unexpected argument %q; accepted: flags only", fs.Arg(0))
 	}
 	if *chartData {
 		out, err := policy.ChartData()

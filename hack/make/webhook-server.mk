@@ -9,9 +9,13 @@ bench-webhook-handler: ## Benchmark the admission handler against a no-op contro
 	$(GO) test -run '^$$' -bench '^BenchmarkAdmission$$' -benchmem -count 1 $(WEBHOOK_HANDLER_PKG)
 BENCH_TARGETS += bench-webhook-handler
 
+ATTACK_SECONDS ?= 8
+
 .PHONY: bench-webhook-attack
-bench-webhook-attack: ## Peak heap and RSS of the webhook server under stalled uploads and floods of large reviews (loopback).
-	$(GO) test -run '^$$' -bench '^BenchmarkAttack' -benchtime 2x -count 1 ./webhook/server
+bench-webhook-attack: envtest-assets ## The real ibkube-webhook in a 256 MiB memory cgroup (root, cgroup v1) under floods of forged reviews, slow bodies, connection floods and echo amplification, a legitimate review stream beside it (loopback; ATTACK_SECONDS per attack, default 8).
+	$(GO) build -o $(OUTPUT)/bench/ibkube-webhook ./cmd/ibkube-webhook
+	IBKUBE_WEBHOOK_BIN=$(OUTPUT)/bench/ibkube-webhook ATTACK_REPORT=$(OUTPUT)/reports/webhook-attack.md ATTACK_SECONDS=$(ATTACK_SECONDS) \
+		KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -tags integration -timeout 20m -v -run '^TestAttacks$$' ./test/attack/
 BENCH_TARGETS += bench-webhook-attack
 
 .PHONY: test-integration-webhook

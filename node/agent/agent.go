@@ -198,7 +198,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	launch("kubelet server", srv.Run)
 	if lis, addr := a.cfg.MetricsListener, a.cfg.MetricsAddr; lis != nil || (addr != "" && addr != "0") {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+		// One collector's bad sample (a name from sysfs that is no valid
+		// label value) is logged and left out; the scrape keeps the rest.
+		mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 		launch("metrics server", func(ctx context.Context) error { return serveHTTP(ctx, lis, addr, mux) })
 	}
 	if lis, addr := a.cfg.HealthListener, a.cfg.HealthAddr; lis != nil || (addr != "" && addr != "0") {

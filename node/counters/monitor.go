@@ -322,17 +322,17 @@ func (m *Monitor) Collect(ch chan<- prometheus.Metric) {
 		h := st.owners[p.HCA]
 		pair := func(d *prometheus.Desc, xmit, rcv string, scale uint64) {
 			if v, ok := p.Counters[xmit]; ok {
-				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v*scale), p.HCA, port, "xmit", h.Namespace, h.Pod, h.Container)
+				ch <- constMetric(d, prometheus.CounterValue, float64(v*scale), p.HCA, port, "xmit", h.Namespace, h.Pod, h.Container)
 			}
 			if v, ok := p.Counters[rcv]; ok {
-				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v*scale), p.HCA, port, "rcv", h.Namespace, h.Pod, h.Container)
+				ch <- constMetric(d, prometheus.CounterValue, float64(v*scale), p.HCA, port, "rcv", h.Namespace, h.Pod, h.Container)
 			}
 		}
 		pair(descData, XmitData, RcvData, DataOctetsPerUnit)
 		pair(descPackets, XmitPackets, RcvPackets, 1)
 		for _, name := range ErrorCounterNames() {
 			if v, ok := p.Counters[name]; ok {
-				ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(v), p.HCA, port, name)
+				ch <- constMetric(descErrors, prometheus.CounterValue, float64(v), p.HCA, port, name)
 			}
 		}
 		names := make([]string, 0, len(p.HW))
@@ -341,7 +341,7 @@ func (m *Monitor) Collect(ch chan<- prometheus.Metric) {
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			ch <- prometheus.MustNewConstMetric(descHW, prometheus.CounterValue, float64(p.HW[n]), p.HCA, port, n)
+			ch <- constMetric(descHW, prometheus.CounterValue, float64(p.HW[n]), p.HCA, port, n)
 		}
 	}
 	idle := 0
@@ -350,10 +350,10 @@ func (m *Monitor) Collect(ch chan<- prometheus.Metric) {
 		if v.Idle {
 			x, idle = 1, idle+1
 		}
-		ch <- prometheus.MustNewConstMetric(descIdle, prometheus.GaugeValue, x, v.Holder.Namespace, v.Holder.Pod, v.Holder.Container)
+		ch <- constMetric(descIdle, prometheus.GaugeValue, x, v.Holder.Namespace, v.Holder.Pod, v.Holder.Container)
 	}
-	ch <- prometheus.MustNewConstMetric(descIdleCount, prometheus.GaugeValue, float64(idle))
-	ch <- prometheus.MustNewConstMetric(descExclusiveShared, prometheus.GaugeValue, float64(st.overlaps))
+	ch <- constMetric(descIdleCount, prometheus.GaugeValue, float64(idle))
+	ch <- constMetric(descExclusiveShared, prometheus.GaugeValue, float64(st.overlaps))
 }
 
 // Ports returns the last reading's totals (for /counters and the CLI).

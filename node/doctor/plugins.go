@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/node/deviceplugin"
 	"github.com/ibkube/ibkube/node/resource"
 )
@@ -24,6 +25,14 @@ const DefaultKubeletSocketDir = "/var/lib/kubelet/device-plugins"
 // plugin directory (kubernetes pkg/kubelet/cm/devicemanager/manager.go
 // kubeletDeviceManagerCheckpoint).
 const kubeletCheckpoint = "kubelet_internal_checkpoint"
+
+// maxCheckpointSize bounds the checkpoint read. The kubelet writes one JSON
+// document holding an entry per allocated device of every pod on the node
+// plus the registered device IDs: a few hundred KiB on a full node. The read
+// goes through discovery.ReadFile (non-blocking open, regular files only),
+// so a FIFO, /dev/zero or a huge file in its place is an error, not a hang
+// or an exhausted doctor.
+const maxCheckpointSize = 16 << 20
 
 // KubeletPluginFacts are what the kubelet's device plugin directory shows.
 type KubeletPluginFacts struct {
@@ -61,7 +70,7 @@ func gatherKubeletPlugins(dir string) KubeletPluginFacts {
 			f.Sockets = append(f.Sockets, e.Name())
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(dir, kubeletCheckpoint))
+	b, err := discovery.ReadFile(filepath.Join(dir, kubeletCheckpoint), maxCheckpointSize)
 	switch {
 	case err == nil:
 		var cp checkpointFile

@@ -35,7 +35,7 @@ func (s recordingServer) Run(ctx context.Context) error {
 // inotify events there, so port changes come from discovery's port poll.
 func runAgent(t testing.TB, h *host) (*recordingPublisher, func()) {
 	t.Helper()
-	d, err := New(Config{NodeName: "node-0", CDIDir: t.TempDir()}, logr.Discard())
+	d, err := New(Config{NodeName: "node-0", CDIDir: t.TempDir(), RecoverHold: testRecoverHold, MinPublishInterval: testMinPublishInterval}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
 )
 
@@ -101,4 +106,68 @@ func BenchmarkPortChangeToSlice(b *testing.B) {
 		times = append(times, time.Since(start))
 	}
 	reportPercentiles(b, times)
+}
+
+// mainShape is the node's slices as published before HCA counters: one
+// slice of every device, no shared counters, and the port state as an
+// attribute. It is the baseline of BenchmarkAllocator.
+func mainShape(objs []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+	one := objs[0].DeepCopy()
+	one.Spec.SharedCounters = nil
+	one.Spec.Devices = nil
+	one.Spec.Pool.ResourceSliceCount = 1
+	for _, s := range objs {
+		for _, d := range s.Spec.Devices {
+			d = *d.DeepCopy()
+			d.ConsumesCounters = nil
+			d.Attributes["portState"] = resourceapi.DeviceAttribute{StringValue: ptr.To("ACTIVE")}
+			one.Spec.Devices = append(one.Spec.Devices, d)
+		}
+	}
+	return []*resourceapi.ResourceSlice{one}
+}
+
+// BenchmarkAllocator is the scheduler's work per node and pod (what its
+// Filter does: a new allocator over the node's slices and one Allocate) on
+// the ND v5 node, for the slices as published ("published") and as they
+// were before HCA counters ("main"): an rdma/ib: 8 pod on an empty node,
+// and an rdma/shared_ib: 1 pod where 30 sharers and an rdma/ib: 4 pod run.
+func BenchmarkAllocator(b *testing.B) {
+	for _, shape := range []string{"main", "published"} {
+		for _, tc := range []struct {
+			name  string
+			setup func(s *scheduler)
+			claim *resourceapi.ResourceClaim
+		}{
+			{"ib8-empty", func(*scheduler) {}, extendedClaim("pod", contract.DeviceClassIB, 8)},
+			{"shared1-busy", func(s *scheduler) {
+				s.allocate(extendedClaim("four", contract.DeviceClassIB, 4))
+				for i := range 30 {
+					s.allocate(hcaClaim(fmt.Sprintf("sharer-%d", i), contract.DeviceClassSharedIB, fmt.Sprintf("mlx5_%d", 4+i%4)))
+				}
+			}, extendedClaim("pod", contract.DeviceClassSharedIB, 1)},
+		} {
+			b.Run(shape+"/"+tc.name, func(b *testing.B) {
+				s := newScheduler(b, newHost(b, fixture.NDv5, nil))
+				if shape == "main" {
+					s.slices = mainShape(s.slices)
+				}
+				tc.setup(s)
+				st := s.state()
+				node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0"}}
+				ctx := context.Background()
+				b.ReportAllocs()
+				for b.Loop() {
+					a, err := structured.NewAllocator(ctx, schedulerFeatures, st, s.classes, s.slices, s.cel)
+					if err != nil {
+						b.Fatal(err)
+					}
+					res, err := a.Allocate(ctx, node, []*resourceapi.ResourceClaim{tc.claim})
+					if err != nil || len(res) != 1 {
+						b.Fatalf("allocate: %v, %d results", err, len(res))
+					}
+				}
+			})
+		}
+	}
 }

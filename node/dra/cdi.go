@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -35,9 +36,16 @@ const (
 // need after the claim object and this process are gone.
 const (
 	annotationClaim = contract.DRADriverName + "/claim"
-	// annotationExclusive lists the claim's exclusive devices, so that
-	// Prepare refuses to hand one to a second claim.
-	annotationExclusive = contract.DRADriverName + "/exclusive-devices"
+	// annotationExclusive and annotationShared list the HCAs the claim
+	// holds exclusively and as a sharer, so that Prepare refuses an HCA
+	// one claim holds exclusively to any other. Admin-access requests hold
+	// nothing: the API lets them reach devices in use.
+	annotationExclusive = contract.DRADriverName + "/exclusive-hcas"
+	annotationShared    = contract.DRADriverName + "/shared-hcas"
+	// annotationLegacyExclusive is what agents before HCA-level holds
+	// wrote: the exclusive devices by name ("ib-mlx5-0"). Still read, so
+	// that an upgraded agent keeps the holds of running pods.
+	annotationLegacyExclusive = contract.DRADriverName + "/exclusive-devices"
 )
 
 // Request is one request of a claim with the devices allocated to it.
@@ -46,6 +54,9 @@ type Request struct {
 	// ("gpu-nic" or, for a subrequest, "gpu-nic/ib").
 	Name    string
 	Devices []Device
+	// AdminAccess: the request was allocated with admin access (a
+	// monitoring claim): it gets the devices but holds none of them.
+	AdminAccess bool
 }
 
 // CDIDeviceName is the CDI device of one request of a claim: unique per
@@ -66,22 +77,18 @@ func CDIDeviceID(claim types.UID, request string) string {
 // node's NCCL topology file, as the device plugin's Allocate gives them.
 func ClaimSpec(claim types.UID, ref string, reqs []Request) (*cdispec.Spec, error) {
 	spec := &cdispec.Spec{Kind: CDIKind, Annotations: map[string]string{annotationClaim: ref}}
-	var exclusive []string
 	for _, r := range reqs {
 		edits, err := requestEdits(r.Devices)
 		if err != nil {
 			return nil, fmt.Errorf("request %q: %w", r.Name, err)
 		}
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: CDIDeviceName(claim, r.Name), ContainerEdits: edits})
-		for _, d := range r.Devices {
-			if d.Pool.Exclusive() && !slices.Contains(exclusive, d.Name) {
-				exclusive = append(exclusive, d.Name)
-			}
-		}
 	}
-	if len(exclusive) > 0 {
-		sort.Strings(exclusive)
-		spec.Annotations[annotationExclusive] = strings.Join(exclusive, ",")
+	h := holdsOf(reqs)
+	for key, hcas := range map[string][]string{annotationExclusive: h.exclusive, annotationShared: h.shared} {
+		if len(hcas) > 0 {
+			spec.Annotations[key] = strings.Join(hcas, ",")
+		}
 	}
 	v, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
@@ -131,13 +138,83 @@ func containerEdits(g resource.Grant) cdispec.ContainerEdits {
 	return e
 }
 
+// holds are the HCAs one claim holds, by kernel name, sorted.
+type holds struct {
+	exclusive, shared []string
+	// legacyDevices are exclusive devices by name, from a spec an older
+	// agent wrote; the driver resolves them to HCAs through its model.
+	legacyDevices []string
+}
+
+// holdsOf is what a claim's requests hold: the HCAs of its exclusive-pool
+// devices exclusively, those of its shared-pool devices as a sharer; an
+// admin-access request holds nothing.
+func holdsOf(reqs []Request) holds {
+	var h holds
+	for _, r := range reqs {
+		if r.AdminAccess {
+			continue
+		}
+		for _, d := range r.Devices {
+			list := &h.shared
+			if d.Pool.Exclusive() {
+				list = &h.exclusive
+			}
+			if !slices.Contains(*list, d.HCA.Name) {
+				*list = append(*list, d.HCA.Name)
+			}
+		}
+	}
+	sort.Strings(h.exclusive)
+	sort.Strings(h.shared)
+	return h
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, it := range strings.Split(s, ",") {
+		if it != "" {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+func holdsFromSpec(spec *cdispec.Spec) holds {
+	return holds{
+		exclusive:     splitList(spec.Annotations[annotationExclusive]),
+		shared:        splitList(spec.Annotations[annotationShared]),
+		legacyDevices: splitList(spec.Annotations[annotationLegacyExclusive]),
+	}
+}
+
+// uidPattern is the form of the UIDs the API server gives objects
+// (k8s.io/apimachinery/pkg/util/uuid: an RFC 4122 UUID in lower case).
+var uidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// CheckUID refuses a claim UID that is not the API server's UID form
+// before it becomes part of a file name: a "../" in it would reach files
+// outside the CDI directory.
+func CheckUID(uid types.UID) error {
+	if !uidPattern.MatchString(string(uid)) {
+		const max = 64
+		v := string(uid)
+		if len(v) > max {
+			v = v[:max] + "..."
+		}
+		return fmt.Errorf("claim UID %q is not a UID; want the API server's form, 8-4-4-4-12 lower-case hex digits", v)
+	}
+	return nil
+}
+
 // specStore keeps one CDI spec file per claim UID in a directory: the
 // driver's only state, so a restarted agent (or the other instance of a
-// rolling update) sees what is prepared.
+// rolling update) sees what is prepared. Every method refuses a UID that
+// is not one (CheckUID) before it touches a path.
 type specStore struct {
 	dir string
-	// seen caches the exclusive devices of spec files by name, valid while
-	// the file's size and modification time stay; nil disables it.
+	// seen caches the holds of spec files by name, valid while the file's
+	// size and modification time stay; nil disables it.
 	seen *holderCache
 }
 
@@ -149,7 +226,7 @@ type holderCache struct {
 type cachedHolders struct {
 	size    int64
 	modTime time.Time
-	devices []string
+	holds   holds
 }
 
 const specPrefix = contract.DRADriverName + "-" + CDIClass + "_"
@@ -158,9 +235,22 @@ func (s specStore) path(claim types.UID) string {
 	return filepath.Join(s.dir, specPrefix+string(claim)+".json")
 }
 
+// uidOf is the claim UID a spec file of this store is named after.
+func uidOf(fileName string) (types.UID, bool) {
+	uid, ok := strings.CutPrefix(fileName, specPrefix)
+	if !ok {
+		return "", false
+	}
+	uid, ok = strings.CutSuffix(uid, ".json")
+	return types.UID(uid), ok && CheckUID(types.UID(uid)) == nil
+}
+
 // write replaces the claim's spec atomically: a runtime reading the
 // directory sees the old file or the new one, never a part.
 func (s specStore) write(claim types.UID, spec *cdispec.Spec) error {
+	if err := CheckUID(claim); err != nil {
+		return err
+	}
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return fmt.Errorf("encode CDI spec of claim %s: %w", claim, err)
@@ -178,6 +268,9 @@ func (s specStore) write(claim types.UID, spec *cdispec.Spec) error {
 
 // read returns the claim's spec, or nil when there is none.
 func (s specStore) read(claim types.UID) (*cdispec.Spec, error) {
+	if err := CheckUID(claim); err != nil {
+		return nil, err
+	}
 	data, err := os.ReadFile(s.path(claim))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -193,15 +286,17 @@ func (s specStore) read(claim types.UID) (*cdispec.Spec, error) {
 }
 
 func (s specStore) remove(claim types.UID) error {
+	if err := CheckUID(claim); err != nil {
+		return err
+	}
 	if err := os.Remove(s.path(claim)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove CDI spec of claim %s: %w", claim, err)
 	}
 	return nil
 }
 
-// exclusiveHolders maps each exclusive device held by a prepared claim to
-// that claim's UID.
-func (s specStore) exclusiveHolders() (map[string]types.UID, error) {
+// holders returns the holds of every prepared claim by its UID.
+func (s specStore) holders() (map[types.UID]holds, error) {
 	entries, err := os.ReadDir(s.dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -216,25 +311,19 @@ func (s specStore) exclusiveHolders() (map[string]types.UID, error) {
 			s.seen.files = map[string]cachedHolders{}
 		}
 	}
-	out := map[string]types.UID{}
+	out := map[types.UID]holds{}
 	present := map[string]bool{}
 	for _, e := range entries {
-		uid, ok := strings.CutPrefix(e.Name(), specPrefix)
-		if !ok {
-			continue
-		}
-		uid, ok = strings.CutSuffix(uid, ".json")
+		uid, ok := uidOf(e.Name())
 		if !ok {
 			continue
 		}
 		present[e.Name()] = true
-		devs, ok := s.exclusiveOf(e, types.UID(uid))
+		h, ok := s.holdsOf(e, uid)
 		if !ok {
 			continue // gone meanwhile, or not ours to judge
 		}
-		for _, d := range devs {
-			out[d] = types.UID(uid)
-		}
+		out[uid] = h
 	}
 	if s.seen != nil {
 		for name := range s.seen.files {
@@ -246,30 +335,25 @@ func (s specStore) exclusiveHolders() (map[string]types.UID, error) {
 	return out, nil
 }
 
-// exclusiveOf returns the exclusive devices the spec file e holds, from
-// the cache when the file has not changed since it was read.
-func (s specStore) exclusiveOf(e os.DirEntry, uid types.UID) ([]string, bool) {
+// holdsOf returns what the spec file e holds, from the cache when the file
+// has not changed since it was read.
+func (s specStore) holdsOf(e os.DirEntry, uid types.UID) (holds, bool) {
 	info, err := e.Info()
 	if err != nil {
-		return nil, false
+		return holds{}, false
 	}
 	if s.seen != nil {
 		if c, ok := s.seen.files[e.Name()]; ok && c.size == info.Size() && c.modTime.Equal(info.ModTime()) {
-			return c.devices, true
+			return c.holds, true
 		}
 	}
 	spec, err := s.read(uid)
 	if err != nil || spec == nil {
-		return nil, false
+		return holds{}, false
 	}
-	var devs []string
-	for _, d := range strings.Split(spec.Annotations[annotationExclusive], ",") {
-		if d != "" {
-			devs = append(devs, d)
-		}
-	}
+	h := holdsFromSpec(spec)
 	if s.seen != nil {
-		s.seen.files[e.Name()] = cachedHolders{size: info.Size(), modTime: info.ModTime(), devices: devs}
+		s.seen.files[e.Name()] = cachedHolders{size: info.Size(), modTime: info.ModTime(), holds: h}
 	}
-	return devs, true
+	return h, true
 }

@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/node/resource"
@@ -34,10 +38,31 @@ type Config struct {
 	// PCIeRoot resolves an HCA's PCI address to its PCIe root complex;
 	// nil publishes no pcieRoot.
 	PCIeRoot func(pciAddress string) (string, error)
-	// Now is the clock of the health reports; nil is time.Now.
+	// Now is the clock of the health reports and of slice publishing; nil
+	// is time.Now.
 	Now func() time.Time
+	// RecoverHold is how long an HCA stays tainted in the slice after it
+	// is healthy again (0: DefaultRecoverHold); MinPublishInterval spaces
+	// slice writes that add no taint (0: DefaultMinPublishInterval).
+	RecoverHold, MinPublishInterval time.Duration
+	// Events receives the node's Events (a slice the API server refused,
+	// stale CDI specs removed); nil only logs them.
+	Events NodeEvents
+	// Metrics is where the driver registers its series; nil registers none.
+	Metrics prometheus.Registerer
+	// Claims reads ResourceClaims, to remove CDI specs whose claims are
+	// gone (ReconcileCDI) at start and every ReconcilePeriod (0:
+	// DefaultReconcilePeriod); nil disables that.
+	Claims          ClaimsGetter
+	ReconcilePeriod time.Duration
 	// Plugin is what Run needs to serve the kubelet.
 	Plugin PluginOptions
+}
+
+// NodeEvents sends Warning Events about the node (the binary builds it
+// from its event recorder).
+type NodeEvents interface {
+	NodeEvent(reason, message string)
 }
 
 // Driver is the DRA plugin: Update feeds it the agent's resource model after
@@ -47,10 +72,19 @@ type Driver struct {
 	log   logr.Logger
 	store specStore
 
+	metrics *metrics
+
 	mu        sync.Mutex
 	model     *resource.Model
 	pcieRoots map[string]string
 	publisher Publisher
+	damper    damper
+	// published is what the publisher last got, at lastWrite; retry looks
+	// again when a write was held back or a taint's hold ends.
+	published *resourceslice.DriverResources
+	lastWrite time.Time
+	retry     *time.Timer
+	retryAt   time.Time
 	health    kubeletplugin.DeviceHealthReport
 	// healthChanged is closed, and replaced, when health changes.
 	healthChanged chan struct{}
@@ -71,9 +105,22 @@ func New(cfg Config, log logr.Logger) (*Driver, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.RecoverHold == 0 {
+		cfg.RecoverHold = DefaultRecoverHold
+	}
+	if cfg.MinPublishInterval == 0 {
+		cfg.MinPublishInterval = DefaultMinPublishInterval
+	}
+	if cfg.ReconcilePeriod == 0 {
+		cfg.ReconcilePeriod = DefaultReconcilePeriod
+	}
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("DRA driver metrics: %w", err)
+	}
 	return &Driver{
-		cfg: cfg, log: log, store: specStore{dir: cfg.CDIDir, seen: &holderCache{}},
-		model: &resource.Model{}, pcieRoots: map[string]string{},
+		cfg: cfg, log: log, store: specStore{dir: cfg.CDIDir, seen: &holderCache{}}, metrics: m,
+		model: &resource.Model{}, pcieRoots: map[string]string{}, damper: damper{hold: cfg.RecoverHold},
 		healthChanged: make(chan struct{}), fatal: make(chan error, 1),
 	}, nil
 }
@@ -115,21 +162,51 @@ func (d *Driver) resolvePCIeRoots(m *resource.Model) {
 	}
 }
 
+// publishLocked hands the slice controller the current model when the
+// publishing rules allow it (publish.go), and otherwise arranges to look
+// again when they will.
 func (d *Driver) publishLocked() {
 	if d.publisher == nil {
 		return
 	}
-	res := Resources(d.model, NodeFacts{Name: d.cfg.NodeName, PCIeRoots: d.pcieRoots})
-	if err := d.publisher.PublishResources(context.Background(), res); err != nil {
-		d.log.Error(err, "publish ResourceSlices")
+	now := d.cfg.Now()
+	held, holdEnds := d.damper.observe(d.model, now)
+	res := Resources(d.model, NodeFacts{Name: d.cfg.NodeName, PCIeRoots: d.pcieRoots, Held: held})
+	write, retryAt := publishDecision(res, d.published, d.lastWrite, now, d.cfg.MinPublishInterval)
+	if write {
+		if err := d.publisher.PublishResources(context.Background(), res); err != nil {
+			d.log.Error(err, "publish ResourceSlices")
+		}
+		d.published, d.lastWrite = &res, now
+		d.metrics.publishes.Inc()
 	}
+	if !holdEnds.IsZero() && (retryAt.IsZero() || holdEnds.Before(retryAt)) {
+		retryAt = holdEnds
+	}
+	if d.retry != nil {
+		d.retry.Stop()
+	}
+	d.retryAt = retryAt
+	if retryAt.IsZero() {
+		return
+	}
+	d.retry = time.AfterFunc(max(retryAt.Sub(now), time.Millisecond), func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.publishLocked()
+	})
 }
 
-// attach publishes the current model through p and every later one.
+// attach publishes the current model through p and every later one; nil
+// detaches.
 func (d *Driver) attach(p Publisher) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.publisher = p
+	d.published = nil
+	if p == nil && d.retry != nil {
+		d.retry.Stop()
+	}
 	d.publishLocked()
 }
 
@@ -154,6 +231,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	m := d.snapshot()
 	for _, c := range claims {
+		if err := CheckUID(c.UID); err != nil {
+			d.log.Error(err, "prepare claim", "claim", claimRef(c))
+			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
+			continue
+		}
 		devs, err := d.prepare(m, c)
 		if err != nil {
 			d.log.Error(err, "prepare claim", "claim", claimRef(c), "uid", c.UID)
@@ -201,12 +283,12 @@ func (d *Driver) prepare(m *resource.Model, c *resourceapi.ResourceClaim) ([]kub
 		}
 		i := slices.IndexFunc(reqs, func(q Request) bool { return q.Name == r.Request })
 		if i < 0 {
-			reqs = append(reqs, Request{Name: r.Request})
+			reqs = append(reqs, Request{Name: r.Request, AdminAccess: ptr.Deref(r.AdminAccess, false)})
 			i = len(reqs) - 1
 		}
 		reqs[i].Devices = append(reqs[i].Devices, dev)
 	}
-	if err := d.checkExclusive(c, reqs); err != nil {
+	if err := d.checkHolds(m, c, reqs); err != nil {
 		return nil, err
 	}
 	spec, err := ClaimSpec(c.UID, claimRef(c), reqs)
@@ -219,28 +301,41 @@ func (d *Driver) prepare(m *resource.Model, c *resourceapi.ResourceClaim) ([]kub
 	return answer, nil
 }
 
-// checkExclusive refuses an exclusive device another prepared claim holds:
-// the scheduler should never allocate one twice, and the driver is the last
-// place that can notice.
-func (d *Driver) checkExclusive(c *resourceapi.ResourceClaim, reqs []Request) error {
-	var wanted []string
-	for _, r := range reqs {
-		for _, dev := range r.Devices {
-			if dev.Pool.Exclusive() {
-				wanted = append(wanted, dev.Name)
-			}
-		}
-	}
-	if len(wanted) == 0 {
+// checkHolds refuses an HCA that another prepared claim holds
+// exclusively, and an exclusive hold on an HCA another claim holds in any
+// way. The scheduler cannot allocate either (the HCA's shared counter); the
+// driver is the last place that can notice a slice published without it or
+// an allocation made before it. Devices are compared by HCA: an exclusive
+// and a shared device of one HCA are two names for one piece of hardware.
+func (d *Driver) checkHolds(m *resource.Model, c *resourceapi.ResourceClaim, reqs []Request) error {
+	want := holdsOf(reqs)
+	if len(want.exclusive)+len(want.shared) == 0 {
 		return nil
 	}
-	holders, err := d.store.exclusiveHolders()
+	all, err := d.store.holders()
 	if err != nil {
 		return err
 	}
-	for _, w := range wanted {
-		if uid, ok := holders[w]; ok && uid != c.UID {
-			return fmt.Errorf("claim %s: exclusive device %s is already prepared for claim %s", claimRef(c), w, uid)
+	for _, uid := range slices.Sorted(maps.Keys(all)) {
+		if uid == c.UID {
+			continue
+		}
+		other := all[uid]
+		otherExclusive := slices.Clone(other.exclusive)
+		for _, name := range other.legacyDevices {
+			if dev, err := lookup(m, name); err == nil {
+				otherExclusive = append(otherExclusive, dev.HCA.Name)
+			}
+		}
+		for _, hca := range want.exclusive {
+			if slices.Contains(otherExclusive, hca) || slices.Contains(other.shared, hca) {
+				return fmt.Errorf("claim %s: HCA %s is already prepared for claim %s; an exclusive claim needs it alone", claimRef(c), hca, uid)
+			}
+		}
+		for _, hca := range want.shared {
+			if slices.Contains(otherExclusive, hca) {
+				return fmt.Errorf("claim %s: HCA %s is already prepared for claim %s, which holds it exclusively", claimRef(c), hca, uid)
+			}
 		}
 	}
 	return nil
@@ -253,15 +348,21 @@ func claimRef(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + 
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
-		out[c.UID] = d.store.remove(c.UID)
+		out[c.UID] = d.store.remove(c.UID) // refuses a UID that is not one
 	}
 	return out, nil
 }
 
 // HandleError logs errors of the background work (publishing slices, the
-// gRPC servers); a fatal one stops Run. A slice the API server stored
-// without some fields names the feature gates that are off.
+// gRPC servers); a fatal one stops Run. An error of the slice controller
+// (the API server refused a slice, or stored it without some fields) is
+// also counted and sent as a Warning Event on the node: the slices the
+// API holds are then not what the node has.
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	if sliceError(err, msg) {
+		d.metrics.sliceErrors.Inc()
+		d.nodeEvent(ReasonSliceRejected, fmt.Sprintf("%s: %v", msg, err))
+	}
 	if errors.Is(err, kubeletplugin.ErrRecoverable) {
 		d.log.Error(err, msg)
 		return
@@ -270,6 +371,25 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	case d.fatal <- fmt.Errorf("%s: %w", msg, err):
 	default:
 	}
+}
+
+// ReasonSliceRejected is the reason of the node's Event when the slice
+// controller could not store the node's ResourceSlices as published.
+const ReasonSliceRejected = "ResourceSliceRejected"
+
+// sliceError says whether a background error comes from the slice
+// controller (k8s.io/dynamic-resource-allocation/resourceslice, whose
+// messages name ResourceSlices or the pool).
+func sliceError(err error, msg string) bool {
+	var dropped *resourceslice.DroppedFieldsError
+	return errors.As(err, &dropped) || strings.Contains(msg, "ResourceSlice") || strings.Contains(msg, "pool validation")
+}
+
+func (d *Driver) nodeEvent(reason, message string) {
+	if d.cfg.Events == nil {
+		return
+	}
+	d.cfg.Events.NodeEvent(reason, message)
 }
 
 // WatchHealthStatus sends the health of every device now, again whenever

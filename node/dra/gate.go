@@ -25,9 +25,39 @@ type SliceCreator interface {
 	Create(ctx context.Context, slice *resourceapi.ResourceSlice, opts metav1.CreateOptions) (*resourceapi.ResourceSlice, error)
 }
 
+// gateCounterSet is the dry-run counter set, which the dry-run device
+// consumes.
+const gateCounterSet = "gate-check"
+
+func gateCounters() map[string]resourceapi.Counter {
+	return map[string]resourceapi.Counter{contract.DRACounterHCA: {Value: *apiresource.NewQuantity(1, apiresource.DecimalSI)}}
+}
+
+// countersKept dry-runs a slice of shared counters (a slice holds devices
+// or counters, not both) and says whether the API server kept it and the
+// device's consumesCounters: the HCAs' counters keep one HCA from an
+// exclusive claim and sharers at once (DRAPartitionableDevices).
+func countersKept(ctx context.Context, slices SliceCreator, node string, d resourceapi.Device) (bool, error) {
+	counters := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "ibkube-gate-check-"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:         contract.DRADriverName,
+			Pool:           resourceapi.ResourcePool{Name: "ibkube-gate-check", ResourceSliceCount: 2},
+			NodeName:       ptr.To(node),
+			SharedCounters: []resourceapi.CounterSet{{Name: gateCounterSet, Counters: gateCounters()}},
+		},
+	}
+	got, err := slices.Create(ctx, counters, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return false, fmt.Errorf("dry-run create of a ResourceSlice of shared counters for node %s: %w", node, err)
+	}
+	return len(got.Spec.SharedCounters) == 1 && len(d.ConsumesCounters) == 1, nil
+}
+
 // MinKubernetes is the oldest release whose defaults carry every gate DRA
 // mode needs: DRAExtendedResource, DRAConsumableCapacity, DRADeviceTaints
-// and ResourceHealthStatus are beta and on by default from 1.36
+// DRAPartitionableDevices and ResourceHealthStatus are beta and on by
+// default from 1.36
 // (k8s.io/kubernetes pkg/features/kube_features.go); in 1.37
 // DRAExtendedResource is GA and locked on.
 const MinKubernetes = "1.36"
@@ -63,11 +93,12 @@ func CheckGates(ctx context.Context, classes DeviceClassCreator, slices SliceCre
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "ibkube-gate-check-"},
 		Spec: resourceapi.ResourceSliceSpec{
 			Driver:   contract.DRADriverName,
-			Pool:     resourceapi.ResourcePool{Name: "ibkube-gate-check", ResourceSliceCount: 1},
+			Pool:     resourceapi.ResourcePool{Name: "ibkube-gate-check", ResourceSliceCount: 2},
 			NodeName: ptr.To(node),
 			Devices: []resourceapi.Device{{
 				Name:                     "gate-check",
 				AllowMultipleAllocations: ptr.To(true),
+				ConsumesCounters:         []resourceapi.DeviceCounterConsumption{{CounterSet: gateCounterSet, Counters: gateCounters()}},
 				Capacity:                 map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{contract.DRACapacitySlots: {Value: *apiresource.NewQuantity(1, apiresource.DecimalSI)}},
 				Taints:                   []resourceapi.DeviceTaint{{Key: contract.DRATaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule}},
 			}},
@@ -86,6 +117,11 @@ func CheckGates(ctx context.Context, classes DeviceClassCreator, slices SliceCre
 	}
 	if len(d.Taints) == 0 {
 		off = append(off, "DRADeviceTaints (device taints were dropped)")
+	}
+	if kept, err := countersKept(ctx, slices, node, d); err != nil {
+		return err
+	} else if !kept {
+		off = append(off, "DRAPartitionableDevices (shared counters or a device's consumesCounters were dropped: one HCA could go to an exclusive claim and to sharers at once)")
 	}
 	if len(off) > 0 {
 		return fmt.Errorf("DRA mode needs feature gates that are off on the API server: %v; turn them on (default on from Kubernetes %s) or run the node agent with --allocation=%s",

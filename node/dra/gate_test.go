@@ -29,20 +29,30 @@ func TestCheckGates(t *testing.T) {
 			}
 		}, want: "DRAExtendedResource"},
 		{name: "DRAConsumableCapacity off with shared pools", shared: true, drop: func(o runtime.Object) {
-			if s, ok := o.(*resourceapi.ResourceSlice); ok {
+			if s, ok := o.(*resourceapi.ResourceSlice); ok && len(s.Spec.Devices) > 0 {
 				s.Spec.Devices[0].AllowMultipleAllocations = nil
 			}
 		}, want: "DRAConsumableCapacity"},
 		{name: "DRAConsumableCapacity off, exclusive pools only", drop: func(o runtime.Object) {
-			if s, ok := o.(*resourceapi.ResourceSlice); ok {
+			if s, ok := o.(*resourceapi.ResourceSlice); ok && len(s.Spec.Devices) > 0 {
 				s.Spec.Devices[0].AllowMultipleAllocations = nil
 			}
 		}},
 		{name: "DRADeviceTaints off", drop: func(o runtime.Object) {
-			if s, ok := o.(*resourceapi.ResourceSlice); ok {
+			if s, ok := o.(*resourceapi.ResourceSlice); ok && len(s.Spec.Devices) > 0 {
 				s.Spec.Devices[0].Taints = nil
 			}
 		}, want: "DRADeviceTaints"},
+		{name: "DRAPartitionableDevices off: counters dropped", drop: func(o runtime.Object) {
+			if s, ok := o.(*resourceapi.ResourceSlice); ok {
+				s.Spec.SharedCounters = nil
+			}
+		}, want: "DRAPartitionableDevices"},
+		{name: "DRAPartitionableDevices off: consumption dropped", drop: func(o runtime.Object) {
+			if s, ok := o.(*resourceapi.ResourceSlice); ok && len(s.Spec.Devices) > 0 {
+				s.Spec.Devices[0].ConsumesCounters = nil
+			}
+		}, want: "DRAPartitionableDevices"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -66,8 +76,8 @@ func TestCheckGates(t *testing.T) {
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--allocation=deviceplugin")):
 				t.Errorf("CheckGates = %v, want an error naming %s and the way back to device plugins", err, tc.want)
 			}
-			if dryRuns != 2 {
-				t.Errorf("%d dry-run creates, want 2 (nothing may be stored)", dryRuns)
+			if dryRuns != 3 {
+				t.Errorf("%d dry-run creates, want 3 (nothing may be stored)", dryRuns)
 			}
 		})
 	}

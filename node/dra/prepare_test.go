@@ -2,6 +2,9 @@ package dra
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/utils/ptr"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
@@ -22,7 +26,7 @@ import (
 
 func newDriver(t testing.TB, h *host, cdiDir string) *Driver {
 	t.Helper()
-	d, err := New(Config{NodeName: "node-0", CDIDir: cdiDir}, testr.New(t.(*testing.T)))
+	d, err := New(Config{NodeName: "node-0", CDIDir: cdiDir, RecoverHold: testRecoverHold, MinPublishInterval: testMinPublishInterval}, testr.New(t.(*testing.T)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,9 +46,20 @@ func shared(request, device string, share types.UID) resourceapi.DeviceRequestAl
 	return r
 }
 
+// testUID is seed when it is a UID, else a UID made from it, so that a
+// test can name its claims.
+func testUID(seed string) types.UID {
+	if CheckUID(types.UID(seed)) == nil {
+		return types.UID(seed)
+	}
+	h := sha256.Sum256([]byte(seed))
+	x := hex.EncodeToString(h[:16])
+	return types.UID(x[:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32])
+}
+
 func claim(uid, name string, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
 	return &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Namespace: "team", Name: name},
+		ObjectMeta: metav1.ObjectMeta{UID: testUID(uid), Namespace: "team", Name: name},
 		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
 			Devices: resourceapi.DeviceAllocationResult{Results: results},
 		}},
@@ -156,13 +171,15 @@ func TestPrepareRefuses(t *testing.T) {
 	h := newHost(t, fixture.NDv5, nil)
 	cdi := t.TempDir()
 	d := newDriver(t, h, cdi)
-	holder := claim("uid-holder", "holder", alloc("nic", "ib-mlx5-2"), shared("s", "shared-ib-mlx5-2", "a"))
+	holder := claim("uid-holder", "holder", alloc("nic", "ib-mlx5-2"))
 	if r := prepare(t, d, holder)[holder.UID]; r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	sharer := claim("uid-sharer", "sharer", shared("s", "shared-ib-mlx5-2", "b"))
-	if r := prepare(t, d, sharer)[sharer.UID]; r.Err != nil {
-		t.Errorf("a second claim on a shared device: %v", r.Err)
+	for _, name := range []string{"sharer-a", "sharer-b"} {
+		sharer := claim(name, name, shared("s", "shared-ib-mlx5-5", types.UID(name)))
+		if r := prepare(t, d, sharer)[sharer.UID]; r.Err != nil {
+			t.Errorf("claim %s on a shared device: %v", name, r.Err)
+		}
 	}
 	notOnNode := alloc("nic", "ib-mlx5-3")
 	notOnNode.Pool = "node-1"
@@ -172,8 +189,10 @@ func TestPrepareRefuses(t *testing.T) {
 		claim *resourceapi.ResourceClaim
 		want  string
 	}{
-		{claim("uid-taken", "taker", alloc("nic", "ib-mlx5-2")), "exclusive device ib-mlx5-2 is already prepared for claim uid-holder"},
-		{claim("uid-unknown", "unknown", alloc("nic", "ib-mlx5-8")), `device "ib-mlx5-8" is not on this node; it has shared-ib-mlx5-0,`},
+		{claim("uid-taken", "taker", alloc("nic", "ib-mlx5-2")), "HCA mlx5_2 is already prepared for claim " + string(testUID("uid-holder"))},
+		{claim("uid-share-taken", "share-taker", shared("s", "shared-ib-mlx5-2", "c")), "HCA mlx5_2 is already prepared for claim " + string(testUID("uid-holder")) + ", which holds it exclusively"},
+		{claim("uid-take-shared", "take-shared", alloc("nic", "ib-mlx5-5")), "HCA mlx5_5 is already prepared for claim "},
+		{claim("uid-unknown", "unknown", alloc("nic", "ib-mlx5-8")), `device "ib-mlx5-8" is not on this node; it has ib-mlx5-0,`},
 		{claim("uid-elsewhere", "elsewhere", notOnNode), `device ib-mlx5-3 is in pool "node-1"; this node's pool is "node-0"`},
 		{unallocated, "claim team/pending is not allocated"},
 	} {
@@ -184,5 +203,102 @@ func TestPrepareRefuses(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(cdi, specPrefix+string(tc.claim.UID)+".json")); !os.IsNotExist(err) {
 			t.Errorf("prepare %s: a refused claim left a CDI spec", tc.claim.Name)
 		}
+	}
+}
+
+// TestPrepareHoldsByHCA: an HCA is one piece of hardware whichever pool's
+// device names it, so an exclusive hold and a share of one HCA exclude each
+// other in either order, across pools.
+func TestPrepareHoldsByHCA(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name          string
+		first, second resourceapi.DeviceRequestAllocationResult
+	}{
+		{"exclusive then shared", alloc("nic", "ib-mlx5-0"), shared("s", "shared-ib-mlx5-0", "b")},
+		{"shared then exclusive", shared("s", "shared-ib-mlx5-0", "a"), alloc("nic", "ib-mlx5-0")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := newDriver(t, newHost(t, fixture.NDv5, nil), t.TempDir())
+			first, second := claim("first", "first", tc.first), claim("second", "second", tc.second)
+			if r := prepare(t, d, first)[first.UID]; r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if r := prepare(t, d, second)[second.UID]; r.Err == nil || !strings.Contains(r.Err.Error(), "HCA mlx5_0 is already prepared for claim "+string(first.UID)) {
+				t.Errorf("second claim on mlx5_0: %v, want a refusal naming the first claim", r.Err)
+			}
+			if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: first.UID}}); err != nil {
+				t.Fatal(err)
+			}
+			if r := prepare(t, d, second)[second.UID]; r.Err != nil {
+				t.Errorf("second claim after the first is unprepared: %v", r.Err)
+			}
+		})
+	}
+}
+
+// TestPrepareAdminAccess: a claim allocated with admin access (a monitoring
+// DaemonSet's) reaches HCAs that workloads hold, and holds none itself, so
+// the workload's claim is prepared in either order.
+func TestPrepareAdminAccess(t *testing.T) {
+	t.Parallel()
+	admin := func() resourceapi.DeviceRequestAllocationResult {
+		r := alloc("monitor", "ib-mlx5-1")
+		r.AdminAccess = ptr.To(true)
+		return r
+	}
+	for _, adminFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("admin first %t", adminFirst), func(t *testing.T) {
+			t.Parallel()
+			d := newDriver(t, newHost(t, fixture.NDv5, nil), t.TempDir())
+			claims := []*resourceapi.ResourceClaim{claim("monitor", "monitor", admin()), claim("workload", "workload", alloc("nic", "ib-mlx5-1"))}
+			if !adminFirst {
+				slices.Reverse(claims)
+			}
+			for _, c := range claims {
+				if r := prepare(t, d, c)[c.UID]; r.Err != nil {
+					t.Errorf("prepare %s: %v", c.Name, r.Err)
+				}
+			}
+			spec, err := d.store.read(testUID("monitor"))
+			if err != nil || spec == nil {
+				t.Fatalf("the admin claim's CDI spec: %v %v", spec, err)
+			}
+			if n := len(spec.Devices); n != 1 || !slices.ContainsFunc(spec.Devices[0].ContainerEdits.DeviceNodes, func(n *cdispec.DeviceNode) bool { return n.Path == "/dev/infiniband/uverbs1" }) {
+				t.Errorf("the admin claim's spec does not hand out uverbs1: %+v", spec.Devices)
+			}
+		})
+	}
+}
+
+// TestPrepareRefusesNonUID: a claim UID is part of a file name; one that is
+// not a UID is refused before it reaches a path, in Prepare and Unprepare.
+func TestPrepareRefusesNonUID(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	cdi := filepath.Join(root, "cdi")
+	d := newDriver(t, newHost(t, fixture.NDv5, nil), cdi)
+	outside := filepath.Join(root, "victim.json")
+	if err := os.WriteFile(outside, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []types.UID{"../victim", "x/../../victim", "", "0F6A3C1E-5B7D-4D2A-9C3E-1A2B3C4D5E6F"} {
+		c := claim("ok", "evil", alloc("nic", "ib-mlx5-6"))
+		c.UID = uid
+		if r := prepare(t, d, c)[uid]; r.Err == nil || !strings.Contains(r.Err.Error(), "is not a UID") {
+			t.Errorf("prepare with UID %q: %v, want a refusal", uid, r.Err)
+		}
+		res, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: uid}})
+		if err != nil || res[uid] == nil || !strings.Contains(res[uid].Error(), "is not a UID") {
+			t.Errorf("unprepare with UID %q: %v %v, want a refusal", uid, res, err)
+		}
+	}
+	if _, err := os.Stat(outside); err != nil {
+		t.Errorf("a file outside the CDI directory is gone: %v", err)
+	}
+	entries, _ := filepath.Glob(filepath.Join(root, "*"))
+	if len(entries) > 2 {
+		t.Errorf("files written outside the CDI directory: %v", entries)
 	}
 }

@@ -3,16 +3,19 @@ package dra
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/node/config"
+	"github.com/ibkube/ibkube/node/dra/slice"
 )
 
 // TestResourcesGolden pins the ResourceSlice content of real machines: the
@@ -45,12 +48,35 @@ func TestResourcesNDv5(t *testing.T) {
 	m := h.model(t)
 	res := Resources(m, h.facts(t, m))
 	pool, ok := res.Pools["node-0"]
-	if !ok || len(pool.Slices) != 1 {
-		t.Fatalf("pools = %v, want one pool node-0 with one slice", res.Pools)
+	if !ok || len(pool.Slices) != 2 || len(pool.Slices[0].Devices) != 0 || len(pool.Slices[1].SharedCounters) != 0 {
+		t.Fatalf("pools = %v, want one pool node-0 with a slice of counters and a slice of devices", res.Pools)
+	}
+	var sets []string
+	for _, cs := range pool.Slices[0].SharedCounters {
+		v := cs.Counters[contract.DRACounterHCA].Value
+		sets = append(sets, cs.Name+"="+v.String())
+	}
+	if want := []string{"hca-mlx5-0=1", "hca-mlx5-1=1", "hca-mlx5-2=1", "hca-mlx5-3=1", "hca-mlx5-4=1", "hca-mlx5-5=1", "hca-mlx5-6=1", "hca-mlx5-7=1"}; !slices.Equal(sets, want) {
+		t.Errorf("counter sets %v, want %v (one per HCA, one unit for its one shared pool)", sets, want)
 	}
 	devs := map[string]resourceapi.Device{}
-	for _, d := range pool.Slices[0].Devices {
+	var order []string
+	for _, d := range pool.Slices[1].Devices {
 		devs[d.Name] = d
+		order = append(order, d.Name)
+	}
+	// The allocator takes the first devices that fit: exclusive HCAs by
+	// NUMA node, sharers from the other end.
+	if want := []string{"shared-ib-mlx5-7", "shared-ib-mlx5-6", "shared-ib-mlx5-5", "shared-ib-mlx5-4", "shared-ib-mlx5-3", "shared-ib-mlx5-2", "shared-ib-mlx5-1", "shared-ib-mlx5-0",
+		"ib-mlx5-0", "ib-mlx5-1", "ib-mlx5-2", "ib-mlx5-3", "ib-mlx5-4", "ib-mlx5-5", "ib-mlx5-6", "ib-mlx5-7"}; !slices.Equal(order, want) {
+		t.Errorf("device order %v, want %v", order, want)
+	}
+	for name, d := range devs {
+		hca := strings.TrimPrefix(strings.TrimPrefix(name, "shared-"), "ib-")
+		want := []resourceapi.DeviceCounterConsumption{{CounterSet: "hca-" + hca, Counters: map[string]resourceapi.Counter{contract.DRACounterHCA: {Value: apiresource.MustParse("1")}}}}
+		if diff := cmp.Diff(want, d.ConsumesCounters); diff != "" {
+			t.Errorf("%s consumes (-want +got):\n%s", name, diff)
+		}
 	}
 	// 8 InfiniBand HCAs in each default pool; the Ethernet mlx5_8 in none.
 	if len(devs) != 16 {
@@ -78,7 +104,6 @@ func TestResourcesNDv5(t *testing.T) {
 		{contract.DRAAttrRDMADevice, "mlx5_0"},
 		{contract.DRAAttrLinkLayer, "InfiniBand"},
 		{contract.DRAAttrRate, "400"},
-		{contract.DRAAttrPortState, "ACTIVE"},
 		{contract.DRAAttrNetdev, "ibP257p0s0"},
 		{contract.DRAAttrVendorID, "15b3"},
 		{"resource.kubernetes.io/pciBusID", "0101:00:00.0"},
@@ -88,6 +113,9 @@ func TestResourcesNDv5(t *testing.T) {
 		if got := attr(ib, c.name); got != c.want {
 			t.Errorf("ib-mlx5-0 %s = %s, want %s", c.name, got, c.want)
 		}
+	}
+	if _, ok := ib.Attributes["portState"]; ok {
+		t.Error("ib-mlx5-0 publishes portState: an attribute that flips with the fabric rewrites the slice")
 	}
 	if ib.AllowMultipleAllocations != nil || len(ib.Capacity) != 0 || len(ib.Taints) != 0 {
 		t.Errorf("exclusive device ib-mlx5-0 = %+v, want no sharing, no capacity, no taint", ib)
@@ -120,9 +148,28 @@ func TestResourcesValid(t *testing.T) {
 			m := h.model(t)
 			res := Resources(m, h.facts(t, m))
 			seen := map[string]bool{}
+			sets := map[string]resourceapi.CounterSet{}
 			for _, s := range res.Pools["node-0"].Slices {
-				if len(s.Devices) > resourceapi.ResourceSliceMaxDevices {
-					t.Errorf("%s: %d devices in a slice, max %d", name, len(s.Devices), resourceapi.ResourceSliceMaxDevices)
+				if len(s.Devices) > 0 && len(s.SharedCounters) > 0 {
+					t.Errorf("%s: a slice holds devices and counters; the API allows one of them", name)
+				}
+				if len(s.SharedCounters) > resourceapi.ResourceSliceMaxCounterSets {
+					t.Errorf("%s: %d counter sets in a slice, max %d", name, len(s.SharedCounters), resourceapi.ResourceSliceMaxCounterSets)
+				}
+				for _, cs := range s.SharedCounters {
+					if errs := validation.IsDNS1123Label(cs.Name); len(errs) > 0 || len(cs.Counters) > resourceapi.ResourceSliceMaxCountersPerCounterSet {
+						t.Errorf("%s: counter set %q: %v, %d counters", name, cs.Name, errs, len(cs.Counters))
+					}
+					if _, dup := sets[cs.Name]; dup {
+						t.Errorf("%s: counter set %q twice", name, cs.Name)
+					}
+					sets[cs.Name] = cs
+				}
+			}
+			for _, s := range res.Pools["node-0"].Slices {
+				// Every device consumes counters: 64 a slice, not 128.
+				if len(s.Devices) > resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures {
+					t.Errorf("%s: %d devices in a slice, max %d", name, len(s.Devices), resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures)
 				}
 				for _, d := range s.Devices {
 					if errs := validation.IsDNS1123Label(d.Name); len(errs) > 0 || seen[d.Name] {
@@ -142,6 +189,17 @@ func TestResourcesValid(t *testing.T) {
 						}
 						if av.StringValue != nil && len(*av.StringValue) > resourceapi.DeviceAttributeMaxValueLength {
 							t.Errorf("%s/%s: %s is %d characters", name, d.Name, an, len(*av.StringValue))
+						}
+					}
+					if len(d.ConsumesCounters) > resourceapi.ResourceSliceMaxDeviceCounterConsumptionsPerDevice {
+						t.Errorf("%s/%s: %d counter consumptions", name, d.Name, len(d.ConsumesCounters))
+					}
+					for _, c := range d.ConsumesCounters {
+						cs, ok := sets[c.CounterSet]
+						for counter := range c.Counters {
+							if _, found := cs.Counters[counter]; !ok || !found {
+								t.Errorf("%s/%s consumes %s/%s, which the pool does not have", name, d.Name, c.CounterSet, counter)
+							}
 						}
 					}
 					for _, taint := range d.Taints {
@@ -211,7 +269,7 @@ func TestRateGbps(t *testing.T) {
 	for in, want := range map[string]int64{
 		"400 Gb/sec (4X NDR)": 400, "200 Gb/sec (4X HDR)": 200, "100 Gb/sec (2X HDR)": 100, "2.5 Gb/sec (1X SDR)": 2, "": 0, "fast": 0,
 	} {
-		got, ok := RateGbps(in)
+		got, ok := slice.RateGbps(in)
 		if got != want || ok != (want > 0) {
 			t.Errorf("RateGbps(%q) = %d, %v; want %d", in, got, ok, want)
 		}

@@ -60,6 +60,14 @@ func (d *Driver) Run(ctx context.Context) error {
 			return fmt.Errorf("DRA plugin directory: %w", err)
 		}
 	}
+	// Specs left by claims that went while the agent was away would hold
+	// their HCAs for ever: remove them before the kubelet asks for any.
+	if n, err := d.ReconcileCDI(ctx); err != nil {
+		d.log.Error(err, "reconcile CDI specs with their claims at start", "removed", n)
+	}
+	if d.cfg.Claims != nil {
+		go d.reconcileLoop(ctx, d.cfg.ReconcilePeriod)
+	}
 	helper, err := kubeletplugin.Start(klog.NewContext(ctx, d.log), d, opts...)
 	if err != nil {
 		return fmt.Errorf("start the DRA kubelet plugin: %w", err)

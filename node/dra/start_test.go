@@ -37,6 +37,7 @@ func TestRunServesKubelet(t *testing.T) {
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0", UID: "node-uid"}},
 		c,
 	)
+	dratest.GenerateNames(client)
 	sockets := dratest.SocketDir(t, "dra")
 	cdi := t.TempDir()
 	d, err := New(Config{NodeName: "node-0", CDIDir: cdi, Plugin: PluginOptions{
@@ -49,9 +50,14 @@ func TestRunServesKubelet(t *testing.T) {
 	testrun.Start(context.Background(), t, "Run", d.Run)
 	ctx := context.Background()
 
-	slice := dratest.OneSlice(ctx, t, client, 20*time.Second, nil)
-	if slice.Spec.Driver != contract.DRADriverName || slice.Spec.Pool.Name != "node-0" || slice.Spec.NodeName == nil || *slice.Spec.NodeName != "node-0" || len(slice.Spec.Devices) != 16 {
-		t.Errorf("slice: driver %s, pool %s, node %v, %d devices; want %s, node-0, node-0, 16", slice.Spec.Driver, slice.Spec.Pool.Name, slice.Spec.NodeName, len(slice.Spec.Devices), contract.DRADriverName)
+	pool := dratest.Pool(ctx, t, client, 20*time.Second, nil)
+	for _, slice := range pool.Slices {
+		if slice.Spec.Driver != contract.DRADriverName || slice.Spec.Pool.Name != "node-0" || slice.Spec.NodeName == nil || *slice.Spec.NodeName != "node-0" {
+			t.Errorf("slice %s: driver %s, pool %s, node %v; want %s, node-0, node-0", slice.Name, slice.Spec.Driver, slice.Spec.Pool.Name, slice.Spec.NodeName, contract.DRADriverName)
+		}
+	}
+	if len(pool.Devices) != 16 || len(pool.CounterSets) != 8 {
+		t.Errorf("pool: %d devices, %d counter sets; want 16 and 8 (one per HCA)", len(pool.Devices), len(pool.CounterSets))
 	}
 
 	conn := dial(t, filepath.Join(sockets, "plugin", "dra.sock"))

@@ -4,7 +4,6 @@ package chart
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -240,7 +239,7 @@ func TestDRADeviceClasses(t *testing.T) {
 		if dc.Spec.ExtendedResourceName == nil || *dc.Spec.ExtendedResourceName != res {
 			t.Errorf("%s extendedResourceName %v, want %s", name, dc.Spec.ExtendedResourceName, res)
 		}
-		want := fmt.Sprintf(`device.driver == %q && device.attributes[%q].%s == %q`, contract.DRADriverName, contract.DRADriverName, contract.DRAAttrPool, res)
+		want := contract.DeviceClassSelector(res)
 		if len(dc.Spec.Selectors) != 1 || dc.Spec.Selectors[0].CEL == nil || dc.Spec.Selectors[0].CEL.Expression != want {
 			t.Errorf("%s selectors %+v, want one CEL %s", name, dc.Spec.Selectors, want)
 		}

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/ibkube/ibkube/webhook/mutate"
 )
 
 // policyCase is one pod admitted under both admission modes.
@@ -71,6 +73,8 @@ func testPolicyMode(ctx context.Context, t *testing.T, r *Result) {
 		{"refused-hcas", baseNS, reportPod("refused-hcas", mode("rdma-exclusive", prefix+"hcas", "99"))},
 		{"refused-profile", baseNS, reportPod("refused-profile", mode("rdma-shared", prefix+"profile", "nd-none"))},
 		{"refused-memlock", baseNS, reportPod("refused-memlock", mode("rdma-shared", prefix+"memlock", "100m"))},
+		{"memlock-1.5Gi", baseNS, reportPod("memlock-1.5Gi", mode("rdma-shared", prefix+"memlock", "1.5Gi"))},
+		{"refused-too-many-containers", baseNS, widePod("too-many", mutate.MaxContainers+1)},
 	}
 	viaWebhook := admitAll(ctx, t, cases)
 
@@ -104,6 +108,7 @@ func testPolicyMode(ctx context.Context, t *testing.T, r *Result) {
 	}
 	r.Figures["pods_same_as_webhook"] = float64(same)
 	r.Figures["pods_compared"] = float64(len(cases))
+	policyWorkBound(ctx, t, r, baseNS)
 
 	// Runs as uid 1000 under baseline: devices, memlock from the annotation
 	// the policy wrote, no IPC_LOCK.

@@ -59,6 +59,7 @@ func TestE2E(t *testing.T) {
 		{"2-modes", st.needAgent, 6 * time.Minute, testModes},
 		{"3-user-nccl-precedence", st.requireAgent, 4 * time.Minute, testPrecedence},
 		{"4-untouched-and-refused", st.needInstall, 3 * time.Minute, testUntouchedAndRefused},
+		{"4b-work-bound", st.needInstall, 3 * time.Minute, testWorkBound},
 		{"5a-fault-kubelet-restart", st.needAgent, 5 * time.Minute, testKubeletRestart},
 		{"5b-fault-port-down", st.needAgent, 4 * time.Minute, testPortDown},
 		{"5c-fault-webhook-replica-deleted", st.needInstall, 5 * time.Minute, testWebhookReplicaDeleted},

@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -20,10 +21,20 @@ func TestDefaultIsValid(t *testing.T) {
 	if err := c.validate(); err != nil {
 		t.Fatalf("Default() invalid: %v", err)
 	}
-	want := []string{"generic-ib", "hb", "ndv4", "ndv5", "ndv5-mi300x", "ndv6-gb", "oci-b4-roce", "oci-h100-roce", "oci-h200-roce"}
-	if diff := cmp.Diff(want, c.ProfileNames()); diff != "" {
+	if diff := cmp.Diff(builtinNames(), c.ProfileNames()); diff != "" {
 		t.Errorf("profiles (-want +got):\n%s", diff)
 	}
+}
+
+// builtinNames are the built-in profiles' names, sorted: every profile of a
+// config without profiles of its own.
+func builtinNames() []string {
+	var names []string
+	for _, p := range nccl.Builtin() {
+		names = append(names, p.Name)
+	}
+	sort.Strings(names)
+	return names
 }
 
 func TestParseMinimal(t *testing.T) {
@@ -117,9 +128,9 @@ func TestParseErrors(t *testing.T) {
 		{"huge memlock", head + "memlock: \"1e99\"\n", []string{`memlock: invalid value "1e99": too large (below 8Ei); want "unlimited"`}},
 		{"8Ei memlock", head + "memlock: 8Ei\n", []string{`memlock: invalid value "8Ei": too large (below 8Ei)`}},
 		{"zero memlock", head + "memlock: \"0\"\n", []string{`memlock: invalid value "0": not positive; want "unlimited"`}},
-		{"bad hcas", head + "defaultHCAs: 0\n", []string{`defaultHCAs: invalid value "0": want an integer from 1 to 64`}},
+		{"bad hcas", head + "defaultHCAs: 0\n", []string{fmt.Sprintf(`defaultHCAs: invalid value "0": want an integer from 1 to %d`, MaxHCAs)}},
 		{"bad network", head + "ipoib:\n  name: IB_Net\n", []string{`ipoib.name: invalid value "IB_Net"`}},
-		{"unknown default profile", head + "defaultProfile: ndv9\n", []string{`defaultProfile: invalid value "ndv9": want one of generic-ib, hb, ndv4, ndv5, ndv5-mi300x, ndv6-gb, oci-b4-roce, oci-h100-roce, oci-h200-roce`}},
+		{"unknown default profile", head + "defaultProfile: ndv9\n", []string{`defaultProfile: invalid value "ndv9": want one of ` + strings.Join(builtinNames(), ", ")}},
 		{"whole-node var also under nccl", head + "profiles:\n- name: x\n  nccl:\n    NCCL_A: \"1\"\n  wholeNodeNCCL:\n    NCCL_A: \"2\"\n", []string{`profiles[0].wholeNodeNCCL: invalid value "NCCL_A": also under nccl`}},
 		{"non-nccl whole-node var", head + "profiles:\n- name: x\n  wholeNodeNCCL:\n    UCX_TLS: rc\n", []string{`profiles[0].wholeNodeNCCL: invalid value "UCX_TLS": keys must be NCCL_* variable names`}},
 		{"negative hcasPerGPU", head + "profiles:\n- name: x\n  hcasPerGPU: -2\n", []string{`profiles[0].hcasPerGPU: invalid value "-2": want an integer from 0 (meaning 1) to 64`}},

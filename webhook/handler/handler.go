@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kjson "sigs.k8s.io/json"
 
 	"github.com/ibkube/ibkube/contract"
@@ -123,10 +124,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (outcome, string, *admissionv1.AdmissionResponse, error) {
 	out := outcome{mode: modeNone, result: OutcomeSkipped}
 	if r.Method != http.MethodPost {
-		return out, "", nil, &httpError{http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed, use POST", r.Method)}
+		return out, "", nil, &httpError{http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed, use POST", clip(r.Method))}
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
-		return out, "", nil, &httpError{http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", ct)}
+		return out, "", nil, &httpError{http.StatusUnsupportedMediaType, fmt.Errorf("content type %q, want application/json", clip(ct))}
 	}
 	if r.ContentLength > MaxBodyBytes {
 		return out, "", nil, tooLarge()
@@ -134,7 +135,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (outcome, string
 	// The declared length only refuses early: the buffer grows with what
 	// really arrives, so a client announcing 4 MiB and sending 10 bytes costs
 	// 10 bytes.
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body, err := readBody(w, r)
 	if _, over := errors.AsType[*http.MaxBytesError](err); over {
 		return out, "", nil, tooLarge()
 	}
@@ -171,6 +172,18 @@ func (h *Handler) admit(ctx context.Context, req *reviewRequest) (outcome, *admi
 		return out, allowed(req.UID), nil
 	}
 
+	work, err := checkWork(req.Object, ns)
+	switch {
+	case err != nil:
+		return out, nil, &httpError{http.StatusBadRequest, fmt.Errorf("AdmissionReview %s: %w", req.UID, err)}
+	case work.skip:
+		return out, allowed(req.UID), nil
+	case work.refusal != "":
+		out.mode, out.result = modeLabel(mutate.Result{}, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: work.annotations}}), OutcomeRefused
+		h.opts.Log.Info("pod refused", "uid", req.UID, "namespace", req.Namespace, "pod", clip(req.Name), "reason", work.refusal)
+		return out, denied(req.UID, work.refusal), nil
+	}
+
 	var pod corev1.Pod
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object, &pod); err != nil {
 		return out, nil, &httpError{http.StatusBadRequest, fmt.Errorf("decode pod in AdmissionReview %s: %w", req.UID, err)}
@@ -186,7 +199,7 @@ func (h *Handler) admit(ctx context.Context, req *reviewRequest) (outcome, *admi
 		// object must match the request's); a forged review must not steer
 		// the network lookup into another namespace.
 		return out, nil, &httpError{http.StatusBadRequest, fmt.Errorf("AdmissionReview %s: pod namespace %q differs from the request's %q",
-			req.UID, pod.Namespace, req.Namespace)}
+			req.UID, clip(pod.Namespace), req.Namespace)}
 	}
 	log := h.opts.Log.WithValues("uid", req.UID, "namespace", req.Namespace, "pod", podName(&pod, req))
 
@@ -245,12 +258,21 @@ func (h *Handler) protected(namespace string) bool {
 func podName(pod *corev1.Pod, req *reviewRequest) string {
 	switch {
 	case pod.Name != "":
-		return pod.Name
+		return clip(pod.Name)
 	case req.Name != "":
-		return req.Name
+		return clip(req.Name)
 	default:
-		return pod.GenerateName + "*"
+		return clip(pod.GenerateName) + "*"
 	}
+}
+
+// readBody is the request body, taken as is when the server read it in
+// full already (its Bytes), else read here within MaxBodyBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if b, ok := r.Body.(interface{ Bytes() []byte }); ok && len(b.Bytes()) <= MaxBodyBytes {
+		return b.Bytes(), nil
+	}
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 }
 
 func tooLarge() error {

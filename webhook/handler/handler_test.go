@@ -447,7 +447,7 @@ func TestHandlerWithCore(t *testing.T) {
 	h := newHandler(t, nil, nil, nil)
 	cfg := h.opts.Config()
 	ns, _ := testNamespaces().Namespace(context.Background(), "training")
-	for _, mode := range []string{"rdma-exclusive,ipoib", "rdma-shared", "rdma-exclusive", "ipoib", "none"} {
+	for _, mode := range strings.Split(contract.AcceptedModes, ", ") {
 		t.Run(mode, func(t *testing.T) {
 			pod := loadPod(t, "worker-8gpu.yaml")
 			pod.Annotations["infiniband.azure.com/mode"] = mode

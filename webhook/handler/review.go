@@ -55,13 +55,16 @@ func decodeReview(body []byte) (*review, error) {
 	}
 	if r.Kind != kindReview || (r.APIVersion != admissionV1 && r.APIVersion != admissionV1beta1) {
 		return nil, fmt.Errorf("%w: got apiVersion %q kind %q, want %s or %s %s",
-			errBadReview, r.APIVersion, r.Kind, admissionV1, admissionV1beta1, kindReview)
+			errBadReview, clip(r.APIVersion), clip(r.Kind), admissionV1, admissionV1beta1, kindReview)
 	}
 	if r.Request == nil {
 		return nil, fmt.Errorf("%w: no request", errBadReview)
 	}
 	if r.Request.UID == "" {
 		return nil, fmt.Errorf("%w: request has no uid", errBadReview)
+	}
+	if n := len(r.Request.UID); n > maxUIDBytes {
+		return nil, fmt.Errorf("%w: request uid of %d bytes; accepted: at most %d (the API server sends a 36-byte UUID)", errBadReview, n, maxUIDBytes)
 	}
 	return &r, nil
 }

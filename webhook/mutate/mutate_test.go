@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -140,7 +141,9 @@ func TestMutateLeavesAlone(t *testing.T) {
 
 func TestMutateRefusals(t *testing.T) {
 	t.Parallel()
-	const profiles = "generic-ib, hb, ndv4, ndv5, ndv5-mi300x, ndv6-gb, oci-b4-roce, oci-h100-roce, oci-h200-roce"
+	profiles := strings.Join(testConfig().ProfileNames(), ", ")
+	hcasAccepted := fmt.Sprintf("accepted: an integer from 1 to %d (HCAs per selected container)", config.MaxHCAs)
+	tooMany := strconv.Itoa(config.MaxHCAs + 1)
 	cases := []struct {
 		name  string
 		annos map[string]string
@@ -149,31 +152,31 @@ func TestMutateRefusals(t *testing.T) {
 	}{
 		{
 			"unknown mode", map[string]string{contract.AnnotationMode: "rdma"}, optedIn("t"),
-			`annotation infiniband.azure.com/mode: invalid value "rdma": unknown mode "rdma"; accepted: rdma-shared, rdma-exclusive, ipoib, rdma-shared,ipoib, rdma-exclusive,ipoib, none`,
+			`annotation infiniband.azure.com/mode: invalid value "rdma": unknown mode "rdma"; accepted: ` + contract.AcceptedModes,
 		},
 		{
 			"shared and exclusive", map[string]string{contract.AnnotationMode: "rdma-shared,rdma-exclusive"}, optedIn("t"),
-			`annotation infiniband.azure.com/mode: invalid value "rdma-shared,rdma-exclusive": rdma-shared and rdma-exclusive exclude each other; accepted: rdma-shared, rdma-exclusive, ipoib, rdma-shared,ipoib, rdma-exclusive,ipoib, none`,
+			`annotation infiniband.azure.com/mode: invalid value "rdma-shared,rdma-exclusive": rdma-shared and rdma-exclusive exclude each other; accepted: ` + contract.AcceptedModes,
 		},
 		{
 			"none combined", map[string]string{contract.AnnotationMode: "none,ipoib"}, optedIn("t"),
-			`annotation infiniband.azure.com/mode: invalid value "none,ipoib": none cannot be combined; accepted: rdma-shared, rdma-exclusive, ipoib, rdma-shared,ipoib, rdma-exclusive,ipoib, none`,
+			`annotation infiniband.azure.com/mode: invalid value "none,ipoib": none cannot be combined; accepted: ` + contract.AcceptedModes,
 		},
 		{
 			"bad namespace mode", nil, optedIn("team", contract.AnnotationMode, "fast"),
-			`namespace team annotation infiniband.azure.com/mode: invalid value "fast": unknown mode "fast"; accepted: rdma-shared, rdma-exclusive, ipoib, rdma-shared,ipoib, rdma-exclusive,ipoib, none`,
+			`namespace team annotation infiniband.azure.com/mode: invalid value "fast": unknown mode "fast"; accepted: ` + contract.AcceptedModes,
 		},
 		{
 			"hcas not a number", map[string]string{contract.AnnotationMode: "rdma-exclusive", contract.AnnotationHCAs: "eight"}, optedIn("t"),
-			`annotation infiniband.azure.com/hcas: invalid value "eight": accepted: an integer from 1 to 64 (HCAs per selected container)`,
+			`annotation infiniband.azure.com/hcas: invalid value "eight": ` + hcasAccepted,
 		},
 		{
 			"hcas zero", map[string]string{contract.AnnotationMode: "rdma-exclusive", contract.AnnotationHCAs: "0"}, optedIn("t"),
-			`annotation infiniband.azure.com/hcas: invalid value "0": accepted: an integer from 1 to 64 (HCAs per selected container)`,
+			`annotation infiniband.azure.com/hcas: invalid value "0": ` + hcasAccepted,
 		},
 		{
-			"hcas too many", map[string]string{contract.AnnotationMode: "rdma-exclusive", contract.AnnotationHCAs: "65"}, optedIn("t"),
-			`annotation infiniband.azure.com/hcas: invalid value "65": accepted: an integer from 1 to 64 (HCAs per selected container)`,
+			"hcas too many", map[string]string{contract.AnnotationMode: "rdma-exclusive", contract.AnnotationHCAs: tooMany}, optedIn("t"),
+			`annotation infiniband.azure.com/hcas: invalid value "` + tooMany + `": ` + hcasAccepted,
 		},
 		{
 			"unknown container", map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationContainers: "train,trainer"}, optedIn("t"),
@@ -193,11 +196,11 @@ func TestMutateRefusals(t *testing.T) {
 		},
 		{
 			"typo under the prefix", map[string]string{contract.AnnotationMode: "rdma-shared", contract.Prefix + "hca": "8"}, optedIn("t"),
-			`annotation infiniband.azure.com/hca: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile, socket-fallback, rdma-idle-warning (and injected, memlock, nccl-conf, written by ibkube)`,
+			`annotation infiniband.azure.com/hca: unknown key under infiniband.azure.com/; accepted keys: ` + contract.AcceptedKeys(),
 		},
 		{
 			"pod-level inject label as annotation", map[string]string{contract.Prefix + "inject": "enabled"}, optedIn("t"),
-			`annotation infiniband.azure.com/inject: unknown key under infiniband.azure.com/; accepted keys: mode, hcas, containers, profile, socket-fallback, rdma-idle-warning (and injected, memlock, nccl-conf, written by ibkube)`,
+			`annotation infiniband.azure.com/inject: unknown key under infiniband.azure.com/; accepted keys: ` + contract.AcceptedKeys(),
 		},
 		{
 			"bad memlock", map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationMemlock: "lots"}, optedIn("t"),
@@ -350,6 +353,14 @@ func TestEscapeFastPath(t *testing.T) {
 // is refused instead of becoming a resource quantity such as rdma/ib: "-8".
 func TestExclusiveCountBounds(t *testing.T) {
 	t.Parallel()
+	// refused is the refusal of a GPU count that gives no count within
+	// 1..MaxHCAs at perGPU HCAs per GPU.
+	refused := func(gpus string, perGPU int, profile string) string {
+		return fmt.Sprintf(`container "train" requests nvidia.com/gpu: %s, which gives no rdma-exclusive count from 1 to %d (%d HCA(s) per GPU, profile %s); `+
+			`accepted: a GPU count from 1 to %d, or annotation %s with an integer from 1 to %d`,
+			gpus, config.MaxHCAs, perGPU, profile, config.MaxHCAs/perGPU, contract.AnnotationHCAs, config.MaxHCAs)
+	}
+	overTwoPerGPU := strconv.Itoa(config.MaxHCAs/2 + 1)
 	cases := []struct {
 		name, profile, gpus string
 		hcas                string // annotation; "" for none
@@ -362,12 +373,9 @@ func TestExclusiveCountBounds(t *testing.T) {
 		{"roce H200 1 per GPU", "oci-h200-roce", "8", "", "rdma/roce", 8, ""},
 		{"annotation wins over HCAs per GPU", "oci-h100-roce", "8", "4", "rdma/roce", 4, ""},
 		{"fractional GPU rounds up", "ndv5", "500m", "", "rdma/ib", 1, ""},
-		{"negative GPUs", "ndv5", "-8", "", "", 0,
-			`container "train" requests nvidia.com/gpu: -8, which gives no rdma-exclusive count from 1 to 64 (1 HCA(s) per GPU, profile ndv5); accepted: a GPU count from 1 to 64, or annotation infiniband.azure.com/hcas with an integer from 1 to 64`},
-		{"huge GPU count", "ndv5", "1e9", "", "", 0,
-			`container "train" requests nvidia.com/gpu: 1000000000, which gives no rdma-exclusive count from 1 to 64 (1 HCA(s) per GPU, profile ndv5); accepted: a GPU count from 1 to 64, or annotation infiniband.azure.com/hcas with an integer from 1 to 64`},
-		{"too many GPUs for 2 per GPU", "oci-h100-roce", "33", "", "", 0,
-			`container "train" requests nvidia.com/gpu: 33, which gives no rdma-exclusive count from 1 to 64 (2 HCA(s) per GPU, profile oci-h100-roce); accepted: a GPU count from 1 to 32, or annotation infiniband.azure.com/hcas with an integer from 1 to 64`},
+		{"negative GPUs", "ndv5", "-8", "", "", 0, refused("-8", 1, "ndv5")},
+		{"huge GPU count", "ndv5", "1e9", "", "", 0, refused("1000000000", 1, "ndv5")},
+		{"too many GPUs for 2 per GPU", "oci-h100-roce", overTwoPerGPU, "", "", 0, refused(overTwoPerGPU, 2, "oci-h100-roce")},
 		{"negative GPUs with hcas annotation", "ndv5", "-8", "2", "rdma/ib", 2, ""},
 	}
 	for _, tc := range cases {
@@ -510,8 +518,10 @@ func TestRefusalEchoBounded(t *testing.T) {
 		if err == nil {
 			t.Fatalf("no refusal for a 1 MiB value")
 		}
-		if msg := err.Error(); len(msg) > 2048 || !strings.Contains(msg, "more bytes]") {
-			t.Errorf("refusal of %d bytes, want at most 2048 with a cut marker: %.300s", len(msg), msg)
+		// Either the value is cut with a marker, or, for a value ibkube
+		// parses, refused by its size without being repeated.
+		if msg := err.Error(); len(msg) > 2048 || (!strings.Contains(msg, "more bytes]") && !strings.Contains(msg, "bytes; accepted: at most")) {
+			t.Errorf("refusal of %d bytes, want at most 2048 with a cut marker or a size refusal: %.300s", len(msg), msg)
 		}
 	}
 	// A long name in a warning is cut as well.

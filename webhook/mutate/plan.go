@@ -73,6 +73,7 @@ func decideSteps() []decideStep {
 	return []decideStep{
 		(*decision).resolveSettings,
 		(*decision).selectTargets,
+		(*decision).boundNetworks,
 		(*decision).warnPod,
 		(*decision).decideCapability,
 		(*decision).decideAnnotations,
@@ -87,6 +88,9 @@ func decideSteps() []decideStep {
 func decide(pod *corev1.Pod, ns Namespace, cfg *config.Config) (*plan, error) {
 	if ns.Labels[contract.LabelInject] != contract.InjectEnabled {
 		return nil, nil
+	}
+	if err := checkSize(pod, ns); err != nil {
+		return nil, err
 	}
 	if err := checkAnnotations(pod); err != nil {
 		return nil, err

@@ -43,7 +43,7 @@ func bound(s string, n int) string {
 }
 
 // echo is mutate's echo: the value bounded and quoted.
-func echo(s string) string { return "strings.quote(" + bound(s, maxEcho) + ")" }
+func echo(s string) string { return escapeUnprintable("strings.quote(" + bound(s, maxEcho) + ")") }
 
 // gpuCount is mutate's gpuCount for container expression c and resource
 // expression r: the limit, else the request, rounded up to an integer.
@@ -55,6 +55,38 @@ func gpuCount(c, r string) string {
 		"%[2]s.isInteger() ? %[2]s.asInteger() : int(%[2]s.asApproximateFloat()) + 1) : 0)", q, v)
 }
 
+// rangeRegex is a regular expression matching the decimal integers from 1
+// to max without leading zeros, alternatives shortest first
+// ("[1-9]|[1-5][0-9]|6[0-4]" for 64): CEL cannot parse a number it does not
+// know to be small, so the bound is written into the pattern.
+func rangeRegex(max int) string {
+	digits := strconv.Itoa(max)
+	class := func(lo, hi byte) string {
+		if lo == hi {
+			return string(lo)
+		}
+		return "[" + string(lo) + "-" + string(hi) + "]"
+	}
+	var alts []string
+	for n := 1; n < len(digits); n++ {
+		alts = append(alts, "[1-9]"+strings.Repeat("[0-9]", n-1))
+	}
+	for i := range len(digits) {
+		lo := byte('0')
+		if i == 0 {
+			lo = '1'
+		}
+		hi := digits[i]
+		if i < len(digits)-1 {
+			hi-- // the numbers below max's prefix here, any digits after
+		}
+		if hi >= lo {
+			alts = append(alts, digits[:i]+class(lo, hi)+strings.Repeat("[0-9]", len(digits)-1-i))
+		}
+	}
+	return strings.Join(alts, "|")
+}
+
 type variable struct{ name, expr string }
 
 // variables are shared by the mutating and the validating policy: the
@@ -63,9 +95,10 @@ func variables() []variable {
 	a := lit
 	P := contract.Prefix
 	nsName := "namespaceObject.metadata.name"
-	known := []string{"mode", "hcas", "containers", "profile", "socket-fallback", "rdma-idle-warning", "injected", "memlock", "nccl-conf"}
-	acceptedKeys := "mode, hcas, containers, profile, socket-fallback, rdma-idle-warning (and injected, memlock, nccl-conf, written by ibkube)"
-	acceptedModes := "rdma-shared, rdma-exclusive, ipoib, rdma-shared,ipoib, rdma-exclusive,ipoib, none"
+	known := contract.KnownKeys()
+	acceptedKeys := contract.AcceptedKeys()
+	acceptedModes := contract.AcceptedModes
+	modeNames := list(contract.ModeNames()...)
 	sfAccepted := fmt.Sprintf(": accepted: %s (NCCL may fall back to TCP sockets, NCCL's default) or %s (NCCL fails instead)", contract.SocketFallbackAllow, contract.SocketFallbackDeny)
 	netAccepted := "; accepted: a comma-separated list of [namespace/]name[@interface] or a JSON list of network selection elements"
 	memlockV := "variables.annos[" + a(contract.AnnotationMemlock) + "]"
@@ -80,6 +113,9 @@ func variables() []variable {
 		// relevant: cheap first test, so pods without an ibkube annotation
 		// in a namespace without a default mode cost next to nothing.
 		{"relevant", "variables.annos.exists(k, k.startsWith(" + a(P) + ")) || " + a(contract.AnnotationMode) + " in variables.nsAnnos"},
+	}
+	v = append(v, sizeVariables()...)
+	v = append(v, []variable{
 
 		// resolveProfile
 		{"profileSrc", a(contract.AnnotationProfile) + " in variables.annos ? 'pod' : " + a(contract.AnnotationProfile) + " in variables.nsAnnos ? 'ns' : 'cfg'"},
@@ -99,11 +135,11 @@ func variables() []variable {
 		{"modeSrc", a(contract.AnnotationMode) + " in variables.annos ? 'pod' : " + a(contract.AnnotationMode) + " in variables.nsAnnos && variables.requestsGPU ? 'ns' : ''"},
 		{"modeRaw", "variables.modeSrc == 'pod' ? variables.annos[" + a(contract.AnnotationMode) + "] : variables.modeSrc == 'ns' ? variables.nsAnnos[" + a(contract.AnnotationMode) + "] : ''"},
 		{"modeWhere", "variables.modeSrc == 'pod' ? " + a("annotation "+contract.AnnotationMode) + " : 'namespace ' + " + nsName + " + " + a(" annotation "+contract.AnnotationMode)},
-		{"modeParts", "variables.modeRaw.split(',').map(p, p.trim())"},
+		{"modeParts", guarded("variables.modeRaw.split(',').map(p, p.trim())")},
 		{"modeBad", "variables.modeSrc == '' ? '' : " +
-			"variables.modeParts.exists(p, !(p in " + list(contract.ModeShared, contract.ModeExclusive, contract.ModeIPoIB, contract.ModeNone) + ")) ? " +
+			"variables.modeParts.exists(p, !(p in " + modeNames + ")) ? " +
 			"variables.modeWhere + ': invalid value ' + " + echo("variables.modeRaw") + " + ': unknown mode ' + " +
-			echo("variables.modeParts.filter(p, !(p in "+list(contract.ModeShared, contract.ModeExclusive, contract.ModeIPoIB, contract.ModeNone)+"))[0]") + " + " + a("; accepted: "+acceptedModes) + " : " +
+			echo("variables.modeParts.filter(p, !(p in "+modeNames+"))[0]") + " + " + a("; accepted: "+acceptedModes) + " : " +
 			lit(contract.ModeShared) + " in variables.modeParts && " + lit(contract.ModeExclusive) + " in variables.modeParts ? " +
 			"variables.modeWhere + ': invalid value ' + " + echo("variables.modeRaw") + " + " + a(": "+contract.ModeShared+" and "+contract.ModeExclusive+" exclude each other; accepted: "+acceptedModes) + " : " +
 			lit(contract.ModeNone) + " in variables.modeParts && variables.modeParts.exists(p, p != " + lit(contract.ModeNone) + ") ? " +
@@ -117,7 +153,7 @@ func variables() []variable {
 			"(variables.ipoib ? (variables.rdma ? ',' : '') + " + lit(contract.ModeIPoIB) + " : '')"},
 
 		// selectContainers
-		{"cNames", a(contract.AnnotationContainers) + " in variables.annos ? variables.annos[" + a(contract.AnnotationContainers) + "].split(',').map(n, n.trim()) : []"},
+		{"cNames", guarded(a(contract.AnnotationContainers) + " in variables.annos ? variables.annos[" + a(contract.AnnotationContainers) + "].split(',').map(n, n.trim()) : []")},
 		{"allNames", "object.spec.containers.map(c, c.name) + variables.inits.map(c, c.name)"},
 		{"selC", a(contract.AnnotationContainers) + " in variables.annos ? " +
 			"lists.range(object.spec.containers.size()).filter(i, object.spec.containers[i].name in variables.cNames) : " +
@@ -128,7 +164,7 @@ func variables() []variable {
 		{"tgtName", "variables.selC.map(i, object.spec.containers[i].name) + variables.selI.map(i, variables.inits[i].name)"},
 
 		// parseHCAs, exclusiveCounts
-		{"hcasOK", "!(" + a(contract.AnnotationHCAs) + " in variables.annos) || variables.annos[" + a(contract.AnnotationHCAs) + "].trim().matches('^[+]?0*([1-9]|[1-5][0-9]|6[0-4])$')"},
+		{"hcasOK", "!(" + a(contract.AnnotationHCAs) + " in variables.annos) || variables.annos[" + a(contract.AnnotationHCAs) + "].trim().matches('^[+]?0*(" + rangeRegex(config.MaxHCAs) + ")$')"},
 		{"hcas", a(contract.AnnotationHCAs) + " in variables.annos && variables.hcasOK ? int(variables.annos[" + a(contract.AnnotationHCAs) + "].trim()) : 0"},
 		{"perGPU", "variables.profileKnown && int(params.data[variables.pk + 'hcasPerGPU']) > 1 ? int(params.data[variables.pk + 'hcasPerGPU']) : 1"},
 		{"badCount", fmt.Sprintf("variables.hcas > 0 ? [] : lists.range(variables.tgtGPU.size()).filter(i, variables.tgtGPU[i] < 0 || variables.tgtGPU[i] > %d / variables.perGPU)", config.MaxHCAs)},
@@ -142,7 +178,7 @@ func variables() []variable {
 		// multus.ParseSelection (the CSV form; the JSON form is not parsed)
 		{"netRaw", a(multus.Annotation) + " in variables.annos ? variables.annos[" + a(multus.Annotation) + "] : ''"},
 		{"netForm", "variables.netRaw.trim() == '' ? 'empty' : variables.netRaw.matches('[\\\\[{\"]') ? 'json' : 'csv'"},
-		{"netItems", "variables.netForm == 'csv' ? variables.netRaw.split(',') : []"},
+		{"netItems", guarded("variables.netForm == 'csv' && !(" + netOversized() + ") ? variables.netRaw.split(',') : []")},
 		{"netBad", "variables.netItems.filter(e, !e.matches(" + lit(csvItem) + "))"},
 		// [namespace, name, interface] of each CSV entry, the namespace resolved.
 		{"netParsed", "variables.netBad.size() > 0 ? [] : variables.netItems.map(e, [" +
@@ -153,9 +189,10 @@ func variables() []variable {
 		{"netHas", "variables.netForm == 'csv' ? variables.netParsed.exists(n, n[0] == variables.ipoibNS && n[1] == params.data.ipoibName) : " +
 			"variables.netForm == 'json' ? variables.netRaw.matches('\"name\"\\\\s*:\\\\s*\"' + params.data.ipoibName + '\"') && " +
 			"(variables.ipoibNS == " + nsName + " || variables.netRaw.matches('\"namespace\"\\\\s*:\\\\s*\"' + variables.ipoibNS + '\"')) : false"},
-	}
+	}...)
 	// The refusal: the first thing mutate.Mutate refuses, in its order, or ''.
 	refusals := []struct{ cond, msg string }{
+		{"variables.sizeRefusal != ''", "variables.sizeRefusal"},
 		{"variables.annos.exists(k, k.startsWith(" + a(P) + ") && !(k.substring(" + strconv.Itoa(len(P)) + ") in " + list(known...) + "))",
 			"'annotation ' + " + bound("variables.annos.filter(k, k.startsWith("+a(P)+") && !(k.substring("+strconv.Itoa(len(P))+") in "+list(known...)+"))[0]", maxEcho) + " + " +
 				a(": unknown key under "+P+"; accepted keys: "+acceptedKeys)},
@@ -181,13 +218,15 @@ func variables() []variable {
 			a("annotation "+contract.AnnotationHCAs+": invalid value ") + " + " + echo("variables.annos["+a(contract.AnnotationHCAs)+"]") +
 				" + " + a(fmt.Sprintf(": accepted: an integer from 1 to %d (HCAs per selected container)", config.MaxHCAs))},
 		{"variables.injectMode && variables.exclusive && variables.badCount.size() > 0",
-			"'container ' + strings.quote(variables.tgtName[variables.badCount[0]]) + ' requests ' + variables.gpuRes + ': ' + string(variables.tgtGPU[variables.badCount[0]]) + " +
+			"'container ' + " + escapeUnprintable("strings.quote(variables.tgtName[variables.badCount[0]])") + " + ' requests ' + variables.gpuRes + ': ' + string(variables.tgtGPU[variables.badCount[0]]) + " +
 				a(fmt.Sprintf(", which gives no rdma-exclusive count from 1 to %d (", config.MaxHCAs)) + " + string(variables.perGPU) + ' HCA(s) per GPU, profile ' + variables.profileName + " +
 				a("); accepted: a GPU count from 1 to ") + " + string(" + strconv.Itoa(config.MaxHCAs) + " / variables.perGPU) + " +
 				a(fmt.Sprintf(", or annotation %s with an integer from 1 to %d", contract.AnnotationHCAs, config.MaxHCAs))},
+		{"variables.injectMode && variables.ipoib && " + netOversized(), netOversizedMessage()},
+		{"variables.injectMode && variables.ipoib && " + netShapeBad(), netShapeMessage()},
 		{"variables.injectMode && variables.ipoib && variables.netBad.size() > 0",
 			a("annotation "+multus.Annotation+": invalid value ") + " + " + echo("variables.netRaw") + " + " +
-				a(": annotation "+multus.Annotation+" entry ") + " + string(variables.netItems.indexOf(variables.netBad[0]) + 1) + (variables.netBad[0].trim() == '' ? '' : ' ' + strings.quote(variables.netBad[0].trim())) + " +
+				a(": annotation "+multus.Annotation+" entry ") + " + string(variables.netItems.indexOf(variables.netBad[0]) + 1) + (variables.netBad[0].trim() == '' ? '' : ' ' + " + escapeUnprintable("strings.quote(variables.netBad[0].trim())") + ") + " +
 				"(variables.netBad[0].trim() == '' ? ': empty entry (a stray comma?); ' : " + a(": not [namespace/]name[@interface] with each part a lower-case DNS label ([a-z0-9], '-' inside) and an interface of at most 15 characters; ") + ") + " +
 				a(multus.Accepted+netAccepted)},
 	}
@@ -197,13 +236,9 @@ func variables() []variable {
 	}
 	chain.WriteString("''")
 	v = append(v,
-		variable{"memlockProblem", memlockT + ".lowerAscii() == 'unlimited' ? '' : " +
-			"!isQuantity(" + memlockT + ") ? " + lit(memlockvalue.NotQuantity) + " : " +
-			"!quantity(" + memlockT + ").isGreaterThan(quantity('0')) ? " + lit(memlockvalue.NotPositive) + " : " +
-			"quantity(" + memlockT + ").compareTo(quantity('9223372036854775807')) >= 0 ? " + lit(memlockvalue.TooLarge+" (below 8Ei)") + " : " +
-			"!quantity(" + memlockT + ").isInteger() ? " + lit(memlockvalue.NotWhole) + " : ''"},
+		variable{"memlockProblem", memlockProblem(memlockT)},
 		variable{"refusal", "!variables.relevant ? '' : " + chain.String()},
-		variable{"active", "variables.relevant && variables.injectMode && variables.refusal == ''"},
+		variable{"active", "variables.relevant && variables.sizeRefusal == '' && variables.injectMode && variables.refusal == ''"},
 	)
 	return append(v, mutationVariables()...)
 }

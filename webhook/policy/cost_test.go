@@ -2,6 +2,8 @@ package policy_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
@@ -24,7 +26,7 @@ func TestCostWithinBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := mustServer(t, objs)
-	for _, n := range []int{1, 16} {
+	for _, n := range []int{1, 16, mutate.MaxContainers} {
 		got, err := s.Admit(context.Background(), policytest.WidePod(n), optedInNS())
 		if err != nil {
 			t.Fatal(err)
@@ -36,6 +38,21 @@ func TestCostWithinBudget(t *testing.T) {
 			n, got.MutateCost, got.RefuseCost, celconfig.PerCallLimit, celconfig.RuntimeCELCostBudget)
 		if got.MutateCost >= celconfig.PerCallLimit || got.RefuseCost >= celconfig.PerCallLimit {
 			t.Errorf("%d containers: cost %d/%d reaches the API server's per-expression limit %d", n, got.MutateCost, got.RefuseCost, celconfig.PerCallLimit)
+		}
+	}
+	// One container over the limit is refused before the containers are
+	// iterated, at a cost that does not grow with them.
+	for _, n := range []int{mutate.MaxContainers + 1, 20 * mutate.MaxContainers} {
+		got, err := s.Admit(context.Background(), policytest.WidePod(n), optedInNS())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(got.Refusal, fmt.Sprintf("pod has %d containers", n)) {
+			t.Errorf("%d containers: refusal %q, want the container count's", n, got.Refusal)
+		}
+		t.Logf("%d containers: refused, mutation cost %d, refusal check cost %d", n, got.MutateCost, got.RefuseCost)
+		if got.MutateCost > 1000 || got.RefuseCost > 1000 {
+			t.Errorf("%d containers: refusing cost %d/%d, want it independent of the containers (under 1000)", n, got.MutateCost, got.RefuseCost)
 		}
 	}
 }

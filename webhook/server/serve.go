@@ -9,12 +9,12 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/ibkube/ibkube/internal/promreg"
+	"github.com/ibkube/ibkube/webhook/handler"
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
@@ -24,14 +24,27 @@ import (
 // resource a request pins (time, bytes, a goroutine, a connection) has a cap
 // that keeps the process under its memory limit whatever clients send.
 type Limits struct {
-	// MaxInFlight is how many admission requests are read and answered at
-	// once. One more gets 429 with Retry-After before its body is read; the
-	// API server's webhook client retries such an answer (client-go
-	// rest/with_retry.go, checkWait: 429 with Retry-After), within the
-	// webhook's timeoutSeconds.
+	// MaxInFlight is how many admission requests are decided at once. A
+	// request takes a slot only once its body has arrived; one more waits
+	// up to SlotWait, then gets 429 with Retry-After, which the API
+	// server's webhook client retries (client-go rest/with_retry.go,
+	// checkWait: 429 with Retry-After) within the webhook's timeoutSeconds.
 	MaxInFlight int
-	// MaxConns is how many connections are open at once; a connection over it
-	// is closed as soon as it is accepted.
+	// SlotWait is how long a request whose body has arrived waits for a
+	// slot.
+	SlotWait time.Duration
+	// BodyTimeout bounds the arrival of a request body, from the end of
+	// its headers. The API server writes a review in one go.
+	BodyTimeout time.Duration
+	// MaxBufferedBytes is the shared allowance for request bodies being
+	// received beyond the first 64 KiB of each; a request that would pass
+	// it gets 429 with Retry-After.
+	MaxBufferedBytes int64
+	// MaxConns is how many connections are open at once. At the cap, the
+	// idle kept-alive connection that waited longest (else one that sent no
+	// request for a second) is closed to admit a new one; only when every
+	// connection is at work is the new one closed at accept. Readiness does
+	// not go through this listener.
 	MaxConns int
 	// ReadHeaderTimeout bounds the TLS handshake and the request headers;
 	// ReadTimeout the whole request, body included. The API server writes a
@@ -55,12 +68,18 @@ type Limits struct {
 }
 
 // DefaultLimits fit the chart's 256 MiB memory limit: 8 requests of at most
-// handler.MaxBodyBytes (4 MiB), each held as the body, the decoded pod and
-// the patch (a few times the body), plus 256 connections of a few tens of
-// KiB each (TLS and bufio buffers, a goroutine), stay far below it.
+// handler.MaxBodyBytes (4 MiB) being decided, each held as the body, the
+// decoded pod and the patch (a few times the body; the work per container
+// is bounded by mutate.MaxContainers), 32 MiB of bodies arriving plus 64
+// KiB for each of 256 connections, and the connections themselves (TLS and
+// bufio buffers, a goroutine) stay below it; docs/webhook-operations.md has
+// the measured peaks.
 func DefaultLimits() Limits {
 	return Limits{
 		MaxInFlight:       8,
+		SlotWait:          2 * time.Second,
+		BodyTimeout:       2 * time.Second,
+		MaxBufferedBytes:  32 << 20,
 		MaxConns:          256,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -85,10 +104,14 @@ func (l Limits) Validate() error {
 	for _, f := range [...]struct {
 		name string
 		v    time.Duration
-	}{{"read header timeout", l.ReadHeaderTimeout}, {"read timeout", l.ReadTimeout}, {"write timeout", l.WriteTimeout}, {"idle timeout", l.IdleTimeout}} {
+	}{{"read header timeout", l.ReadHeaderTimeout}, {"read timeout", l.ReadTimeout}, {"write timeout", l.WriteTimeout}, {"idle timeout", l.IdleTimeout},
+		{"body timeout", l.BodyTimeout}, {"slot wait", l.SlotWait}} {
 		if f.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s %s: want more than 0", f.name, f.v))
 		}
+	}
+	if l.MaxBufferedBytes < handler.MaxBodyBytes {
+		errs = append(errs, fmt.Errorf("max buffered bytes %d: want at least one largest body, %d", l.MaxBufferedBytes, handler.MaxBodyBytes))
 	}
 	if l.DrainPeriod < 0 {
 		errs = append(errs, fmt.Errorf("drain period %s: want 0 or more", l.DrainPeriod))
@@ -113,7 +136,7 @@ type limitMetrics struct {
 }
 
 func newLimitMetrics(reg prometheus.Registerer) (*limitMetrics, error) {
-	m := &limitMetrics{rejected: promreg.CounterVec("ibkube_webhook_overload_rejections_total", "Requests or connections turned away by the webhook's limits, by reason (in_flight: 429 before the body was read; connections: closed at accept).", "reason")}
+	m := &limitMetrics{rejected: promreg.CounterVec("ibkube_webhook_overload_rejections_total", "Requests or connections turned away by the webhook's limits, by reason (in_flight: 429 after waiting for a slot; buffered_bytes: 429, the body budget full; body_timeout: 408, the body late; connections: closed at accept, every connection at work; connections_evicted: an idle connection closed to admit a new one).", "reason")}
 	if reg != nil {
 		if err := reg.Register(m.rejected); err != nil {
 			return nil, fmt.Errorf("register limit metrics: %w", err)
@@ -126,60 +149,6 @@ func (m *limitMetrics) reject(reason string) {
 	if m != nil {
 		m.rejected.WithLabelValues(reason).Inc()
 	}
-}
-
-// boundInFlight lets at most n requests into h at once. Excess requests are
-// answered 429 at once, before their body is read, so waiting clients hold
-// nothing but their connection.
-func boundInFlight(h http.Handler, n int, m *limitMetrics) http.Handler {
-	slots := make(chan struct{}, n)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case slots <- struct{}{}:
-		default:
-			m.reject("in_flight")
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, fmt.Sprintf("too many admission requests in flight (limit %d), retry", n), http.StatusTooManyRequests)
-			return
-		}
-		defer func() { <-slots }()
-		h.ServeHTTP(w, r)
-	})
-}
-
-// connLimitListener closes connections accepted while max are open.
-type connLimitListener struct {
-	net.Listener
-	max     int64
-	open    atomic.Int64
-	metrics *limitMetrics
-}
-
-func (l *connLimitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
-			l.metrics.reject("connections")
-			_ = c.Close()
-			continue
-		}
-		return &countedConn{Conn: c, release: func() { l.open.Add(-1) }}, nil
-	}
-}
-
-type countedConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *countedConn) Close() error {
-	c.once.Do(c.release)
-	return c.Conn.Close()
 }
 
 // tlsServer serves the admission handler over TLS with Limits, reloading
@@ -198,7 +167,8 @@ type tlsServer struct {
 	log     logr.Logger
 
 	started atomic.Bool
-	addr    atomic.Pointer[string] // the listener's address once serving
+	addr    atomic.Pointer[string] // the readiness listener's address once serving
+	conns   atomic.Pointer[connTable]
 }
 
 // Start listens on host:port and serves until ctx ends.
@@ -232,13 +202,24 @@ func (s *tlsServer) serve(ctx context.Context, ln net.Listener) error {
 	for _, o := range s.tlsOpts {
 		o(cfg)
 	}
-	limited := &connLimitListener{Listener: ln, max: int64(s.limits.MaxConns), metrics: s.metrics}
+	conns := newConnTable()
+	s.conns.Store(conns)
+	limited := &connLimitListener{Listener: ln, max: int64(s.limits.MaxConns), table: conns, metrics: s.metrics}
+	// The readiness check's own connections come through a loopback
+	// listener outside the cap, so a flood of client connections cannot
+	// make the replica look unready and leave the Service.
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("webhook readiness listener: %w", err)
+	}
 	var draining atomic.Bool
 	// Requests keep ctx's values but not its end: a request answered during
 	// the drain must not see its context cancelled by the stop signal.
 	reqCtx := context.WithoutCancel(ctx)
 	srv := &http.Server{
-		Handler:           closeWhileDraining(boundInFlight(s.handler, s.limits.MaxInFlight, s.metrics), &draining),
+		Handler:           closeWhileDraining(gate(s.handler, s.limits, s.metrics), &draining),
+		ConnState:         conns.track,
 		ReadHeaderTimeout: s.limits.ReadHeaderTimeout,
 		ReadTimeout:       s.limits.ReadTimeout,
 		WriteTimeout:      s.limits.WriteTimeout,
@@ -265,14 +246,21 @@ func (s *tlsServer) serve(ctx context.Context, ln net.Listener) error {
 			s.log.Error(err, "webhook server shutdown")
 		}
 	}()
+	probeAddr := probe.Addr().String()
+	s.addr.Store(&probeAddr)
 	addr := ln.Addr().String()
-	s.addr.Store(&addr)
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		_ = srv.Serve(tls.NewListener(probe, cfg)) // ends with the server
+	}()
 	s.started.Store(true)
 	s.log.Info("serving webhook", "addr", addr, "maxInFlight", s.limits.MaxInFlight, "maxConns", s.limits.MaxConns,
 		"readTimeout", s.limits.ReadTimeout.String())
 	err = srv.Serve(tls.NewListener(limited, cfg))
 	cancel()
 	<-shutdownDone
+	<-probeDone
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -280,7 +268,8 @@ func (s *tlsServer) serve(ctx context.Context, ln net.Listener) error {
 }
 
 // StartedChecker is the readiness check: healthy once the server completes
-// a TLS handshake on its own port (so the certificate is loaded).
+// a TLS handshake (so the certificate is loaded), on a loopback listener of
+// the same server that the connection cap does not count.
 func (s *tlsServer) StartedChecker() func(*http.Request) error {
 	return func(*http.Request) error {
 		addr := s.addr.Load()

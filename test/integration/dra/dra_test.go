@@ -69,9 +69,13 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 	d.Update(resource.Build(config.Default(), inv, resource.Options{HostDevRoot: "/dev"}))
 	testrun.Start(ctx, t, "Run", d.Run)
 
-	got := dratest.OneSlice(ctx, t, cs, 30*time.Second, nil).Spec.Devices
+	got := dratest.Pool(ctx, t, cs, 30*time.Second, nil).Devices
 	want := dra.Resources(resource.Build(config.Default(), inv, resource.Options{HostDevRoot: "/dev"}), dra.NodeFacts{Name: node})
-	if n := len(want.Pools[node].Slices[0].Devices); len(got) != n {
+	n := 0
+	for _, s := range want.Pools[node].Slices {
+		n += len(s.Devices)
+	}
+	if len(got) != n {
 		t.Fatalf("stored %d devices, want %d", len(got), n)
 	}
 	for _, dev := range got {

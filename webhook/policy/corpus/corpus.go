@@ -244,6 +244,7 @@ func Load(root string) ([]Case, error) {
 	huge := refusable.DeepCopy()
 	huge.Spec.Containers[0].Resources.Limits["nvidia.com/gpu"] = resource.MustParse("40")
 	add("refusal/exclusive-40-gpus-2-per-gpu", withAnnos(huge, m, "rdma-exclusive", pr, "oci-h100-roce"), optedIn("t"))
+	boundsCases(add, refusable)
 	return cases, nil
 }
 
@@ -270,8 +271,17 @@ var KnownDifferences = map[string]Difference{
 	"difference/interface-taken/never+ifname": {Why: "webhook refuses an IPoIB interface name taken by another network; policy appends the network"},
 	// A negative GPU count: the webhook refuses with its own message; with
 	// the policies the API server's validation refuses the pod first.
-	"fuzz-seed/negative-gpus/default":      {Why: "a negative GPU count is refused by the API server's validation, before the policy's message", APIServerOnly: true},
-	"fuzz-seed/negative-gpus/never+ifname": {Why: "a negative GPU count is refused by the API server's validation, before the policy's message", APIServerOnly: true},
+	"fuzz-seed/negative-gpus/default":                      {Why: "a negative GPU count is refused by the API server's validation, before the policy's message", APIServerOnly: true},
+	"fuzz-seed/negative-gpus/never+ifname":                 {Why: "a negative GPU count is refused by the API server's validation, before the policy's message", APIServerOnly: true},
+	"difference/networks-json-object/default":              {Why: "a JSON networks value that is no list: both refuse, the webhook with its JSON decoder's words"},
+	"difference/networks-json-object/never+ifname":         {Why: "a JSON networks value that is no list: both refuse, the webhook with its JSON decoder's words"},
+	"difference/networks-json-string-element/default":      {Why: "a JSON networks element that is no object: both refuse, the webhook naming the entry"},
+	"difference/networks-json-string-element/never+ifname": {Why: "a JSON networks element that is no object: both refuse, the webhook naming the entry"},
+	"difference/networks-duplicate-name-key/default":       {Why: "a JSON networks element with two \"name\" keys: the policy counts both, NCCL_SOCKET_IFNAME=net3 where the webhook and Multus give net2"},
+	"difference/escape-private-use/default":                {Why: "a private-use character in a refused value: the webhook escapes it, the policy repeats it"},
+	"difference/escape-private-use/never+ifname":           {Why: "a private-use character in a refused value: the webhook escapes it, the policy repeats it"},
+	"difference/memlock-fraction-over-8Ei/default":         {Why: "a fractional memlock of 8Ei or more: the webhook says not whole, the policy too large"},
+	"difference/memlock-fraction-over-8Ei/never+ifname":    {Why: "a fractional memlock of 8Ei or more: the webhook says not whole, the policy too large"},
 }
 
 // mutateCopy is pod as the core stores it in ns under the default

@@ -1,4 +1,4 @@
-package dra
+package slice
 
 import (
 	"fmt"

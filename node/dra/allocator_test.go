@@ -1,0 +1,407 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
+
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/node/config"
+	"github.com/ibkube/ibkube/node/dra/slice"
+)
+
+// schedulerFeatures are the allocator features kube-scheduler v1.37.2
+// passes with its default feature gates (pkg/scheduler/framework/plugins/
+// dynamicresources AllocatorFeatures over pkg/features/kube_features.go):
+// DRAAdminAccess GA, DRAPrioritizedList GA, DRAPartitionableDevices beta on,
+// DRADeviceTaints GA, DRADeviceBindingConditions beta on with
+// DRAResourceClaimDeviceStatus GA, DRAConsumableCapacity beta on,
+// DRAFractionalCapacityRange beta on; DRAListTypeAttributes,
+// DRAOptionalNodeOperations, DRADerivedAttributes and
+// DRADeviceCompatibilityGroups alpha, off.
+var schedulerFeatures = structured.Features{
+	AdminAccess:             true,
+	PrioritizedList:         true,
+	PartitionableDevices:    true,
+	DeviceTaints:            true,
+	DeviceBindingAndStatus:  true,
+	ConsumableCapacity:      true,
+	FractionalCapacityRange: true,
+}
+
+// classLister holds the chart's DeviceClasses (one per pool, selecting on
+// the pool attribute, contract.DeviceClassSelector).
+type classLister map[string]*resourceapi.DeviceClass
+
+func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
+	var out []*resourceapi.DeviceClass
+	for _, c := range l {
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+	if c, ok := l[name]; ok {
+		return c, nil
+	}
+	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
+}
+
+func chartClasses() classLister {
+	l := classLister{}
+	for name, res := range map[string]string{
+		contract.DeviceClassIB: contract.ExtendedResourceIB, contract.DeviceClassSharedIB: contract.ExtendedResourceSharedIB, contract.DeviceClassRoCE: contract.ExtendedResourceRoCE,
+	} {
+		l[name] = &resourceapi.DeviceClass{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: resourceapi.DeviceClassSpec{
+				Selectors:            []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: contract.DeviceClassSelector(res)}}},
+				ExtendedResourceName: ptr.To(res),
+			},
+		}
+	}
+	return l
+}
+
+// scheduler runs the scheduler's structured allocator over a node's
+// published slices, keeping the claims it allocated as the scheduler's
+// allocated-devices cache does.
+type scheduler struct {
+	t         testing.TB
+	slices    []*resourceapi.ResourceSlice
+	classes   classLister
+	allocated []*resourceapi.ResourceClaim
+	cel       *cel.Cache
+}
+
+func newScheduler(t testing.TB, h *host) *scheduler {
+	t.Helper()
+	m := h.model(t)
+	objs := slice.Objects(slice.Slices(m, h.facts(t, m)), "node-0")
+	for i, s := range objs {
+		s.Name = s.GenerateName + fmt.Sprint(i)
+	}
+	return &scheduler{t: t, slices: objs, classes: chartClasses(), cel: cel.NewCache(10, cel.Features{EnableConsumableCapacity: true})}
+}
+
+// state is the allocated state of the claims allocated so far, as
+// kube-scheduler gathers it (dynamicresources foreachAllocatedDevice): admin
+// access results are not allocations, shared ones are recorded by share.
+func (s *scheduler) state() structured.AllocatedState {
+	st := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	for _, c := range s.allocated {
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if ptr.Deref(r.AdminAccess, false) {
+				continue
+			}
+			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+			if r.ShareID != nil {
+				st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+				if r.ConsumedCapacity != nil {
+					st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+				}
+				continue
+			}
+			st.AllocatedDevices.Insert(id)
+		}
+	}
+	return st
+}
+
+// allocate asks the allocator for the claim on the node; nil means the
+// claim does not fit (the pod stays Pending). A fitting claim is kept as
+// allocated.
+func (s *scheduler) allocate(c *resourceapi.ResourceClaim) *resourceapi.AllocationResult {
+	s.t.Helper()
+	ctx := context.Background()
+	a, err := structured.NewAllocator(ctx, schedulerFeatures, s.state(), s.classes, s.slices, s.cel)
+	if err != nil {
+		s.t.Fatalf("allocator: %v", err)
+	}
+	res, err := a.Allocate(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0"}}, []*resourceapi.ResourceClaim{c})
+	if err != nil {
+		s.t.Fatalf("allocate %s: %v", c.Name, err)
+	}
+	if len(res) == 0 {
+		return nil
+	}
+	c = c.DeepCopy()
+	c.Status.Allocation = &res[0]
+	s.allocated = append(s.allocated, c)
+	return &res[0]
+}
+
+// release forgets an allocated claim, as when its pod is gone.
+func (s *scheduler) release(name string) {
+	s.allocated = slices.DeleteFunc(s.allocated, func(c *resourceapi.ResourceClaim) bool { return c.Name == name })
+}
+
+// extendedClaim is the claim kube-scheduler makes for a container asking
+// `resource: count` of a DRA-served extended resource
+// (extendeddynamicresources.go: one ExactCount request per container and
+// resource, no selectors, no constraints).
+func extendedClaim(name, class string, count int64) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team", UID: types.UID(name)},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name:    "container-0-request-0",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count},
+		}}}},
+	}
+}
+
+// hcaClaim asks one device of class on the named HCA.
+func hcaClaim(name, class, hca string) *resourceapi.ResourceClaim {
+	c := extendedClaim(name, class, 1)
+	c.Spec.Devices.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+		Expression: fmt.Sprintf(`device.attributes[%q].%s == %q`, contract.DRADriverName, contract.DRAAttrRDMADevice, hca),
+	}}}
+	return c
+}
+
+// hcasOf names the HCAs of an allocation's devices, by the slices' rdmaDevice.
+func (s *scheduler) hcasOf(a *resourceapi.AllocationResult) []string {
+	var out []string
+	for _, r := range a.Devices.Results {
+		out = append(out, s.device(r.Device).hca)
+	}
+	return out
+}
+
+type publishedDevice struct {
+	hca  string
+	numa int64
+}
+
+func (s *scheduler) device(name string) publishedDevice {
+	for _, sl := range s.slices {
+		for _, d := range sl.Spec.Devices {
+			if d.Name == name {
+				p := publishedDevice{hca: *d.Attributes[contract.DRAAttrRDMADevice].StringValue, numa: -1}
+				if n, ok := d.Attributes["resource.kubernetes.io/numaNode"]; ok {
+					p.numa = *n.IntValue
+				}
+				return p
+			}
+		}
+	}
+	s.t.Fatalf("no published device %s", name)
+	return publishedDevice{}
+}
+
+// TestAllocatorExclusiveIsExclusive runs kube-scheduler's allocator over the
+// ND v5 node's published slices: one HCA goes either to an exclusive claim
+// or to sharers, in either order, and comes free for the other side once
+// its holders are gone; sharers share.
+func TestAllocatorExclusiveIsExclusive(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name          string
+		first, second string // device classes
+	}{
+		{"exclusive then shared", contract.DeviceClassIB, contract.DeviceClassSharedIB},
+		{"shared then exclusive", contract.DeviceClassSharedIB, contract.DeviceClassIB},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newScheduler(t, newHost(t, fixture.NDv5, nil))
+			if a := s.allocate(hcaClaim("first", tc.first, "mlx5_0")); a == nil {
+				t.Fatalf("%s on an empty node's mlx5_0 does not fit", tc.first)
+			}
+			if a := s.allocate(hcaClaim("second", tc.second, "mlx5_0")); a != nil {
+				t.Fatalf("%s on mlx5_0 was allocated %v while a %s claim holds it", tc.second, a.Devices.Results, tc.first)
+			}
+			// Another HCA is free for the second side.
+			if a := s.allocate(hcaClaim("elsewhere", tc.second, "mlx5_1")); a == nil {
+				t.Errorf("%s on mlx5_1 does not fit while only mlx5_0 is held", tc.second)
+			}
+			s.release("first")
+			if a := s.allocate(hcaClaim("second", tc.second, "mlx5_0")); a == nil {
+				t.Errorf("%s on mlx5_0 does not fit after the %s claim is gone", tc.second, tc.first)
+			}
+		})
+	}
+	t.Run("sharers share", func(t *testing.T) {
+		t.Parallel()
+		s := newScheduler(t, newHost(t, fixture.NDv5, nil))
+		var shares []string
+		for i := range config.DefaultSharedSlots {
+			a := s.allocate(hcaClaim(fmt.Sprintf("sharer-%d", i), contract.DeviceClassSharedIB, "mlx5_0"))
+			if a == nil {
+				t.Fatalf("sharer %d of mlx5_0 does not fit (slots %d)", i, config.DefaultSharedSlots)
+			}
+			if r := a.Devices.Results[0]; r.ShareID == nil || r.Device != "shared-ib-mlx5-0" {
+				t.Fatalf("sharer %d got %+v, want a share of shared-ib-mlx5-0", i, r)
+			} else {
+				shares = append(shares, string(*r.ShareID))
+			}
+		}
+		if len(sets.New(shares...)) != len(shares) {
+			t.Errorf("share IDs repeat: %v", shares)
+		}
+		if a := s.allocate(hcaClaim("one-too-many", contract.DeviceClassSharedIB, "mlx5_0")); a != nil {
+			t.Errorf("a sharer past the %d slots got %v", config.DefaultSharedSlots, a.Devices.Results)
+		}
+		if a := s.allocate(hcaClaim("exclusive", contract.DeviceClassIB, "mlx5_0")); a != nil {
+			t.Errorf("an exclusive claim on the shared mlx5_0 got %v", a.Devices.Results)
+		}
+	})
+	t.Run("the whole node", func(t *testing.T) {
+		t.Parallel()
+		s := newScheduler(t, newHost(t, fixture.NDv5, nil))
+		if a := s.allocate(extendedClaim("one-sharer", contract.DeviceClassSharedIB, 1)); a == nil {
+			t.Fatal("rdma/shared_ib: 1 does not fit on an empty node")
+		}
+		if a := s.allocate(extendedClaim("all-eight", contract.DeviceClassIB, 8)); a != nil {
+			t.Errorf("rdma/ib: 8 got %v while a sharer holds one HCA", s.hcasOf(a))
+		}
+		if a := s.allocate(extendedClaim("seven", contract.DeviceClassIB, 7)); a == nil {
+			t.Error("rdma/ib: 7 does not fit beside one sharer")
+		}
+		if a := s.allocate(extendedClaim("another-sharer", contract.DeviceClassSharedIB, 1)); a == nil {
+			t.Error("a second sharer does not fit on the sharers' HCA")
+		}
+	})
+}
+
+// TestAllocatorExtendedResourceOneNUMANode: `rdma/ib: N` through the
+// DeviceClass (the scheduler's claim has no constraint) lands on one NUMA
+// node of an empty ND v5 node when one holds N, as the device plugin's
+// preferred allocation does, and a second such pod takes the other.
+func TestAllocatorExtendedResourceOneNUMANode(t *testing.T) {
+	t.Parallel()
+	for _, counts := range [][]int64{{4, 4}, {2, 2, 4}, {1, 3, 4}} {
+		t.Run(fmt.Sprint(counts), func(t *testing.T) {
+			t.Parallel()
+			s := newScheduler(t, newHost(t, fixture.NDv5, nil))
+			used := map[string]bool{}
+			for i, n := range counts {
+				a := s.allocate(extendedClaim(fmt.Sprintf("pod-%d", i), contract.DeviceClassIB, n))
+				if a == nil {
+					t.Fatalf("pod %d, rdma/ib: %d, does not fit", i, n)
+				}
+				numa := sets.New[int64]()
+				for _, r := range a.Devices.Results {
+					d := s.device(r.Device)
+					numa.Insert(d.numa)
+					if used[d.hca] {
+						t.Errorf("%s handed out twice", d.hca)
+					}
+					used[d.hca] = true
+				}
+				if numa.Len() != 1 {
+					t.Errorf("pod %d, rdma/ib: %d, got %v on NUMA nodes %v; want one NUMA node", i, n, s.hcasOf(a), sets.List(numa))
+				}
+			}
+		})
+	}
+}
+
+// TestAllocatorSharersAndExclusivePack: sharers gather on the HCAs exclusive
+// pods reach last, so that exclusive pods still land on one NUMA node each
+// and never on a sharer's HCA.
+func TestAllocatorSharersAndExclusivePack(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(t, newHost(t, fixture.NDv5, nil))
+	sharer := s.allocate(extendedClaim("sharer", contract.DeviceClassSharedIB, 1))
+	if sharer == nil {
+		t.Fatal("rdma/shared_ib: 1 does not fit on an empty node")
+	}
+	shared := s.hcasOf(sharer)[0]
+	for i, n := range []int64{4, 3} {
+		a := s.allocate(extendedClaim(fmt.Sprintf("exclusive-%d", i), contract.DeviceClassIB, n))
+		if a == nil {
+			t.Fatalf("rdma/ib: %d does not fit beside a sharer of %s", n, shared)
+		}
+		numa := sets.New[int64]()
+		for _, r := range a.Devices.Results {
+			numa.Insert(s.device(r.Device).numa)
+		}
+		if got := s.hcasOf(a); slices.Contains(got, shared) || numa.Len() != 1 {
+			t.Errorf("rdma/ib: %d got %v on NUMA nodes %v beside a sharer of %s; want one NUMA node, not the sharer's HCA", n, got, sets.List(numa), shared)
+		}
+	}
+}
+
+// TestAllocatorNUMAClaim is where the order alone cannot match the device
+// plugin: once a one-HCA pod holds mlx5_0, `rdma/ib: 4` takes the next four
+// in order, across both NUMA nodes, where the device plugin packs NUMA node
+// 1. The claim docs/dra.md gives for it, four devices with a numaNode
+// matchAttribute constraint, lands on one NUMA node.
+func TestAllocatorNUMAClaim(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(t, newHost(t, fixture.NDv5, nil))
+	if a := s.allocate(extendedClaim("one", contract.DeviceClassIB, 1)); a == nil {
+		t.Fatal("rdma/ib: 1 does not fit")
+	}
+	c := extendedClaim("four-aligned", contract.DeviceClassIB, 4)
+	c.Spec.Devices.Requests[0].Name = "hcas"
+	c.Spec.Devices.Constraints = []resourceapi.DeviceConstraint{{MatchAttribute: ptr.To(resourceapi.FullyQualifiedName("resource.kubernetes.io/numaNode"))}}
+	a := s.allocate(c)
+	if a == nil {
+		t.Fatal("four HCAs on one NUMA node do not fit while NUMA node 1 is free")
+	}
+	numa := sets.New[int64]()
+	for _, r := range a.Devices.Results {
+		numa.Insert(s.device(r.Device).numa)
+	}
+	if !numa.Equal(sets.New[int64](1)) {
+		t.Errorf("the numaNode claim got %v on NUMA nodes %v, want all four on 1", s.hcasOf(a), sets.List(numa))
+	}
+}
+
+// TestAllocatorEveryHCASurvivesATaint: a shared pod that wants every HCA
+// (what the device plugin's rdma/shared_ib gives) fails with allocationMode
+// All once one HCA is tainted unhealthy; the prioritized-list claim of
+// docs/dra.md takes all but the tainted one instead.
+func TestAllocatorEveryHCASurvivesATaint(t *testing.T) {
+	t.Parallel()
+	h := newHost(t, fixture.NDv5, nil)
+	if err := fixture.SetPortState(h.dir, "mlx5_3", 1, "DOWN"); err != nil {
+		t.Fatal(err)
+	}
+	s := newScheduler(t, h)
+	all := resourceapi.DeviceSubRequest{Name: "all", DeviceClassName: contract.DeviceClassSharedIB, AllocationMode: resourceapi.DeviceAllocationModeAll}
+	allClaim := extendedClaim("all", contract.DeviceClassSharedIB, 0)
+	allClaim.Spec.Devices.Requests[0] = resourceapi.DeviceRequest{Name: "hcas", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: all.DeviceClassName, AllocationMode: all.AllocationMode,
+	}}
+	if a := s.allocate(allClaim); a != nil {
+		t.Errorf("allocationMode All got %v with mlx5_3 tainted; the API says it must fail", s.hcasOf(a))
+	}
+	ladder := extendedClaim("ladder", contract.DeviceClassSharedIB, 0)
+	ladder.Spec.Devices.Requests[0] = resourceapi.DeviceRequest{Name: "hcas", FirstAvailable: []resourceapi.DeviceSubRequest{
+		all,
+		{Name: "all-but-one", DeviceClassName: contract.DeviceClassSharedIB, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 7},
+		{Name: "all-but-two", DeviceClassName: contract.DeviceClassSharedIB, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 6},
+	}}
+	a := s.allocate(ladder)
+	if a == nil {
+		t.Fatal("the prioritized list does not fit with one HCA tainted")
+	}
+	got := s.hcasOf(a)
+	slices.Sort(got)
+	if want := []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"}; !slices.Equal(got, want) {
+		t.Errorf("the prioritized list got %v, want every healthy HCA %v", got, want)
+	}
+	if r := a.Devices.Results[0].Request; r != "hcas/all-but-one" {
+		t.Errorf("allocated for request %q, want hcas/all-but-one", r)
+	}
+}

@@ -1,0 +1,39 @@
+package dra
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ibkube/ibkube/internal/promreg"
+)
+
+// metrics are the driver's Prometheus series (namespace ibkube_node_agent,
+// subsystem dra).
+type metrics struct {
+	publishes   prometheus.Counter
+	sliceErrors prometheus.Counter
+	staleSpecs  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		publishes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ibkube_node_agent_dra_slice_publishes_total",
+			Help: "ResourceSlice contents handed to the slice controller, which writes the slices that changed; a flapping port adds one, not one per flap.",
+		}),
+		sliceErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ibkube_node_agent_dra_slice_errors_total",
+			Help: "Errors of the ResourceSlice controller: a slice the API server refused or stored without some fields (also a ResourceSliceRejected Event on the node).",
+		}),
+		staleSpecs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ibkube_node_agent_dra_stale_cdi_specs_removed_total",
+			Help: "CDI specs removed because their ResourceClaim no longer exists (or is no longer allocated), found at start and periodically.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	if err := promreg.Register(reg, m.publishes, m.sliceErrors, m.staleSpecs); err != nil {
+		return nil, err
+	}
+	return m, nil
+}

@@ -1,0 +1,317 @@
+// Package slice is what the DRA driver publishes for a node, without I/O:
+// the node's HCAs as ResourceSlice devices, one per HCA and config pool,
+// with the shared counters that keep one HCA from an exclusive claim and
+// sharers at once, split within the API's limits and ordered as the
+// scheduler's allocator should try them. The driver publishes it through
+// the kubeletplugin's slice controller; `ibkube node -o slices` prints the
+// same objects offline.
+package slice
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/utils/ptr"
+
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/node/resource"
+)
+
+// NodeFacts are what the slices need besides the resource model.
+type NodeFacts struct {
+	// Name is the Kubernetes node's name: the ResourceSlice pool is named
+	// after it, as for every node-local driver.
+	Name string
+	// PCIeRoots maps an HCA's PCI address to its PCIe root complex
+	// ("pci0101:00"), resource.kubernetes.io/pcieRoot; an HCA missing here
+	// publishes no pcieRoot.
+	PCIeRoots map[string]string
+	// Held are HCAs that are healthy again but keep their unhealthy taint
+	// until they have stayed healthy a while (see damper).
+	Held map[string]bool
+}
+
+// Device is one published device: an HCA as one pool hands it out.
+type Device struct {
+	// Name is the device's name in the ResourceSlice.
+	Name string
+	Pool *resource.Pool
+	HCA  inventory.HCA
+}
+
+// Devices lists the model's devices: per pool in config order. An HCA in a
+// shared and an exclusive pool is two devices, so a device's name is the
+// pool's slug before the HCA's ("ib-mlx5-0", "shared-ib-mlx5-0"): names
+// must be unique in the node's pool.
+//
+// The order is the scheduler's preference: its allocator takes the first
+// devices that fit, in slice order. Exclusive pools list their HCAs by NUMA
+// node (unknown last), so that `rdma/ib: N` on an empty node lands on one
+// NUMA node when one holds N, as the device plugin's preferred allocation
+// packs them. Shared pools list them in the reverse order, so that sharers
+// gather on the HCAs exclusive pods reach last.
+func Devices(m *resource.Model) []Device {
+	var out []Device
+	slugs := poolSlugs(m.Pools)
+	for i, p := range m.Pools {
+		hcas := byNUMA(p.HCAs)
+		if !p.Exclusive() {
+			slices.Reverse(hcas)
+		}
+		for _, h := range hcas {
+			out = append(out, Device{Name: deviceName(slugs[i], h.Name), Pool: p, HCA: h})
+		}
+	}
+	return out
+}
+
+// byNUMA orders HCAs by NUMA node, unknown last, keeping inventory order
+// within a node.
+func byNUMA(hcas []inventory.HCA) []inventory.HCA {
+	out := slices.Clone(hcas)
+	key := func(h inventory.HCA) int {
+		if h.NUMANode == inventory.UnknownNUMANode {
+			return math.MaxInt
+		}
+		return h.NUMANode
+	}
+	slices.SortStableFunc(out, func(a, b inventory.HCA) int { return cmp.Compare(key(a), key(b)) })
+	return out
+}
+
+// notLabel matches what a DNS label cannot hold.
+var notLabel = regexp.MustCompile(`[^a-z0-9]+`)
+
+// slug makes s a DNS label fragment: lower case, runs of anything else a
+// single dash, no dash at either end.
+func slug(s string) string {
+	return strings.Trim(notLabel.ReplaceAllString(strings.ToLower(s), "-"), "-")
+}
+
+// poolSlugs names each pool by its resource name's last part ("ib" for
+// rdma/ib, "shared-ib" for rdma/shared_ib); a pool whose slug an earlier
+// pool took gets its index appended, so names stay unique and stable.
+func poolSlugs(pools []*resource.Pool) []string {
+	out := make([]string, len(pools))
+	seen := map[string]bool{}
+	for i, p := range pools {
+		_, name, _ := strings.Cut(p.Resource, "/")
+		s := slug(name)
+		if s == "" || seen[s] {
+			s = strings.Trim(s+"-"+strconv.Itoa(i), "-")
+		}
+		seen[s] = true
+		out[i] = s
+	}
+	return out
+}
+
+// maxDeviceName is a DNS label's length limit, which device names obey.
+const maxDeviceName = 63
+
+func deviceName(poolSlug, hca string) string {
+	n := poolSlug + "-" + slug(hca)
+	if len(n) > maxDeviceName {
+		n = strings.TrimRight(n[:maxDeviceName], "-")
+	}
+	return n
+}
+
+// Slice is one ResourceSlice's content: devices, or shared counter sets
+// (the API allows one or the other in a slice).
+type Slice struct {
+	Devices        []resourceapi.Device
+	SharedCounters []resourceapi.CounterSet
+}
+
+// Slices is what the node publishes in its pool (named after the node):
+// its HCAs' shared counters first (ResourceSliceMaxCounterSets to a slice),
+// then every device of the model, ResourceSliceMaxDevicesWithAdvancedFeatures
+// to a slice (every device consumes a counter, so the API allows 64, not
+// 128). A node without devices has one empty slice, which says so and
+// removes slices a previous run published.
+func Slices(m *resource.Model, node NodeFacts) []Slice {
+	devs := Devices(m)
+	holds := hcaHolds(devs)
+	var out []Slice
+	for chunk := range slices.Chunk(counterSets(m, holds), resourceapi.ResourceSliceMaxCounterSets) {
+		out = append(out, Slice{SharedCounters: chunk})
+	}
+	var all []resourceapi.Device
+	for _, d := range devs {
+		all = append(all, sliceDevice(d, node, holds[d.HCA.Name]))
+	}
+	for chunk := range slices.Chunk(all, resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures) {
+		out = append(out, Slice{Devices: chunk})
+	}
+	if len(out) == 0 {
+		out = []Slice{{}}
+	}
+	return out
+}
+
+// An HCA's counter set holds one counter, contract.DRACounterHCA, which
+// every device of the HCA consumes, so that the scheduler's allocator can
+// never give the HCA to an exclusive claim and to sharers at once
+// (KEP-4815 shared counters). The allocator charges a multi-allocatable
+// device's counters once, when its first share is allocated, and frees them
+// with its last (k8s.io/dynamic-resource-allocation/structured,
+// allocateDevice: "an allow-multiple device in use ... must not charge them
+// again"). So the counter holds one unit per shared pool the HCA is in
+// (at least one), a shared device consumes one and an exclusive device all:
+// sharers of every shared pool fit together, an exclusive holder fits alone.
+func hcaHolds(devs []Device) map[string]int64 {
+	shared := map[string]int64{}
+	for _, d := range devs {
+		if _, ok := shared[d.HCA.Name]; !ok {
+			shared[d.HCA.Name] = 0
+		}
+		if !d.Pool.Exclusive() {
+			shared[d.HCA.Name]++
+		}
+	}
+	for h, n := range shared {
+		shared[h] = max(n, 1)
+	}
+	return shared
+}
+
+// CounterSetName is the shared counter set of an HCA: "hca-mlx5-0".
+func CounterSetName(hca string) string {
+	n := "hca-" + slug(hca)
+	if len(n) > maxDeviceName {
+		n = strings.TrimRight(n[:maxDeviceName], "-")
+	}
+	return n
+}
+
+// counterSets are the counter sets of the HCAs that have devices, in
+// inventory order.
+func counterSets(m *resource.Model, holds map[string]int64) []resourceapi.CounterSet {
+	var out []resourceapi.CounterSet
+	for _, st := range m.HCAs {
+		hold, ok := holds[st.HCA.Name]
+		if !ok {
+			continue
+		}
+		out = append(out, resourceapi.CounterSet{
+			Name:     CounterSetName(st.HCA.Name),
+			Counters: map[string]resourceapi.Counter{contract.DRACounterHCA: {Value: *apiresource.NewQuantity(hold, apiresource.DecimalSI)}},
+		})
+	}
+	return out
+}
+
+func sliceDevice(d Device, node NodeFacts, hold int64) resourceapi.Device {
+	h := d.HCA
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		contract.DRAAttrPool:       str(d.Pool.Resource),
+		contract.DRAAttrMode:       str(d.Pool.Mode),
+		contract.DRAAttrRDMADevice: str(h.Name),
+	}
+	setStr := func(name, v string) {
+		if v != "" {
+			attrs[resourceapi.QualifiedName(name)] = str(v)
+		}
+	}
+	setStr(contract.DRAAttrNodeGUID, h.NodeGUID)
+	setStr(contract.DRAAttrFirmware, h.Firmware)
+	setStr(contract.DRAAttrVendorID, h.VendorID)
+	setStr(contract.DRAAttrDeviceID, h.DeviceID)
+	if ports := d.Pool.Ports(h); len(ports) > 0 {
+		// One device stands for the HCA; its first port (of the pool's
+		// link layers) describes it. ND and OCI HCAs have one port each.
+		// The port's state is no attribute: it changes with the fabric,
+		// and every attribute change is a slice write that requeues the
+		// cluster's pending DRA pods; the unhealthy taint carries it.
+		port := ports[0]
+		setStr(contract.DRAAttrLinkLayer, port.LinkLayer)
+		setStr(contract.DRAAttrNetdev, port.Netdev)
+		if gbps, ok := RateGbps(port.Rate); ok {
+			attrs[contract.DRAAttrRate] = resourceapi.DeviceAttribute{IntValue: ptr.To(gbps)}
+		}
+	}
+	if h.PCIAddress != "" {
+		attrs[deviceattribute.StandardDeviceAttributePCIBusID] = str(h.PCIAddress)
+		if root, ok := node.PCIeRoots[h.PCIAddress]; ok {
+			attrs[deviceattribute.StandardDeviceAttributePCIeRoot] = str(root)
+		}
+	}
+	// The attribute's doc: devices without NUMA affinity must not publish it.
+	if h.NUMANode != inventory.UnknownNUMANode {
+		attrs[deviceattribute.StandardDeviceAttributeNUMANode] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(h.NUMANode))}
+	}
+	consume := hold
+	if !d.Pool.Exclusive() {
+		consume = 1
+	}
+	out := resourceapi.Device{Name: d.Name, Attributes: attrs, ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
+		CounterSet: CounterSetName(d.HCA.Name),
+		Counters:   map[string]resourceapi.Counter{contract.DRACounterHCA: {Value: *apiresource.NewQuantity(consume, apiresource.DecimalSI)}},
+	}}}
+	if !d.Pool.Exclusive() {
+		out.AllowMultipleAllocations = ptr.To(true)
+		out.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			contract.DRACapacitySlots: {
+				Value: *apiresource.NewQuantity(int64(d.Pool.Slots), apiresource.DecimalSI),
+				RequestPolicy: &resourceapi.CapacityRequestPolicy{
+					Default: apiresource.NewQuantity(1, apiresource.DecimalSI),
+					ValidRange: &resourceapi.CapacityRequestPolicyRange{
+						Min:  apiresource.NewQuantity(1, apiresource.DecimalSI),
+						Step: apiresource.NewQuantity(1, apiresource.DecimalSI),
+					},
+				},
+			},
+		}
+	}
+	if ok, _ := d.Pool.Health(h); !ok || node.Held[h.Name] {
+		// NoSchedule: no new claim gets the HCA, running pods keep it (the
+		// health service shows them the HCA's state). Without TimeAdded the
+		// API server stamps it and the slice controller keeps that stamp.
+		out.Taints = []resourceapi.DeviceTaint{{Key: contract.DRATaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	}
+	return out
+}
+
+func str(s string) resourceapi.DeviceAttribute {
+	return resourceapi.DeviceAttribute{StringValue: ptr.To(s)}
+}
+
+// RateGbps reads the kernel's port rate ("400 Gb/sec (4X NDR)",
+// drivers/infiniband/core/sysfs.c rate_show) as whole Gb/s; rates below
+// 1 Gb/s or unreadable ones give false.
+func RateGbps(rate string) (int64, bool) {
+	num, _, ok := strings.Cut(strings.TrimSpace(rate), " Gb/sec")
+	if !ok {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || f < 1 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// Lookup finds a published device by name in m.
+func Lookup(m *resource.Model, name string) (Device, error) {
+	devs := Devices(m)
+	i := slices.IndexFunc(devs, func(d Device) bool { return d.Name == name })
+	if i < 0 {
+		names := make([]string, 0, len(devs))
+		for _, d := range devs {
+			names = append(names, d.Name)
+		}
+		slices.Sort(names)
+		return Device{}, fmt.Errorf("device %q is not on this node; it has %s", name, strings.Join(names, ", "))
+	}
+	return devs[i], nil
+}

@@ -1,0 +1,242 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/hca/fixture"
+)
+
+// unschedulable waits until the pod is Unschedulable and returns the
+// scheduler's message.
+func unschedulable(ctx context.Context, ns, name string, within time.Duration) (string, error) {
+	var msg string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		p, err := h.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				msg = c.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return msg, err
+}
+
+// 9j: one HCA goes to an exclusive claim or to sharers, never both, in
+// either order (the HCA's shared counter in the slice): the second pod stays
+// Pending with the scheduler's reason and runs once the first is gone.
+func testDRAExclusiveIsExclusive(t *testing.T, st *state, d *draState) {
+	r := h.scenario(t, "9j-dra-exclusive-is-exclusive")
+	d.need(t, r)
+	ctx := ctxT(t, 8*time.Minute)
+	free, err := freeHCAs(ctx)
+	if err != nil || len(free) == 0 {
+		fail(t, r, "no free HCA: %v %v", free, err)
+	}
+	hca := free[0]
+	sel := fmt.Sprintf(`device.attributes[%q].rdmaDevice == %q`, draDriver, hca)
+	if err := createTemplates(ctx, draClaimNS,
+		claimTemplate("excl-one", []draRequest{{name: "hca", class: classIB, cel: sel, count: 1}}),
+		claimTemplate("share-one", []draRequest{{name: "hca", class: classSharedIB, cel: sel, count: 1}})); err != nil {
+		fail(t, r, "%v", err)
+	}
+	for _, order := range [][2]string{{"excl-one", "share-one"}, {"share-one", "excl-one"}} {
+		first, second := order[0]+"-first", order[1]+"-second"
+		if _, err := startPods(ctx, draClaimNS, claimPod(first, order[0])); err != nil {
+			fail(t, r, "%s: %v", first, err)
+		}
+		if _, err := h.cs.CoreV1().Pods(draClaimNS).Create(ctx, claimPod(second, order[1]), metav1.CreateOptions{}); err != nil {
+			fail(t, r, "%v", err)
+		}
+		msg, err := unschedulable(ctx, draClaimNS, second, time.Minute)
+		check(t, r, err == nil, "%s then %s on %s: the second pod was not found Unschedulable (%v)", order[0], order[1], hca, err)
+		if err == nil {
+			check(t, r, strings.Contains(msg, "cannot allocate all claims"), "%s: the scheduler's reason %q does not name the claims", second, msg)
+			r.Notes = append(r.Notes, fmt.Sprintf("%s then %s on %s: %s", order[0], order[1], hca, msg))
+		}
+		start := time.Now()
+		if err := deletePodsNow(ctx, draClaimNS, first); err != nil {
+			fail(t, r, "%v", err)
+		}
+		_, err = h.waitRunning(ctx, draClaimNS, second, podStartTimeout)
+		check(t, r, err == nil, "%s did not run once %s was gone: %v", second, first, err)
+		if err == nil {
+			r.Figures[strings.ReplaceAll(order[1], "-", "_")+"_runs_after_release_seconds"] = round3(time.Since(start).Seconds())
+		}
+		if err := deletePodsNow(ctx, draClaimNS, second); err != nil {
+			fail(t, r, "%v", err)
+		}
+	}
+}
+
+// sliceWrites counts the writes to the node's ResourceSlices of ibkube's
+// driver that an API watch sees, and whether the HCA's exclusive device is
+// tainted in the latest slices.
+type sliceWrites struct {
+	w      watch.Interface
+	writes chan time.Time
+	taint  chan bool
+}
+
+func watchSliceWrites(ctx context.Context, hca string) (*sliceWrites, error) {
+	list, err := h.cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName + ",spec.driver=" + draDriver})
+	if err != nil {
+		return nil, err
+	}
+	w, err := h.cs.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{
+		FieldSelector: "spec.nodeName=" + nodeName + ",spec.driver=" + draDriver, ResourceVersion: list.ResourceVersion,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &sliceWrites{w: w, writes: make(chan time.Time, 1024), taint: make(chan bool, 1024)}
+	go func() {
+		for ev := range w.ResultChan() {
+			sl, ok := ev.Object.(*resourceapi.ResourceSlice)
+			if !ok {
+				continue
+			}
+			s.writes <- time.Now()
+			for _, dev := range sl.Spec.Devices {
+				if devString(dev, contract.DRAAttrRDMADevice) == hca && devString(dev, contract.DRAAttrPool) == string(exclusiveRes) {
+					s.taint <- len(dev.Taints) > 0
+				}
+			}
+		}
+	}()
+	return s, nil
+}
+
+// 9k: a port flapped 10 times in 5 s, ending down, as the fixture's sysfs
+// shows it to the agent's port poll: the API watch sees at most two slice
+// writes, and the taint is there within 1 s of the final down.
+func testDRAFlapBurst(t *testing.T, st *state, d *draState) {
+	r := h.scenario(t, "9k-dra-flap-burst")
+	d.need(t, r)
+	ctx := ctxT(t, 4*time.Minute)
+	free, err := freeHCAs(ctx)
+	if err != nil || len(free) == 0 {
+		fail(t, r, "no free HCA: %v %v", free, err)
+	}
+	hca := free[len(free)-1]
+	ws, err := watchSliceWrites(ctx, hca)
+	if err != nil {
+		fail(t, r, "watch ResourceSlices: %v", err)
+	}
+	defer ws.w.Stop()
+	defer func() {
+		if err := fixture.SetPortState(fixtureDir, hca, 1, "ACTIVE"); err != nil {
+			t.Errorf("port up: %v", err)
+		}
+	}()
+	start := time.Now()
+	for i := range 10 {
+		state := "DOWN"
+		if i%2 == 1 {
+			state = "ACTIVE"
+		}
+		if err := fixture.SetPortState(fixtureDir, hca, 1, state); err != nil {
+			fail(t, r, "%v", err)
+		}
+		time.Sleep(500 * time.Millisecond) // the flap's own pace, not a wait for the agent
+	}
+	if err := fixture.SetPortState(fixtureDir, hca, 1, "DOWN"); err != nil {
+		fail(t, r, "%v", err)
+	}
+	finalDown := time.Now()
+	// The taint as the API holds it, 1 s after the final down.
+	tainted := false
+	deadline := time.After(time.Until(finalDown.Add(time.Second)))
+collect:
+	for {
+		select {
+		case v := <-ws.taint:
+			tainted = v
+		case <-deadline:
+			break collect
+		}
+	}
+	for len(ws.taint) > 0 {
+		tainted = <-ws.taint
+	}
+	check(t, r, tainted, "%s/1 down: the ResourceSlice had no taint on its device 1 s after the final down", hca)
+	// The burst's writes: until the final down's 1 s, plus the agent's
+	// publish interval for anything still held back.
+	settle := time.After(time.Until(finalDown.Add(3 * time.Second)))
+	<-settle
+	n := len(ws.writes)
+	r.Figures["slice_writes_per_flap_burst"] = float64(n)
+	r.Notes = append(r.Notes, fmt.Sprintf("%s flapped 10 times from %s: %d slice writes seen by the API watch", hca, start.Format(time.RFC3339), n))
+	check(t, r, n <= 2, "%d ResourceSlice writes for one flap burst, want at most 2", n)
+}
+
+// 9l: a CDI spec left behind for a claim that no longer exists, holding an
+// HCA, is removed when the agent starts, and a pod wanting that HCA runs.
+func testDRAStaleCDISpec(t *testing.T, st *state, d *draState) {
+	r := h.scenario(t, "9l-dra-stale-cdi-spec")
+	d.need(t, r)
+	ctx := ctxT(t, 5*time.Minute)
+	free, err := freeHCAs(ctx)
+	if err != nil || len(free) == 0 {
+		fail(t, r, "no free HCA: %v %v", free, err)
+	}
+	hca := free[0]
+	ghost := string(uuid.NewUUID())
+	spec := map[string]any{
+		"cdiVersion": "0.6.0", "kind": contract.DRADriverName + "/hca",
+		"annotations": map[string]string{
+			contract.DRADriverName + "/claim":          draClaimNS + "/ghost-claim",
+			contract.DRADriverName + "/exclusive-hcas": hca,
+		},
+		"devices": []map[string]any{{"name": ghost + "-hca", "containerEdits": map[string]any{"env": []string{"GHOST=1"}}}},
+	}
+	data, _ := json.Marshal(spec)
+	path := filepath.Join(cdiDir, contract.DRADriverName+"-hca_"+ghost+".json")
+	// The spec is planted (the running agent looks again only in 5 min),
+	// the agent goes down and the DaemonSet brings it back.
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		fail(t, r, "plant %s: %v", path, err)
+	}
+	defer os.Remove(path)
+	if out, err := h.kubectlRun(ctx, "-n", releaseNS, "delete", "pod", "-l", allocLabel+"=dra", "--wait=true"); err != nil {
+		fail(t, r, "delete the DRA agent: %v %s", err, out)
+	}
+	if err := agentOn(ctx, draAgentDS, dpAgentDS, 2*time.Minute); err != nil {
+		fail(t, r, "%v", err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(path)
+		return os.IsNotExist(err), nil
+	})
+	check(t, r, err == nil, "the stale CDI spec %s is still there after the agent started", path)
+	sel := fmt.Sprintf(`device.attributes[%q].rdmaDevice == %q`, draDriver, hca)
+	if err := createTemplates(ctx, draClaimNS, claimTemplate("after-stale", []draRequest{{name: "hca", class: classIB, cel: sel, count: 1}})); err != nil {
+		fail(t, r, "%v", err)
+	}
+	_, err = startPods(ctx, draClaimNS, claimPod("after-stale", "after-stale"))
+	check(t, r, err == nil, "a pod wanting %s, which the stale spec held, did not run: %v", hca, err)
+	events, _ := h.kubectlRun(ctx, "get", "events", "-A", "--field-selector", "reason=StaleCDISpecRemoved", "-o", "name")
+	check(t, r, strings.TrimSpace(events) != "", "no StaleCDISpecRemoved Event for the node")
+	_ = deletePodsNow(ctx, draClaimNS, "after-stale")
+}

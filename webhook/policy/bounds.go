@@ -1,0 +1,115 @@
+package policy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/ibkube/ibkube/cni/multus"
+	"github.com/ibkube/ibkube/internal/memlockvalue"
+	"github.com/ibkube/ibkube/webhook/mutate"
+)
+
+// The policies' bounds on work and on what they repeat, each the CEL of a
+// Go rule of webhook/mutate: the container count and annotation sizes
+// (mutate.checkSize), the memlock value (internal/memlockvalue), and the
+// escaping of echoed values (strconv.Quote).
+
+// sizeVariables decide mutate.checkSize: the first of the container count,
+// the pod's and the namespace's ibkube annotation sizes that is over its
+// bound, as the refusal message, or ”. They come before any variable
+// that splits or iterates, and every split is guarded by them: splitting
+// costs time with the square of the parts while the API server charges it
+// linearly, and annotation sizes are validated only after admission.
+func sizeVariables() []variable {
+	over := func(annos string, keys []string) string {
+		return list(keys...) + ".filter(k, k in " + annos + " && bytes(" + annos + "[k]).size() > " + strconv.Itoa(mutate.MaxAnnotationBytes) + ")"
+	}
+	size := func(v string) string { return "string(bytes(" + v + ").size())" }
+	accepted := lit(fmt.Sprintf(" bytes; accepted: at most %d bytes", mutate.MaxAnnotationBytes))
+	return []variable{
+		{"containerCount", "object.spec.containers.size() + object.spec.?initContainers.orValue([]).size() + object.spec.?ephemeralContainers.orValue([]).size()"},
+		{"podOversized", over("variables.annos", mutate.BoundedPodKeys)},
+		{"nsOversized", over("variables.nsAnnos", mutate.BoundedNamespaceKeys)},
+		{"sizeRefusal", "!variables.relevant ? '' : " +
+			fmt.Sprintf("variables.containerCount > %d ? 'pod has ' + string(variables.containerCount) + ", mutate.MaxContainers) +
+			lit(fmt.Sprintf(" containers (containers, init containers and ephemeral containers together); accepted: at most %d in a pod ibkube admits: split the work over several pods", mutate.MaxContainers)) + " : " +
+			"variables.podOversized.size() > 0 ? 'annotation ' + variables.podOversized[0] + ': value of ' + " + size("variables.annos[variables.podOversized[0]]") + " + " + accepted + " : " +
+			"variables.nsOversized.size() > 0 ? 'namespace ' + namespaceObject.metadata.name + ' annotation ' + variables.nsOversized[0] + ': value of ' + " + size("variables.nsAnnos[variables.nsOversized[0]]") + " + " + accepted + " : ''"},
+	}
+}
+
+// guarded is a splitting expression that yields [] once a size refusal
+// stands, so no oversized value is ever split.
+func guarded(expr string) string {
+	return "variables.sizeRefusal != '' ? [] : " + expr
+}
+
+// netOversized is mutate.checkNetworksSize's test on the networks value.
+func netOversized() string {
+	return fmt.Sprintf("bytes(variables.netRaw).size() > %d", mutate.MaxNetworksBytes)
+}
+
+// netOversizedMessage is mutate.checkNetworksSize's refusal.
+func netOversizedMessage() string {
+	return lit("annotation "+multus.Annotation+": value of ") + " + string(bytes(variables.netRaw).size()) + " +
+		lit(fmt.Sprintf(" bytes; accepted: at most %d bytes", mutate.MaxNetworksBytes))
+}
+
+// netShapeBad tells a JSON-form networks value that is no list of objects
+// as far as a pattern can see (`{}`, `["a"]`, `null`): the webhook's JSON
+// decoder refuses those; CEL has none, so the policy refuses them with its
+// own message (docs/admission-policy.md, known differences).
+func netShapeBad() string {
+	return "variables.netForm == 'json' && !variables.netRaw.matches('^\\\\s*\\\\[\\\\s*(\\\\]|\\\\{[\\\\s\\\\S]*\\\\}\\\\s*\\\\])\\\\s*$')"
+}
+
+// netShapeMessage is the policy's refusal of a wrong-shape JSON value.
+func netShapeMessage() string {
+	return lit("annotation "+multus.Annotation+": invalid value ") + " + " + echo("variables.netRaw") + " + " +
+		lit(": not a JSON list of objects; "+multus.Accepted)
+}
+
+// memlockProblem is memlockvalue.Parse's verdict on the trimmed value t,
+// as its Problem, or ” when accepted. A quantity's isInteger() is false
+// for whole values held as a decimal (1.5Gi, 1000m, 9223372036854775806),
+// so wholeness is decided exactly: the value less the nearest integer the
+// float approximation gives (after taking 2^62 off large values, so the
+// conversion to int cannot overflow) is a small remainder, whole when it
+// equals its own integer part. Values from 2^63 up are too large before
+// any wholeness test, where the webhook says "not whole" first for a
+// fractional one (a known difference).
+func memlockProblem(t string) string {
+	q := "quantity(" + t + ")"
+	const big = "4611686018427387904" // 2^62
+	whole := "[" + q + ".compareTo(quantity('" + big + "')) >= 0 ? " + q + ".sub(" + big + ") : " + q + "]" +
+		".map(q, [q.sub(int(q.asApproximateFloat()))].map(r, r.compareTo(quantity(string(int(r.asApproximateFloat())))) == 0)[0])[0]"
+	return t + ".lowerAscii() == 'unlimited' ? '' : " +
+		"!isQuantity(" + t + ") ? " + lit(memlockvalue.NotQuantity) + " : " +
+		"!" + q + ".isGreaterThan(quantity('0')) ? " + lit(memlockvalue.NotPositive) + " : " +
+		q + ".compareTo(quantity('9223372036854775807')) >= 0 ? " + lit(memlockvalue.TooLarge+" (below 8Ei)") + " : " +
+		"!(" + whole + ") ? " + lit(memlockvalue.NotWhole) + " : ''"
+}
+
+// escapeUnprintable is strconv.Quote's escaping of the characters CEL's
+// strings.quote leaves raw, over the quoted expression s: control and
+// format characters and line and paragraph separators of the Basic
+// Multilingual Plane. Other characters strconv.Quote escapes (private use,
+// unassigned, beyond the BMP) are repeated raw (a known difference).
+func escapeUnprintable(s string) string {
+	var b strings.Builder
+	b.WriteString(s)
+	for r := rune(0); r < 0x10000; r++ {
+		if !unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) || strconv.IsPrint(r) {
+			continue
+		}
+		q := strconv.Quote(string(r))
+		switch r {
+		case '\a', '\b', '\f', '\n', '\r', '\t', '\v': // strings.quote escapes these itself
+			continue
+		}
+		b.WriteString(".replace(" + lit(string(r)) + ", " + lit(q[1:len(q)-1]) + ")")
+	}
+	return b.String()
+}

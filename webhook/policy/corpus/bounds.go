@@ -1,0 +1,61 @@
+package corpus
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/webhook/mutate"
+)
+
+// boundsCases are the cases of the bounds both sides keep: the container
+// count and annotation sizes, memlock values whole only in exact
+// arithmetic, the shapes of JSON network values, and characters a refusal
+// must escape. pod is the refusal table's pod (8 GPUs in "train").
+func boundsCases(add func(string, *corev1.Pod, mutate.Namespace), pod *corev1.Pod) {
+	with := func(p *corev1.Pod, kv ...string) *corev1.Pod {
+		p = p.DeepCopy()
+		p.Annotations = map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			p.Annotations[kv[i]] = kv[i+1]
+		}
+		return p
+	}
+	m, ml, c, nets := contract.AnnotationMode, contract.AnnotationMemlock, contract.AnnotationContainers, "k8s.v1.cni.cncf.io/networks"
+
+	wide := func(n int) *corev1.Pod {
+		p := pod.DeepCopy()
+		for i := len(p.Spec.Containers) + len(p.Spec.InitContainers); i < n; i++ {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: fmt.Sprintf("side-%d", i), Image: "x"})
+		}
+		return p
+	}
+	add("bounds/containers-at-limit", with(wide(mutate.MaxContainers), m, "rdma-shared"), optedIn("t"))
+	add("bounds/containers-over-limit", with(wide(mutate.MaxContainers+1), m, "rdma-exclusive,ipoib"), optedIn("t"))
+	add("bounds/containers-over-limit-namespace-mode", with(wide(mutate.MaxContainers+1)), optedIn("t", m, "rdma-shared"))
+	add("bounds/containers-over-limit-not-ours", with(wide(mutate.MaxContainers+1)), optedIn("t"))
+	add("bounds/annotation-over-limit", with(pod, m, "rdma-shared", c, strings.Repeat("train,", mutate.MaxAnnotationBytes/6+1)), optedIn("t"))
+	add("bounds/namespace-annotation-over-limit", with(pod, m, "rdma-shared"), optedIn("t", contract.AnnotationProfile, strings.Repeat("p", mutate.MaxAnnotationBytes+1)))
+	add("bounds/networks-over-limit", with(pod, m, "ipoib", nets, strings.Repeat("a,", mutate.MaxNetworksBytes/2)+"b"), optedIn("t"))
+	add("bounds/networks-over-limit-not-ipoib", with(pod, m, "rdma-shared", nets, strings.Repeat("a,", mutate.MaxNetworksBytes/2)+"b"), optedIn("t"))
+
+	// Whole numbers of bytes that a quantity holds as a decimal, and the
+	// edges of the range.
+	for _, v := range []string{"1.5Gi", "0.5Gi", "2.5Mi", "1000m", "1Ei", "7Ei", "1024Pi", "9223372036854775806", "0.5Ki", "1e3"} {
+		add("memlock/accepted-"+v, with(pod, m, "rdma-shared", ml, v), optedIn("t"))
+	}
+	for _, v := range []string{"9223372036854775807", "8Ei", "1.5", "1500m", "0.3Ki", "1e-3", "4611686018427387904.5"} {
+		add("memlock/refused-"+v, with(pod, m, "rdma-shared", ml, v), optedIn("t"))
+	}
+	// Characters strconv.Quote escapes and CEL's strings.quote does not.
+	add("escape/control-characters", with(pod, m, "rdma\x01\x1b[31m\x7f\u0085\u200b\u2028"), optedIn("t"))
+	add("escape/container-name", with(pod, m, "rdma-shared", c, "train,\x00x"), optedIn("t"))
+
+	add("difference/networks-json-object", with(pod, m, "ipoib", nets, `{}`), optedIn("t"))
+	add("difference/networks-json-string-element", with(pod, m, "ipoib", nets, `["a"]`), optedIn("t"))
+	add("difference/networks-duplicate-name-key", with(pod, m, "ipoib", nets, `[{"name":"a","name":"b"}]`), optedIn("t"))
+	add("difference/escape-private-use", with(pod, m, "rdma\ue000"), optedIn("t"))
+	add("difference/memlock-fraction-over-8Ei", with(pod, m, "rdma-shared", ml, "9223372036854775807.5"), optedIn("t"))
+}
