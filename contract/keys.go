@@ -54,7 +54,7 @@ const (
 // entry here (or in OwnKeys); the webhook, the admission policy and their
 // tests read the list from here.
 func UserKeys() []string {
-	return suffixes(AnnotationMode, AnnotationHCAs, AnnotationContainers, AnnotationProfile, AnnotationSocketFallback, AnnotationIdleWarning)
+	return suffixes(AnnotationMode, AnnotationHCAs, AnnotationContainers, AnnotationProfile, AnnotationSocketFallback, AnnotationIdleWarning, AnnotationPlacement)
 }
 
 // OwnKeys are the suffixes under Prefix ibkube writes on a pod (accepted on

@@ -17,28 +17,35 @@ const (
 	PlacementAny        = "any"
 )
 
-// JobLabels are the pod labels that name the job a pod belongs to, as each
-// controller sets them on its pods, in the order they are tried (the most
-// specific controller first: a JobSet's pods also carry the Job label of
-// their child Job, and a Kubeflow job's pods may be made by a JobSet).
-//   - training.kubeflow.org/job-name: Kubeflow training-operator v1
-//     (PyTorchJob, TFJob, MPIJob v1, XGBoostJob, PaddleJob, JAXJob),
-//     pkg/apis/kubeflow.org/v1/common_types.go JobNameLabel.
-//   - jobset.sigs.k8s.io/jobset-name: JobSet (and so Kubeflow Trainer v2
-//     TrainJobs, which run as JobSets), api/jobset/v1alpha2 JobSetNameKey.
-//   - leaderworkerset.sigs.k8s.io/name: LeaderWorkerSet, api/.../SetNameLabelKey;
-//     one group of an LWS is one job (leaderworkerset.sigs.k8s.io/group-index
-//     is added to the key when present).
-//   - batch.kubernetes.io/job-name: Job (Kubernetes 1.27+), and so MPIJob v2
-//     launchers (mpi-operator v2 creates a batch Job for the launcher and
-//     labels workers training.kubeflow.org/job-name).
-var JobLabels = []string{
-	"training.kubeflow.org/job-name",
-	"jobset.sigs.k8s.io/jobset-name",
-	"leaderworkerset.sigs.k8s.io/name",
-	"batch.kubernetes.io/job-name",
-}
+// Pod labels that name the job a pod belongs to, as each controller sets
+// them on its pods:
+//   - JobLabelKubeflow: Kubeflow training-operator v1 (PyTorchJob, TFJob,
+//     XGBoostJob, PaddleJob, JAXJob) and mpi-operator v2 (MPIJob launcher and
+//     workers): kubeflow/common pkg/apis/common/v1 JobNameLabel, kept by
+//     kubeflow/training-operator and kubeflow/mpi-operator.
+//   - JobLabelJobSet: JobSet, and so Kubeflow Trainer v2 TrainJobs, which run
+//     as JobSets (kubernetes-sigs/jobset api/jobset/v1alpha2 JobSetNameKey).
+//   - JobLabelLWS: LeaderWorkerSet (kubernetes-sigs/lws
+//     api/leaderworkerset/v1 SetNameLabelKey); each group of leader and
+//     workers is one job, told apart by LWSGroupIndexLabel
+//     (GroupIndexLabelKey).
+//   - JobLabelBatch: Job (Kubernetes 1.27+, k8s.io/api/batch/v1
+//     JobNameLabel).
+const (
+	JobLabelKubeflow   = "training.kubeflow.org/job-name"
+	JobLabelJobSet     = "jobset.sigs.k8s.io/jobset-name"
+	JobLabelLWS        = "leaderworkerset.sigs.k8s.io/name"
+	JobLabelBatch      = "batch.kubernetes.io/job-name"
+	LWSGroupIndexLabel = "leaderworkerset.sigs.k8s.io/group-index"
+)
 
-// LWSGroupIndexLabel is the LeaderWorkerSet group of a pod: each group is
-// its own job for placement.
-const LWSGroupIndexLabel = "leaderworkerset.sigs.k8s.io/group-index"
+// JobLabels are the job labels in the order they are tried: the most
+// specific controller first, since a JobSet's pods also carry their child
+// Job's label and a Kubeflow job's pods may come from a Job.
+var JobLabels = []string{JobLabelKubeflow, JobLabelJobSet, JobLabelLWS, JobLabelBatch}
+
+// DRAAttrPartition is the device attribute holding the tenant partition key
+// its InfiniBand port is a full member of ("0x800b"), absent when the
+// port's table names none; a claim selects it with
+// `device.attributes["rdma.infiniband.azure.com"].partition == "0x800b"`.
+const DRAAttrPartition = "partition"

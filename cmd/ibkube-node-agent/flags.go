@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/internal/logging"
 	"github.com/ibkube/ibkube/node/counters"
@@ -30,8 +31,10 @@ type options struct {
 	healthAddr       string
 	logLevel         string
 	help             bool
-	observe          observeOptions
-	dra              draOptions
+	// removeLabels: take the partition label off every Node and exit.
+	removeLabels bool
+	observe      observeOptions
+	dra          draOptions
 }
 
 // observeOptions configure the counters monitor (node/counters).
@@ -75,6 +78,7 @@ func flagSet(o *options, getenv func(string) string, out io.Writer) *flag.FlagSe
 	fs.Uint64Var(&o.observe.idleMinBytes, "rdma-idle-min-bytes", 1<<20, "traffic (bytes, both directions, all the container's HCAs) below which a window counts as idle")
 	fs.StringVar(&o.observe.podResourcesSocket, "pod-resources-socket", counters.PodResourcesSocket, "the kubelet's PodResources API socket (which container holds which device); empty: no attribution, no idle warning")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: error, info or debug")
+	fs.BoolVar(&o.removeLabels, "remove-partition-labels", false, "remove the "+contract.LabelPartition+" label from every Node and exit (the chart's pre-delete hook; needs list and patch on nodes)")
 	addDRAFlags(fs, &o.dra, getenv)
 	return fs
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -39,6 +40,12 @@ func run(ctx context.Context, args []string) error {
 	cluster := inClusterAPI(opts.nodeName, log)
 	if cluster != nil {
 		defer cluster.stop()
+	}
+	if opts.removeLabels {
+		if cluster == nil {
+			return errors.New("--remove-partition-labels needs the in-cluster API")
+		}
+		return removePartitionLabels(ctx, cluster.cs, log)
 	}
 	a, err := newAgent(opts, cluster, log)
 	if err != nil {
@@ -122,6 +129,7 @@ func newAgent(opts options, cluster *api, log logr.Logger) (*agent.Agent, error)
 	}
 	if cluster != nil {
 		acfg.Nodes = cluster
+		acfg.Labels = cluster
 	}
 	return agent.New(acfg, log)
 }

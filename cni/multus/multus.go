@@ -70,17 +70,6 @@ const (
 	FormJSON
 )
 
-func (f Form) String() string {
-	switch f {
-	case FormCSV:
-		return "csv"
-	case FormJSON:
-		return "json"
-	default:
-		return "empty"
-	}
-}
-
 // DetectForm tells how value is written, the way Multus decides it: any of
 // '[', '{' or '"' makes it JSON.
 func DetectForm(value string) Form {

@@ -21,7 +21,7 @@ define render_manifests
 	   echo "  labels:"; \
 	   echo "    pod-security.kubernetes.io/enforce: privileged"; \
 	   $(HELM) template $(CHART_RELEASE) $(CHART_DIR) --namespace $(CHART_NAMESPACE) \
-	     --kube-version $(KUBE_VERSION); \
+	     --kube-version $(KUBE_VERSION) --no-hooks; \
 	} > $(1).tmp
 	@mv -f $(1).tmp $(1)
 endef

@@ -15,7 +15,3 @@ BENCH_TARGETS += bench-dra
 .PHONY: bench-dra
 bench-dra: ## DRA driver benchmarks: Prepare p50/p99, port change to ResourceSlice through the agent.
 	$(GO) test -run '^$$' -bench . -benchtime 100x ./node/dra/
-
-.PHONY: update-dra-golden
-update-dra-golden: ## Rewrite the DRA golden ResourceSlices and CDI spec (node/dra/testdata); review the diff.
-	$(GO) test ./node/dra/ -run 'Golden' -update

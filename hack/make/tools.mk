@@ -21,6 +21,10 @@ ETCD            := /usr/bin/etcd
 ENVTEST_ASSETS  := $(OUTPUT)/envtest
 CONTAINERD_BIN  := $(BIN)/containerd
 HELM            := $(BIN)/helm
+STATICCHECK_VERSION := $(call mod_version,staticcheck,honnef.co/go/tools)
+DEADCODE_VERSION    := $(call mod_version,deadcode,golang.org/x/tools)
+STATICCHECK     := $(BIN)/staticcheck
+DEADCODE        := $(BIN)/deadcode
 
 # Debian packages the integration and e2e tests need.
 APT_PACKAGES := etcd-server runc containernetworking-plugins iptables conntrack socat iproute2 util-linux openssl kmod
@@ -79,8 +83,18 @@ helm: ## Build helm v$(HELM_VERSION) into $(HELM) (pass --kube-version to helm t
 	@$(GOBUILD) $(TOOLS_DIR)/helm $(HELM) "v$(HELM_VERSION) k8s 1.$(KUBE_MINOR)" "helm v$(HELM_VERSION)" "~4 min" -- \
 	  -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm
 
+.PHONY: staticcheck
+staticcheck: ## Build staticcheck $(STATICCHECK_VERSION) into $(STATICCHECK) (make lint runs it).
+	@$(GOBUILD) $(TOOLS_DIR)/staticcheck $(STATICCHECK) "v$(STATICCHECK_VERSION)" "staticcheck v$(STATICCHECK_VERSION)" "1m45s" -- \
+	  -ldflags '-s -w' honnef.co/go/tools/cmd/staticcheck
+
+.PHONY: deadcode
+deadcode: ## Build deadcode (golang.org/x/tools $(DEADCODE_VERSION)) into $(DEADCODE) (make lint runs it).
+	@$(GOBUILD) $(TOOLS_DIR)/deadcode $(DEADCODE) "v$(DEADCODE_VERSION)" "deadcode v$(DEADCODE_VERSION)" "30s" -- \
+	  -ldflags '-s -w' golang.org/x/tools/cmd/deadcode
+
 .PHONY: tools
-tools: apt-deps kube-binaries containerd helm ## Every tool the tests use.
+tools: apt-deps kube-binaries containerd helm staticcheck deadcode ## Every tool the tests and lint use.
 
 .PHONY: envtest-smoke
 envtest-smoke: envtest-assets ## Check the envtest assets start, serve and stop (controller-runtime envtest).
@@ -96,6 +110,8 @@ $(KUBELET): kubelet ; @:
 $(KUBE_PROXY): kube-proxy ; @:
 $(CONTAINERD_BIN): containerd ; @:
 $(HELM): helm ; @:
+$(STATICCHECK): staticcheck ; @:
+$(DEADCODE): deadcode ; @:
 $(ENVTEST_ASSETS): envtest-assets ; @:
 
 TEST_TARGETS += envtest-smoke

@@ -306,3 +306,25 @@ func TenantIndex(hcas []HCA, names []string, key PKey) (int, bool) {
 	}
 	return idx, seen
 }
+
+// HCAPartition is the tenant key every InfiniBand port of h holds, whatever
+// their state, as "0x800b", or "" when they hold none or several: a
+// device's own attribute, which must not come and go with its link (the
+// node's label follows NodePartition, which counts ACTIVE ports only).
+func HCAPartition(h HCA) string {
+	var key PKey
+	for _, p := range h.Ports {
+		if p.LinkLayer != LinkLayerInfiniBand {
+			continue
+		}
+		keys := p.TenantKeys()
+		if p.PKeyError != "" || len(keys) != 1 || key != 0 && keys[0] != key {
+			return ""
+		}
+		key = keys[0]
+	}
+	if key == 0 {
+		return ""
+	}
+	return key.String()
+}

@@ -4,6 +4,7 @@
 package golden
 
 import (
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -40,6 +41,16 @@ func Check(t testing.TB, path string, got []byte) {
 	if diff := cmp.Diff(string(want), string(got)); diff != "" {
 		t.Errorf("%s differs (-want +got); if intended, rerun with -update and review the diff:\n%s", path, diff)
 	}
+}
+
+// CheckJSON is Check of v as indented JSON with a final newline.
+func CheckJSON(t testing.TB, path string, v any) {
+	t.Helper()
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	Check(t, path, append(data, '\n'))
 }
 
 // ReadYAML decodes the YAML file at path (a test input under testdata) into

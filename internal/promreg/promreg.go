@@ -1,5 +1,6 @@
-// Package promreg builds a component's Prometheus collectors from their
-// name and help text, and registers them as one step.
+// Package promreg is the one way ibkube builds its Prometheus metrics: the
+// collectors (and a custom collector's descriptors) from their name, help
+// text and labels, registered as one step.
 package promreg
 
 import (
@@ -46,4 +47,21 @@ func GaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 // CounterVec returns a counter vector with that name, help text and labels.
 func CounterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+// Histogram returns a histogram with that name, help text and buckets.
+func Histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+}
+
+// HistogramVec returns a histogram vector with that name, help text,
+// buckets and labels.
+func HistogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+}
+
+// Desc returns the descriptor of a custom collector's metric with that
+// name, help text and variable labels.
+func Desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
 }

@@ -53,6 +53,9 @@ type Config struct {
 	// and the agent goes on.
 	Nodes    NodeLabels
 	NodeName string
+	// Labels writes the Node's partition label; nil (no API server): not
+	// labelled.
+	Labels NodeLabelPatcher
 	// MetricsAddr and HealthAddr are listen addresses; "" or "0" disables.
 	MetricsAddr, HealthAddr string
 	// MetricsListener and HealthListener, when set, are served in place of
@@ -98,6 +101,11 @@ type Agent struct {
 	state   atomic.Pointer[state]
 	profile resource.Profile
 	ready   atomic.Bool
+
+	// partitionLabel is the value last written to the Node, labelled
+	// whether one was written; only the scan loop touches them.
+	partitionLabel string
+	labelled       bool
 }
 
 type state struct {
@@ -280,6 +288,7 @@ func (a *Agent) rescan(ctx context.Context, trigger string) bool {
 	old := a.state.Swap(&state{node: node, model: model})
 	a.metrics.setModel(model)
 	a.logChanges(old.node, node)
+	a.syncPartitionLabel(ctx, node)
 	return true
 }
 

@@ -16,6 +16,7 @@ type metrics struct {
 	registrations *prometheus.CounterVec
 	scans         *prometheus.CounterVec
 	scanSeconds   prometheus.Histogram
+	partition     *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -26,13 +27,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		allocated:     promreg.CounterVec("ibkube_node_agent_allocated_devices_total", "Devices handed out in allocations, by resource.", "resource"),
 		registrations: promreg.CounterVec("ibkube_node_agent_kubelet_registrations_total", "Registrations with the kubelet, by resource and result (success, error); more than one success means re-registrations after kubelet restarts.", "resource", "result"),
 		scans:         promreg.CounterVec("ibkube_node_agent_scans_total", "Hardware scans, by trigger (start, event, periodic) and result (success, error).", "trigger", "result"),
-		scanSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "ibkube_node_agent_scan_duration_seconds",
-			Help:    "Duration of a hardware scan.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
-		}),
+		partition:     promreg.GaugeVec("ibkube_node_agent_partition_info", "1 for the partition label the agent wrote on its Node (the InfiniBand tenant key, a RoCE placement value); empty when the node has none.", "partition"),
+		scanSeconds:   promreg.Histogram("ibkube_node_agent_scan_duration_seconds", "Duration of a hardware scan.", prometheus.ExponentialBuckets(0.0005, 4, 8)),
 	}
-	if err := promreg.Register(reg, m.devices, m.hcas, m.allocations, m.allocated, m.registrations, m.scans, m.scanSeconds); err != nil {
+	if err := promreg.Register(reg, m.devices, m.hcas, m.allocations, m.allocated, m.registrations, m.scans, m.scanSeconds, m.partition); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -55,6 +53,12 @@ func (m *metrics) setModel(model *resource.Model) {
 		}
 		m.hcas.WithLabelValues(r.Name, r.Resource).Set(v)
 	}
+}
+
+// setPartition records the partition label now on the Node.
+func (m *metrics) setPartition(label string) {
+	m.partition.Reset()
+	m.partition.WithLabelValues(label).Set(1)
 }
 
 // Registered implements server.Observer.

@@ -70,7 +70,7 @@ func Report(m *resource.Model) []HCAReport {
 			r.Ports = append(r.Ports, PortReport{Port: p.Number, State: p.State, PhysState: p.PhysState, LinkLayer: p.LinkLayer, Rate: p.Rate, Netdev: p.Netdev,
 				PKeys: p.PKeys, PKeyError: p.PKeyError})
 		}
-		r.Partition = inventory.HCAsPartition([]inventory.HCA{h}, []string{h.Name}).Label()
+		r.Partition = inventory.HCAPartition(h)
 		for _, c := range h.CharDevices {
 			r.CharDevices = append(r.CharDevices, charReport(c))
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ibkube/ibkube/contract"
@@ -73,6 +74,12 @@ type AgentConfig struct {
 	Profile string `json:"profile,omitempty"`
 	// RescanPeriod is the period of the full health rescan ("10s").
 	RescanPeriod metav1.Duration `json:"rescanPeriod,omitempty"`
+	// PartitionLabelFrom names a label of the agent's own Node whose value
+	// becomes its partition label (infiniband.azure.com/partition) when the
+	// node has no InfiniBand port: RoCE fabrics have no partition keys, and
+	// the cloud's placement label (an OKE RDMA block, an AKS agent pool) is
+	// the nearest truth. Empty: such nodes are labelled "roce".
+	PartitionLabelFrom string `json:"partitionLabelFrom,omitempty"`
 }
 
 // Pool is one resource advertised to the kubelet.
@@ -234,6 +241,11 @@ func (c *AgentConfig) Validate() error {
 	}
 	if c.RescanPeriod.Duration < MinRescanPeriod {
 		return fmt.Errorf("rescanPeriod: %s is too short; accepted: %s or more", c.RescanPeriod.Duration, MinRescanPeriod)
+	}
+	if k := c.PartitionLabelFrom; k != "" {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("partitionLabelFrom: %q is not a label key (%s); accepted: a Node label key such as kubernetes.azure.com/agentpool", k, strings.Join(errs, "; "))
+		}
 	}
 	return nil
 }

@@ -68,6 +68,8 @@ pools:
 		{name: "bad vendor", in: head + "pools:\n- {resourceName: rdma/ib, mode: exclusive, selector: {vendors: [\"0x15b3\"]}}\n", wantErr: `pools[0].selector.vendors[0]: "0x15b3" is not a PCI vendor ID; accepted: four lower-case hex digits without 0x, e.g. 15b3`},
 		{name: "bad exclude glob", in: head + "pools:\n- {resourceName: rdma/ib, mode: exclusive, selector: {exclude: [{names: [\"mlx5_[\"]}]}}\n", wantErr: `pools[0].selector.exclude[0].names[0]: "mlx5_[" is not a valid name or glob (syntax error in pattern); accepted: a device name like mlx5_0 or a glob like mlx5_*`},
 		{name: "rescan too short", in: head + "rescanPeriod: 100ms\n", wantErr: `rescanPeriod: 100ms is too short; accepted: 1s or more`},
+		{name: "partition label not a key", in: head + "partitionLabelFrom: \"oci rdma block\"\n",
+			wantErr: `partitionLabelFrom: "oci rdma block" is not a label key (name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')); accepted: a Node label key such as kubernetes.azure.com/agentpool`},
 		{name: "rescan not a duration", in: head + "rescanPeriod: often\n", wantErr: `decode agent config: error unmarshaling JSON: while decoding JSON: time: invalid duration "often"`},
 	}
 	for _, tc := range tests {

@@ -29,11 +29,8 @@ const (
 	RcvErrors         = "port_rcv_errors"
 )
 
-// PortCounterNames are the ports/<n>/counters files read, in export order.
+// portCounterNames are the ports/<n>/counters files read, in export order.
 var portCounterNames = [...]string{XmitData, RcvData, XmitPackets, RcvPackets, SymbolError, LinkDowned, LinkErrorRecovery, RcvErrors}
-
-// PortCounterNames returns the ports/<n>/counters files the agent reads.
-func PortCounterNames() []string { return append([]string(nil), portCounterNames[:]...) }
 
 // ErrorCounterNames are the counters whose rise means a sick link.
 func ErrorCounterNames() []string {

@@ -52,7 +52,7 @@ func TestWidthOfFollowsKernelTable(t *testing.T) {
 		XmitData: WidthUnknown, RcvData: WidthUnknown, XmitPackets: WidthUnknown, RcvPackets: WidthUnknown,
 	}
 	got := map[string]Width{}
-	for _, n := range PortCounterNames() {
+	for _, n := range portCounterNames {
 		got[n] = widthOf(n, false)
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

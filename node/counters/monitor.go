@@ -12,6 +12,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/internal/promreg"
 )
 
 // EventSink sends Kubernetes Events; the binary builds it from its API
@@ -284,25 +285,25 @@ var (
 	// holds exclusively would even show the agent's pod as its holder under
 	// honor_labels.
 	holderLabels = []string{"holder_namespace", "holder_pod", "holder_container"}
-	descData     = prometheus.NewDesc(MetricDataBytes,
+	descData     = promreg.Desc(MetricDataBytes,
 		"Data bytes through an HCA port (sysfs port_xmit_data/port_rcv_data x 4), by direction (xmit, rcv); holder_namespace/holder_pod/holder_container name the holder of an exclusively allocated HCA and are empty otherwise.",
-		append([]string{"hca", "port", "direction"}, holderLabels...), nil)
-	descPackets = prometheus.NewDesc(MetricPackets,
+		append([]string{"hca", "port", "direction"}, holderLabels...)...)
+	descPackets = promreg.Desc(MetricPackets,
 		"Packets through an HCA port (sysfs port_xmit_packets/port_rcv_packets), by direction; holder labels as for the data bytes.",
-		append([]string{"hca", "port", "direction"}, holderLabels...), nil)
-	descErrors = prometheus.NewDesc(MetricErrors,
+		append([]string{"hca", "port", "direction"}, holderLabels...)...)
+	descErrors = promreg.Desc(MetricErrors,
 		"Port error counters (sysfs symbol_error, link_downed, link_error_recovery, port_rcv_errors), by counter.",
-		[]string{"hca", "port", "counter"}, nil)
-	descHW = prometheus.NewDesc(MetricHWStat,
+		"hca", "port", "counter")
+	descHW = promreg.Desc(MetricHWStat,
 		"Driver hardware counters (sysfs ports/<n>/hw_counters), by counter.",
-		[]string{"hca", "port", "counter"}, nil)
-	descIdle = prometheus.NewDesc(MetricContainerIdle,
+		"hca", "port", "counter")
+	descIdle = promreg.Desc(MetricContainerIdle,
 		"1 when a container holds RDMA devices, has held them longer than the idle window, and its HCAs moved less than the threshold in that window; 0 otherwise.",
-		holderLabels, nil)
-	descIdleCount = prometheus.NewDesc(MetricIdleContainers,
-		"Containers on this node whose RDMA devices sit idle (see ibkube_rdma_container_idle).", nil, nil)
-	descExclusiveShared = prometheus.NewDesc(MetricExclusiveShared,
-		"HCAs on this node held exclusively by one container and reachable by others through a shared resource (node Event RDMAExclusiveShared names them).", nil, nil)
+		holderLabels...)
+	descIdleCount = promreg.Desc(MetricIdleContainers,
+		"Containers on this node whose RDMA devices sit idle (see ibkube_rdma_container_idle).")
+	descExclusiveShared = promreg.Desc(MetricExclusiveShared,
+		"HCAs on this node held exclusively by one container and reachable by others through a shared resource (node Event RDMAExclusiveShared names them).")
 )
 
 // Describe implements prometheus.Collector.

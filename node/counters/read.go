@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -120,14 +119,4 @@ func readCounter(path string) (uint64, error) {
 		return 0, fmt.Errorf("%s: want a decimal counter, got %q", path, s)
 	}
 	return v, nil
-}
-
-// SortPorts orders ports by HCA name then port number.
-func SortPorts(ps []Port) {
-	sort.Slice(ps, func(i, j int) bool {
-		if ps[i].HCA != ps[j].HCA {
-			return ps[i].HCA < ps[j].HCA
-		}
-		return ps[i].Port < ps[j].Port
-	})
 }

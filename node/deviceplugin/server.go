@@ -1,4 +1,4 @@
-// Package server serves resource pools to the kubelet over the device plugin
+// Package deviceplugin serves resource pools to the kubelet over the device plugin
 // API v1beta1: one gRPC server per pool on a unix socket in the kubelet's
 // device-plugins directory, registered on kubelet.sock, re-registered within
 // moments when the kubelet re-creates its socket (fsnotify on the directory,

@@ -2,24 +2,19 @@ package dra
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/go-logr/logr"
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/hca/selector"
+	goldenfile "github.com/ibkube/ibkube/internal/golden"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/resource"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 // host is a fixture tree and what the agent makes of it.
 type host struct {
@@ -84,28 +79,10 @@ func roceConfig() *config.AgentConfig {
 }
 
 // golden compares got, as indented JSON, with testdata/name; -update
-// rewrites the file.
+// (make update-golden) rewrites the file.
 func golden(t *testing.T, name string, got any) {
 	t.Helper()
-	data, err := json.MarshalIndent(got, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	data = append(data, '\n')
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if d := cmp.Diff(string(want), string(data)); d != "" {
-		t.Errorf("%s differs (-want +got; go test -update rewrites it):\n%s", path, d)
-	}
+	goldenfile.CheckJSON(t, filepath.Join("testdata", name), got)
 }
 
 func discardLogger() logr.Logger { return logr.Discard() }

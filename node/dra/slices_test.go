@@ -106,6 +106,7 @@ func TestResourcesNDv5(t *testing.T) {
 		{contract.DRAAttrRate, "400"},
 		{contract.DRAAttrNetdev, "ibP257p0s0"},
 		{contract.DRAAttrVendorID, "15b3"},
+		{contract.DRAAttrPartition, "0x800b"},
 		{"resource.kubernetes.io/pciBusID", "0101:00:00.0"},
 		{"resource.kubernetes.io/pcieRoot", "pci0101:00"},
 		{"resource.kubernetes.io/numaNode", "0"},

@@ -1,14 +1,14 @@
-// Package memlock decides, and (in nri.go) applies through the container
-// runtime's NRI socket, the RLIMIT_MEMLOCK of containers that hold ibkube's
-// RDMA char devices, and the NCCL conf file that gives the processes such a
-// container starts with an empty environment (MPI ranks over SSH) the NCCL
-// settings of its main process (rankconf.go).
+// Package memlock decides the RLIMIT_MEMLOCK of containers that hold
+// ibkube's RDMA char devices, and the NCCL conf file that gives the
+// processes such a container starts with an empty environment (MPI ranks
+// over SSH) the NCCL settings of its main process (rankconf.go); the NRI
+// plugin (package nri) applies both through the container runtime.
 //
 // Decide is the pure core: pod annotations, the container's Linux devices,
 // the ibkube char devices of this node, the runtime's own memlock limits and
 // the configured maximum go in; the (soft, hard) limit to set, or none, and a
-// reason come out. Everything with I/O (the NRI connection, /proc) lives at
-// the edges of this package.
+// reason come out. Reading the runtime's limits from /proc (runtime.go) is
+// the package's only I/O.
 package memlock
 
 import (

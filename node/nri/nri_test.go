@@ -287,7 +287,7 @@ func TestPluginAgainstNRIRuntime(t *testing.T) {
 	front.kill()
 	waitState(t, p, StateNoSocket)
 	r = startRuntime(t, filepath.Join(t.TempDir(), "nri.sock"))
-	front = startProxy(t, sock, r.sock)
+	startProxy(t, sock, r.sock)
 	waitState(t, p, StateConnected)
 	waitServed(t, r)
 }

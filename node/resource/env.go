@@ -31,6 +31,7 @@ func envFacts() []envFact {
 	return []envFact{
 		portsEnv,
 		topologyEnv,
+		pkeyEnv,
 	}
 }
 

@@ -29,12 +29,10 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		mutations: promreg.CounterVec("ibkube_webhook_mutations_total", "Pod admission requests handled, by requested mode and outcome (injected, unchanged, refused, error, skipped).", "mode", "outcome"),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "ibkube_webhook_mutation_duration_seconds",
-			Help: "Time to answer one admission request (decode, lookups, mutate, patch, encode), by outcome.",
-			// Most answers take tens of microseconds; lookups on a cold cache take milliseconds.
-			Buckets: []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1},
-		}, []string{"outcome"}),
+		// Most answers take tens of microseconds; lookups on a cold cache take milliseconds.
+		latency: promreg.HistogramVec("ibkube_webhook_mutation_duration_seconds",
+			"Time to answer one admission request (decode, lookups, mutate, patch, encode), by outcome.",
+			[]float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1}, "outcome"),
 	}
 	if err := promreg.Register(reg, m.mutations, m.latency); err != nil {
 		return nil, fmt.Errorf("register webhook metrics: %w", err)

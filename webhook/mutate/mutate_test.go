@@ -54,6 +54,12 @@ var goldenCases = []struct {
 	{"ndv5-partial-4gpu", optedIn("training")},
 	{"fail-closed", optedIn("training")},
 	{"mi300x", optedIn("hpc", contract.AnnotationMode, "rdma-exclusive")},
+	{"jobset-worker", optedIn("training")},
+	{"job-own-affinity", optedIn("training")},
+	{"job-placement-any", optedIn("training")},
+	{"job-other-affinity", optedIn("training")},
+	{"lws-worker", optedIn("serving")},
+	{"batch-job-shared", optedIn("training")},
 }
 
 func testConfig() *config.Config {
@@ -235,6 +241,14 @@ func TestMutateRefusals(t *testing.T) {
 		{
 			"bad rdma-idle-warning", map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationIdleWarning: "off"}, optedIn("t"),
 			`annotation infiniband.azure.com/rdma-idle-warning: invalid value "off"; accepted: true, false`,
+		},
+		{
+			"bad placement", map[string]string{contract.AnnotationMode: "rdma-exclusive", contract.AnnotationPlacement: "same-rack"}, optedIn("t"),
+			`annotation infiniband.azure.com/placement: invalid value "same-rack"; accepted: partition (the job's pods on one InfiniBand partition, the default), any (anywhere)`,
+		},
+		{
+			"bad placement with mode none", map[string]string{contract.AnnotationMode: "none", contract.AnnotationPlacement: "Any"}, optedIn("t"),
+			`annotation infiniband.azure.com/placement: invalid value "Any"; accepted: partition (the job's pods on one InfiniBand partition, the default), any (anywhere)`,
 		},
 		{
 			"bad namespace socket-fallback", map[string]string{contract.AnnotationMode: "rdma-shared"}, optedIn("team", contract.AnnotationSocketFallback, "no"),

@@ -99,6 +99,9 @@ func apply(pod *corev1.Pod, pl *plan) []PatchOp {
 	if pl.volume {
 		p.addVolume(pod)
 	}
+	if pl.jobAffinity != nil {
+		p.addJobAffinity(pod, pl.jobAffinity)
+	}
 	p.addAnnotations(pod, pl.annotations)
 	return p.ops
 }

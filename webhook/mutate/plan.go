@@ -22,6 +22,9 @@ type plan struct {
 	volume      bool // add the downwardAPI volume of the NCCL conf file
 	annotations []kv // in the order they are written
 	warnings    []string
+	// jobAffinity is the selector of the pod's job for the partition
+	// affinity; nil for none.
+	jobAffinity map[string]string
 }
 
 // containerPlan is what one selected container lacks.
@@ -79,6 +82,7 @@ func decideSteps() []decideStep {
 		(*decision).decideAnnotations,
 		(*decision).decideContainers,
 		(*decision).decideVolume,
+		(*decision).decideJobAffinity,
 	}
 }
 
@@ -131,7 +135,7 @@ func checkAnnotations(pod *corev1.Pod) error {
 	if v, ok := pod.Annotations[contract.AnnotationIdleWarning]; ok && v != "true" && v != "false" {
 		return refusef("annotation %s: invalid value %s; accepted: true, false", contract.AnnotationIdleWarning, echo(v))
 	}
-	return nil
+	return checkPlacement(pod)
 }
 
 // resolveSettings resolves socket fallback, the profile and the resource

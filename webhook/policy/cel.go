@@ -202,6 +202,10 @@ func variables() []variable {
 			a("annotation "+contract.AnnotationSocketFallback+": invalid value ") + " + " + echo("variables.annos["+a(contract.AnnotationSocketFallback)+"]") + " + " + a(sfAccepted)},
 		{a(contract.AnnotationIdleWarning) + " in variables.annos && !(variables.annos[" + a(contract.AnnotationIdleWarning) + "] in ['true', 'false'])",
 			a("annotation "+contract.AnnotationIdleWarning+": invalid value ") + " + " + echo("variables.annos["+a(contract.AnnotationIdleWarning)+"]") + " + '; accepted: true, false'"},
+		// checkPlacement
+		{a(contract.AnnotationPlacement) + " in variables.annos && !(variables.annos[" + a(contract.AnnotationPlacement) + "] in " + list(contract.PlacementPartition, contract.PlacementAny) + ")",
+			a("annotation "+contract.AnnotationPlacement+": invalid value ") + " + " + echo("variables.annos["+a(contract.AnnotationPlacement)+"]") + " + " +
+				a(fmt.Sprintf("; accepted: %s (the job's pods on one InfiniBand partition, the default), %s (anywhere)", contract.PlacementPartition, contract.PlacementAny))},
 		{"variables.modeBad != ''", "variables.modeBad"},
 		{"variables.injectMode && variables.sfNsBad",
 			"'namespace ' + " + nsName + " + " + a(" annotation "+contract.AnnotationSocketFallback+": invalid value ") + " + " +
@@ -247,7 +251,7 @@ func variables() []variable {
 func mutationVariables() []variable {
 	a := lit
 	nsName := "namespaceObject.metadata.name"
-	return []variable{
+	return append([]variable{
 		// ipoibInterface
 		{"netMatch", "lists.range(variables.netParsed.size()).filter(i, variables.netParsed[i][0] == variables.ipoibNS && variables.netParsed[i][1] == params.data.ipoibName)"},
 		{"ifname", "!variables.ipoib || variables.rdma ? '' : params.data.ipoibInterface != '' ? params.data.ipoibInterface : " +
@@ -287,7 +291,39 @@ func mutationVariables() []variable {
 		{"mountsConf", "(object.spec.containers + variables.inits).exists(c, c.?volumeMounts.orValue([]).exists(m, m.name == " + a(contract.NCCLConfVolume) + ")) || " +
 			"variables.selC.exists(i, !" + mountSkip("object.spec.containers[i]") + ") || variables.selI.exists(i, !" + mountSkip("variables.inits[i]") + ")"},
 		{"podNS", nsName},
+	}, jobAffinityVariables()...)
+}
+
+// jobAffinityVariables are mutate's jobSelector and statesPartitionAffinity.
+func jobAffinityVariables() []variable {
+	a := lit
+	labels := "variables.podLabels"
+	first := "variables.jobKeys[0]"
+	pa := "object.spec.?affinity.?podAffinity"
+	return []variable{
+		{"podLabels", "object.metadata.?labels.orValue({})"},
+		{"jobKeys", list(contract.JobLabels...) + ".filter(k, k in " + labels + ")"},
+		{"jobSel", "variables.jobKeys.size() == 0 ? {} : " + first + " == " + a(contract.JobLabelLWS) + " && " + a(contract.LWSGroupIndexLabel) + " in " + labels + " ? " +
+			"{" + first + ": " + labels + "[" + first + "], " + a(contract.LWSGroupIndexLabel) + ": " + labels + "[" + a(contract.LWSGroupIndexLabel) + "]} : " +
+			"{" + first + ": " + labels + "[" + first + "]}"},
+		{"ownAffinity", pa + ".?requiredDuringSchedulingIgnoredDuringExecution.orValue([]).exists(t, t.topologyKey == " + a(contract.LabelPartition) + ") || " +
+			pa + ".?preferredDuringSchedulingIgnoredDuringExecution.orValue([]).exists(w, w.podAffinityTerm.topologyKey == " + a(contract.LabelPartition) + ")"},
+		{"jobAffinity", "variables.rdma && variables.jobKeys.size() > 0 && !variables.ownAffinity && " +
+			"variables.annos[?" + a(contract.AnnotationPlacement) + "].orValue('') != " + a(contract.PlacementAny)},
 	}
+}
+
+// ensureJobAffinity is patcher.ensureJobAffinity.
+func ensureJobAffinity() string {
+	req := "Object.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+	term := req + "{labelSelector: " + req + ".labelSelector{matchLabels: variables.jobSel}, topologyKey: " + lit(contract.LabelPartition) + "}"
+	podAff := "Object.spec.affinity.podAffinity{requiredDuringSchedulingIgnoredDuringExecution: [" + term + "]}"
+	return "(!variables.jobAffinity ? [] : " +
+		"!has(object.spec.affinity) ? [" + jsonPatch("add", "'/spec/affinity'", "Object.spec.affinity{podAffinity: "+podAff+"}") + "] : " +
+		"!has(object.spec.affinity.podAffinity) ? [" + jsonPatch("add", "'/spec/affinity/podAffinity'", podAff) + "] : " +
+		"!has(object.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution) ? [" +
+		jsonPatch("add", "'/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution'", "["+term+"]") + "] : " +
+		"[" + jsonPatch("add", "'/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution/-'", term) + "])"
 }
 
 // escape makes s a JSON Pointer reference token (RFC 6901).
@@ -362,6 +398,7 @@ func mutation() string {
 		"variables.selI.map(i, " + containerOps("variables.inits[i]", "'/spec/initContainers/' + string(i)", "variables.selC.size() + variables.selI.indexOf(i)") + ").flatten() + " +
 		"(object.spec.?volumes.orValue([]).exists(v, v.name == " + lit(contract.NCCLConfVolume) + ") || !variables.mountsConf ? [] : " +
 		"!has(object.spec.volumes) ? [" + jsonPatch("add", "'/spec/volumes'", "["+vol+"]") + "] : [" + jsonPatch("add", "'/spec/volumes/-'", vol) + "]) + " +
+		ensureJobAffinity() + " + " +
 		"(variables.annoOps.size() == 0 || has(object.metadata.annotations) ? [] : [" + jsonPatch("add", "'/metadata/annotations'", "{}") + "]) + " +
 		"variables.annoOps.map(o, JSONPatch{op: o[0], path: '/metadata/annotations/' + o[1], value: o[2]})"
 }

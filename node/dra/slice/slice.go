@@ -227,6 +227,7 @@ func sliceDevice(d Device, node NodeFacts, hold int64) resourceapi.Device {
 	setStr(contract.DRAAttrFirmware, h.Firmware)
 	setStr(contract.DRAAttrVendorID, h.VendorID)
 	setStr(contract.DRAAttrDeviceID, h.DeviceID)
+	setStr(contract.DRAAttrPartition, inventory.HCAPartition(h))
 	if ports := d.Pool.Ports(h); len(ports) > 0 {
 		// One device stands for the HCA; its first port (of the pool's
 		// link layers) describes it. ND and OCI HCAs have one port each.

@@ -55,6 +55,7 @@ import (
 	"github.com/ibkube/ibkube/internal/testenv"
 	"github.com/ibkube/ibkube/internal/testrun"
 	"github.com/ibkube/ibkube/webhook/handler"
+	"github.com/ibkube/ibkube/webhook/mutate"
 	"github.com/ibkube/ibkube/webhook/server"
 )
 
@@ -552,6 +553,21 @@ func (e *env) testRefusals(t *testing.T) {
 			}
 		})
 	}
+	// One container over the work bound, through the API server: refused
+	// with the count and the limit, as the webhook's own answer.
+	t.Run("more containers than the limit", func(t *testing.T) {
+		p := pod("wide", map[string]string{contract.AnnotationMode: contract.ModeShared}, 0)
+		for i := len(p.Spec.Containers); i <= mutate.MaxContainers; i++ {
+			c := *p.Spec.Containers[0].DeepCopy()
+			c.Name = fmt.Sprintf("side-%d", i)
+			p.Spec.Containers = append(p.Spec.Containers, c)
+		}
+		_, _, err := e.create(t, "rdma", p)
+		want := fmt.Sprintf("pod has %d containers (containers, init containers and ephemeral containers together); accepted: at most %d", mutate.MaxContainers+1, mutate.MaxContainers)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "admission webhook") {
+			t.Fatalf("a pod of %d containers: %v, want the webhook's refusal %q", mutate.MaxContainers+1, err, want)
+		}
+	})
 }
 
 var nadGVR = schema.GroupVersionResource{Group: "k8s.cni.cncf.io", Version: "v1", Resource: "network-attachment-definitions"}

@@ -37,6 +37,9 @@ func boundsCases(add func(string, *corev1.Pod, mutate.Namespace), pod *corev1.Po
 	add("bounds/containers-over-limit-namespace-mode", with(wide(mutate.MaxContainers+1)), optedIn("t", m, "rdma-shared"))
 	add("bounds/containers-over-limit-not-ours", with(wide(mutate.MaxContainers+1)), optedIn("t"))
 	add("bounds/annotation-over-limit", with(pod, m, "rdma-shared", c, strings.Repeat("train,", mutate.MaxAnnotationBytes/6+1)), optedIn("t"))
+	// The size that once took the API server 97 s to split and iterate.
+	add("bounds/annotation-468KB", with(pod, m, "rdma-shared", c, strings.Repeat("train,", 78_000)), optedIn("t"))
+	add("bounds/networks-468KB", with(pod, m, "ipoib", nets, strings.Repeat("a,", 234_000)+"b"), optedIn("t"))
 	add("bounds/namespace-annotation-over-limit", with(pod, m, "rdma-shared"), optedIn("t", contract.AnnotationProfile, strings.Repeat("p", mutate.MaxAnnotationBytes+1)))
 	add("bounds/networks-over-limit", with(pod, m, "ipoib", nets, strings.Repeat("a,", mutate.MaxNetworksBytes/2)+"b"), optedIn("t"))
 	add("bounds/networks-over-limit-not-ipoib", with(pod, m, "rdma-shared", nets, strings.Repeat("a,", mutate.MaxNetworksBytes/2)+"b"), optedIn("t"))

@@ -78,6 +78,12 @@ var goldenNamespaces = map[string]mutate.Namespace{
 	"ndv5-partial-2gpu":  optedIn("training"),
 	"ndv5-partial-4gpu":  optedIn("training"),
 	"fail-closed":        optedIn("training"),
+	"jobset-worker":      optedIn("training"),
+	"job-own-affinity":   optedIn("training"),
+	"job-placement-any":  optedIn("training"),
+	"job-other-affinity": optedIn("training"),
+	"lws-worker":         optedIn("serving"),
+	"batch-job-shared":   optedIn("training"),
 	"mi300x":             optedIn("hpc", contract.AnnotationMode, "rdma-exclusive"),
 }
 
@@ -230,6 +236,9 @@ func Load(root string) ([]Case, error) {
 		{"bad-socket-fallback", []string{m, "rdma-shared", sf, "never"}, optedIn("t")},
 		{"bad-socket-fallback-mode-none", []string{m, "none", sf, "Deny"}, optedIn("t")},
 		{"bad-rdma-idle-warning", []string{m, "rdma-shared", iw, "off"}, optedIn("t")},
+		{"bad-placement", []string{m, "rdma-exclusive", contract.AnnotationPlacement, "same-rack"}, optedIn("t")},
+		{"bad-placement-mode-none", []string{m, "none", contract.AnnotationPlacement, "Any"}, optedIn("t")},
+		{"placement-any", []string{m, "rdma-exclusive", contract.AnnotationPlacement, "any"}, optedIn("t")},
 		{"bad-namespace-socket-fallback", []string{m, "rdma-shared"}, optedIn("team", sf, "no")},
 		{"namespace-fail-closed", []string{m, "rdma-exclusive"}, optedIn("team", sf, "deny")},
 		{"malformed-csv-networks", []string{m, "ipoib", "k8s.v1.cni.cncf.io/networks", "a,,b"}, optedIn("t")},
@@ -273,6 +282,10 @@ var KnownDifferences = map[string]Difference{
 	// the policies the API server's validation refuses the pod first.
 	"fuzz-seed/negative-gpus/default":                      {Why: "a negative GPU count is refused by the API server's validation, before the policy's message", APIServerOnly: true},
 	"fuzz-seed/negative-gpus/never+ifname":                 {Why: "a negative GPU count is refused by the API server's validation, before the policy's message", APIServerOnly: true},
+	"bounds/annotation-468KB/default":                      {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
+	"bounds/annotation-468KB/never+ifname":                 {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
+	"bounds/networks-468KB/default":                        {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
+	"bounds/networks-468KB/never+ifname":                   {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
 	"difference/networks-json-object/default":              {Why: "a JSON networks value that is no list: both refuse, the webhook with its JSON decoder's words"},
 	"difference/networks-json-object/never+ifname":         {Why: "a JSON networks value that is no list: both refuse, the webhook with its JSON decoder's words"},
 	"difference/networks-json-string-element/default":      {Why: "a JSON networks element that is no object: both refuse, the webhook naming the entry"},

@@ -1,0 +1,95 @@
+package mutate
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ibkube/ibkube/contract"
+)
+
+// checkPlacement refuses a placement annotation ibkube does not know,
+// whatever the mode, like every other ibkube annotation.
+func checkPlacement(pod *corev1.Pod) error {
+	v, ok := pod.Annotations[contract.AnnotationPlacement]
+	if !ok || v == contract.PlacementPartition || v == contract.PlacementAny {
+		return nil
+	}
+	return refusef("annotation %s: invalid value %s; accepted: %s (the job's pods on one InfiniBand partition, the default), %s (anywhere)",
+		contract.AnnotationPlacement, echo(v), contract.PlacementPartition, contract.PlacementAny)
+}
+
+// jobSelector is the label selector of the pod's own job: the first of
+// contract.JobLabels the pod carries (with a LeaderWorkerSet's group
+// index, each group being its own job), or nil for a pod of no job.
+func jobSelector(pod *corev1.Pod) map[string]string {
+	for _, k := range contract.JobLabels {
+		v, ok := pod.Labels[k]
+		if !ok {
+			continue
+		}
+		sel := map[string]string{k: v}
+		if g, ok := pod.Labels[contract.LWSGroupIndexLabel]; ok && k == contract.JobLabelLWS {
+			sel[contract.LWSGroupIndexLabel] = g
+		}
+		return sel
+	}
+	return nil
+}
+
+// statesPartitionAffinity says whether the pod already has a pod affinity
+// term, required or preferred, on the partition label: the user placed it.
+func statesPartitionAffinity(a *corev1.Affinity) bool {
+	if a == nil || a.PodAffinity == nil {
+		return false
+	}
+	for _, t := range a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+		if t.TopologyKey == contract.LabelPartition {
+			return true
+		}
+	}
+	for _, w := range a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+		if w.PodAffinityTerm.TopologyKey == contract.LabelPartition {
+			return true
+		}
+	}
+	return false
+}
+
+// decideJobAffinity keeps an rdma pod of a job on its job's partition: a
+// required pod affinity to the job's own pods with the node partition
+// label as topology key. The scheduler places the job's first pod on any
+// labelled node (a pod matching its own term may go first) and every later
+// one where the job already runs, so a job that no partition can hold stays
+// Pending with the scheduler's "didn't match pod affinity rules" instead of
+// spanning partitions that cannot reach each other over InfiniBand.
+func (d *decision) decideJobAffinity() error {
+	pod := d.pod
+	if !d.mode.RDMA() || pod.Annotations[contract.AnnotationPlacement] == contract.PlacementAny || statesPartitionAffinity(pod.Spec.Affinity) {
+		return nil
+	}
+	d.plan.jobAffinity = jobSelector(pod)
+	return nil
+}
+
+// addJobAffinity adds the partition term for the job selected by sel.
+func (p *patcher) addJobAffinity(pod *corev1.Pod, sel map[string]string) {
+	term := corev1.PodAffinityTerm{
+		LabelSelector: &metav1.LabelSelector{MatchLabels: sel},
+		TopologyKey:   contract.LabelPartition,
+	}
+	spec := &pod.Spec
+	switch {
+	case spec.Affinity == nil:
+		spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term}}}
+		p.add("/spec/affinity", spec.Affinity)
+	case spec.Affinity.PodAffinity == nil:
+		spec.Affinity.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term}}
+		p.add("/spec/affinity/podAffinity", spec.Affinity.PodAffinity)
+	case spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil:
+		spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = []corev1.PodAffinityTerm{term}
+		p.add("/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution", spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution)
+	default:
+		spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution, term)
+		p.add("/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution/-", term)
+	}
+}
