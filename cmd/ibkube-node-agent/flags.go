@@ -10,6 +10,7 @@ import (
 	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/internal/logging"
 	"github.com/ibkube/ibkube/node/counters"
+	"github.com/ibkube/ibkube/node/imagefs"
 )
 
 // options is everything the command line says.
@@ -26,6 +27,7 @@ type options struct {
 	nri              bool
 	nriSocket        string
 	ncclRankConf     bool
+	containerd       containerdOptions
 	memlockMax       string
 	metricsAddr      string
 	healthAddr       string
@@ -35,6 +37,14 @@ type options struct {
 	removeLabels bool
 	observe      observeOptions
 	dra          draOptions
+}
+
+// containerdOptions say where the NRI plugin reads a container's image
+// (its /etc/passwd, for the user's home).
+type containerdOptions struct {
+	address      string
+	namespace    string
+	snapshotters string
 }
 
 // observeOptions configure the counters monitor (node/counters).
@@ -68,6 +78,9 @@ func flagSet(o *options, getenv func(string) string, out io.Writer) *flag.FlagSe
 	fs.BoolVar(&o.netlink, "netlink", true, "list RDMA devices over netlink and follow rtnetlink link events (false for fake sysfs trees)")
 	fs.BoolVar(&o.nri, "nri", true, "run the NRI plugin that raises RLIMIT_MEMLOCK for RDMA containers")
 	fs.BoolVar(&o.ncclRankConf, "nccl-rank-conf", true, "with --nri: give each RDMA container a read-only ~/.nccl.conf (written under --state-dir) holding the NCCL settings of its main process, so that processes it starts with an empty environment (MPI ranks over SSH) resolve the same ones")
+	fs.StringVar(&o.containerd.address, "containerd-address", imagefs.DefaultContainerdAddress, "with --nccl-rank-conf: containerd's socket, through which the image's /etc/passwd is read from the container's snapshot for the user's home (empty: use HOME and the uid only)")
+	fs.StringVar(&o.containerd.namespace, "containerd-namespace", imagefs.DefaultContainerdNamespace, "containerd namespace of the CRI plugin's containers")
+	fs.StringVar(&o.containerd.snapshotters, "containerd-snapshotters", imagefs.DefaultSnapshotter, "comma-separated snapshotters the containers' snapshots may be in, tried in order (bind and overlay mounts are read; the directories must be at their host paths in the agent)")
 	fs.StringVar(&o.nriSocket, "nri-socket", "/var/run/nri/nri.sock", "the container runtime's NRI socket")
 	fs.StringVar(&o.memlockMax, "memlock-max", "", "cap on the memlock limit the NRI plugin sets: unlimited or a quantity like 64Gi (default: what the runtime holds)")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8090", "Prometheus /metrics address (0: off)")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/go-logr/logr"
@@ -17,6 +18,7 @@ import (
 	"github.com/ibkube/ibkube/internal/logging"
 	"github.com/ibkube/ibkube/node/agent"
 	"github.com/ibkube/ibkube/node/config"
+	"github.com/ibkube/ibkube/node/imagefs"
 	"github.com/ibkube/ibkube/node/memlock"
 	"github.com/ibkube/ibkube/node/nri"
 )
@@ -87,9 +89,13 @@ func addMemlockPlugin(a *agent.Agent, opts options, cluster *api, log logr.Logge
 	if err != nil {
 		return err
 	}
-	cfg := nri.Config{SocketPath: opts.nriSocket, ProcRoot: opts.procRoot, Max: maxV}
+	cfg := nri.Config{SocketPath: opts.nriSocket, ProcRoot: opts.procRoot, Max: maxV, GIDs: nri.SysfsGIDs{Root: opts.sysfsRoot}}
 	if opts.ncclRankConf {
 		cfg.RankConfDir = filepath.Join(opts.stateDir, "nccl-ranks")
+		if opts.containerd.address != "" {
+			cfg.Image = imagefs.Containerd{Address: opts.containerd.address, Namespace: opts.containerd.namespace,
+				Snapshotters: strings.Split(opts.containerd.snapshotters, ",")}
+		}
 	}
 	var events nri.EventSink
 	if cluster != nil {

@@ -27,13 +27,15 @@ func TestParseFlagsDefaults(t *testing.T) {
 	want := options{
 		config: "/etc/ibkube/agent.yaml", sysfsRoot: "/sys", devRoot: "/dev", procRoot: "/proc", hostDevRoot: "/dev",
 		kubeletSocketDir: "/var/lib/kubelet/device-plugins", nodeName: "nd-0", stateDir: "/var/lib/ibkube",
-		netlink: true, nri: true, ncclRankConf: true, nriSocket: "/var/run/nri/nri.sock", metricsAddr: ":8090", healthAddr: ":8091", logLevel: "info",
+		netlink: true, nri: true, ncclRankConf: true,
+		containerd: containerdOptions{address: "/run/containerd/containerd.sock", namespace: "k8s.io", snapshotters: "overlayfs"},
+		nriSocket:  "/var/run/nri/nri.sock", metricsAddr: ":8090", healthAddr: ":8091", logLevel: "info",
 		observe: observeOptions{counters: true, period: 15 * time.Second, idleWindow: 10 * time.Minute, idleMinBytes: 1 << 20,
 			podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock"},
 		dra: draOptions{allocation: "deviceplugin", cdiDir: "/var/run/cdi",
 			pluginDir: "/var/lib/kubelet/plugins/rdma.infiniband.azure.com", registryDir: "/var/lib/kubelet/plugins_registry"},
 	}
-	if d := cmp.Diff(want, got, cmp.AllowUnexported(options{}, observeOptions{}, draOptions{})); d != "" {
+	if d := cmp.Diff(want, got, cmp.AllowUnexported(options{}, observeOptions{}, draOptions{}, containerdOptions{})); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}
 }

@@ -159,9 +159,9 @@ func withCounters(report []agent.HCAReport, ports []counters.Port) []nodeHCA {
 
 func nodeTable(w io.Writer, report []agent.HCAReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tPCI\tNUMA\tLINK\tPORTS\tNETDEVS\tPKEYS\tHEALTHY\tRESOURCE\tREASON")
+	fmt.Fprintln(tw, "NAME\tPCI\tNUMA\tLINK\tPORTS\tNETDEVS\tPKEYS\tGID\tHEALTHY\tRESOURCE\tREASON")
 	for _, h := range report {
-		var ports, netdevs, pkeys []string
+		var ports, netdevs, pkeys, gids []string
 		for _, p := range h.Ports {
 			ports = append(ports, fmt.Sprintf("%d:%s/%s", p.Port, dash(p.State), dash(p.PhysState)))
 			if p.Netdev != "" {
@@ -170,13 +170,16 @@ func nodeTable(w io.Writer, report []agent.HCAReport) error {
 			if k := portPKeys(p); k != "" {
 				pkeys = append(pkeys, fmt.Sprintf("%d:%s", p.Port, k))
 			}
+			if g := portGID(p); g != "" {
+				gids = append(gids, fmt.Sprintf("%d:%s", p.Port, g))
+			}
 		}
 		numa := strconv.Itoa(h.NUMANode)
 		if h.NUMANode < 0 {
 			numa = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\n", cell(h.Name), cell(h.PCIAddress), numa, cell(h.LinkLayer),
-			cell(strings.Join(ports, ",")), cell(strings.Join(netdevs, ",")), cell(strings.Join(pkeys, ",")), h.Healthy, cell(h.Resource), text(h.Reason))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\n", cell(h.Name), cell(h.PCIAddress), numa, cell(h.LinkLayer),
+			cell(strings.Join(ports, ",")), cell(strings.Join(netdevs, ",")), cell(strings.Join(pkeys, ",")), cell(strings.Join(gids, ",")), h.Healthy, cell(h.Resource), text(h.Reason))
 	}
 	return tw.Flush()
 }
@@ -192,6 +195,21 @@ func portPKeys(p agent.PortReport) string {
 		keys[i] = e.Key.String()
 	}
 	return strings.Join(keys, "/")
+}
+
+// portGID is a RoCE port's RoCE v2 IPv4 GID index in the GID column (the
+// NCCL_IB_GID_INDEX its containers get), "none" when its table has no
+// such entry, "unreadable"; "" for an InfiniBand port.
+func portGID(p agent.PortReport) string {
+	switch {
+	case p.LinkLayer != inventory.LinkLayerEthernet:
+		return ""
+	case p.GIDError != "":
+		return "unreadable"
+	case p.RoCEv2IPv4GIDIndex == nil:
+		return "none"
+	}
+	return strconv.Itoa(*p.RoCEv2IPv4GIDIndex)
 }
 
 // cell is one table column: names and addresses come from the tree being

@@ -1,6 +1,8 @@
 # Node agent (node/{config,resource,deviceplugin,agent}, hca/selector,
 # cmd/ibkube-node-agent, ibkube node). See docs/node-agent.md.
 
+##@ Node agent
+
 AGENT_PKGS       := ./node/config/... ./hca/selector/... ./node/resource/... \
                     ./node/deviceplugin/... ./node/agent/... ./cmd/ibkube-node-agent/...
 AGENT_BENCH_PKGS := ./node/resource/ ./node/deviceplugin/ ./node/agent/ ./cmd/ibkube-node-agent/

@@ -1,6 +1,8 @@
 # Helm chart (charts/ibkube) and the plain manifests rendered from it.
 # See docs/install.md.
 
+##@ Helm chart and manifests
+
 CHART_DIR       := $(ROOT)/charts/ibkube
 CHART_RELEASE   := ibkube
 CHART_NAMESPACE := ibkube-system

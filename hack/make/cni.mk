@@ -1,6 +1,8 @@
 # Networks area: Multus annotation handling, NAD rendering, the ibkube-cni plugin.
 # See docs/networks.md.
 
+##@ Networks (Multus, ibkube-cni)
+
 FUZZ += cni/multus/FuzzMerge cni/plugin/FuzzParseConfig
 
 # The reference plugins the integration test delegates to (Debian's

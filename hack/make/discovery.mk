@@ -1,5 +1,7 @@
 # Discovery (hca/discovery) and fixture trees (hca/fixture).
 
+##@ Discovery and fixtures
+
 DISCOVERY_PKG := ./hca/discovery/
 
 # Every sysfs value parser at once; one alone: make fuzz/hca/discovery/FuzzParseRate.

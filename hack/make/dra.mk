@@ -1,5 +1,7 @@
 # DRA driver (node/dra, contract, the agent's --allocation=dra). See docs/dra-driver.md.
 
+##@ DRA driver
+
 .PHONY: test-dra
 test-dra: ## DRA driver unit tests (slices, CDI specs, prepare/unprepare, health, gate check, the gRPC socket).
 	$(GO) test -count=1 ./node/dra/... ./contract/...

@@ -3,6 +3,8 @@
 # network namespace ibk-e2e, images built as tarballs without Docker, and the
 # scenarios of test/e2e. See docs/e2e.md.
 
+##@ End-to-end (real node, three-node cluster, demo)
+
 E2E_DIR     := $(OUTPUT)/e2e
 IMAGES_DIR  := $(OUTPUT)/images
 IMAGE_TOOL  := $(BIN)/image-tool
@@ -31,7 +33,8 @@ images: build image-tool ## Image tarballs ibkube:dev, ibkube-report:dev (+ no-o
 	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(REPORT_BIN) ./test/e2e/report
 	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(NOOP_BIN) ./test/e2e/noopwebhook
 	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube.tar -t ibkube:dev $(addprefix $(BIN)/,$(COMMANDS))
-	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube-report.tar -t ibkube-report:dev -entrypoint /usr/local/bin/report $(REPORT_BIN) $(NOOP_BIN)
+	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube-report.tar -t ibkube-report:dev -entrypoint /usr/local/bin/report $(REPORT_BIN) $(NOOP_BIN) \
+	  test/e2e/testdata/report-passwd=/etc/passwd test/e2e/testdata/report-group=/etc/group
 	@$(IMAGE_TOOL) -o $(IMAGES_DIR)/ibkube-pause.tar -t ibkube-pause:dev -entrypoint /usr/local/bin/pause $(PAUSE_BIN)
 	@echo "images: $$(cd $(IMAGES_DIR) && ls *.tar | tr '\n' ' ')"
 
@@ -85,7 +88,7 @@ FIXTUREGEN_BIN      := $(OUTPUT)/e2e-bin/fixturegen
 
 .PHONY: multus
 multus: ## Build the Multus thin CNI plugin v$(MULTUS_VERSION) (hack/tools/multus) into _output/bin/cni.
-	@$(GOBUILD) $(TOOLS_DIR)/multus $(CNI_TOOLS_BIN)/multus "v$(MULTUS_VERSION)" "multus v$(MULTUS_VERSION)" "~10 min on a busy 2-core machine" -- \
+	@$(GOBUILD) $(TOOLS_DIR)/multus $(CNI_TOOLS_BIN)/multus "v$(MULTUS_VERSION)" "multus v$(MULTUS_VERSION)" "9m20s" -- \
 	  -ldflags '-s -w' gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus
 
 # The whereabouts version hack/tools/whereabouts/go.mod pins is not in
@@ -95,7 +98,7 @@ multus: ## Build the Multus thin CNI plugin v$(MULTUS_VERSION) (hack/tools/multu
 # keeps go from asking the checksum database about it.
 .PHONY: whereabouts
 whereabouts: ## Build the whereabouts IPAM CNI plugin v$(WHEREABOUTS_VERSION) (hack/tools/whereabouts) into _output/bin/cni.
-	@GONOSUMDB=github.com/k8snetworkplumbingwg/whereabouts $(GOBUILD) $(TOOLS_DIR)/whereabouts $(CNI_TOOLS_BIN)/whereabouts "v$(WHEREABOUTS_VERSION)" "whereabouts v$(WHEREABOUTS_VERSION)" "~12 min on a busy 2-core machine" -- \
+	@GONOSUMDB=github.com/k8snetworkplumbingwg/whereabouts $(GOBUILD) $(TOOLS_DIR)/whereabouts $(CNI_TOOLS_BIN)/whereabouts "v$(WHEREABOUTS_VERSION)" "whereabouts v$(WHEREABOUTS_VERSION)" "10m00s" -- \
 	  -ldflags '-s -w' github.com/k8snetworkplumbingwg/whereabouts/cmd
 
 E2E_CLUSTER_ENV = ROOT=$(ROOT) E2E_DIR=$(E2E_CLUSTER_DIR) K8S_BIN=$(K8S_BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) \

@@ -1,6 +1,8 @@
 # Memlock decisions (node/memlock), the NRI plugin (node/nri) and the node doctor (node/doctor).
 # See docs/memlock.md.
 
+##@ Memlock, NRI and doctor
+
 MEMLOCK_INTEGRATION_TIMEOUT ?= 15m
 
 .PHONY: test-integration-memlock
@@ -9,3 +11,10 @@ test-integration-memlock: containerd apt-deps ## NRI memlock plugin against a re
 TEST_TARGETS += test-integration-memlock
 
 FUZZ += node/memlock/FuzzParseValue
+
+.PHONY: bench-imagefs
+bench-imagefs: ## Reading an image's /etc/passwd from a five-layer snapshot, as the NRI plugin does at CreateContainer.
+	$(GO) test -run '^$$' -bench . -benchmem ./node/imagefs/
+BENCH_TARGETS += bench-imagefs
+
+FUZZ += node/imagefs/FuzzUnionReadFile

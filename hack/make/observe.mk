@@ -1,6 +1,8 @@
 # Observability: HCA port counters, attribution and the idle rule
 # (node/counters), the chart's dashboard and alert rules (promtool).
 
+##@ Observability (counters, alerts, dashboard)
+
 COUNTERS_PKG := ./node/counters/
 
 BENCH_TARGETS += bench-counters

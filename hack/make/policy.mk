@@ -1,6 +1,8 @@
 # Admission as API server policies (admission.mode policy): webhook/policy,
 # its chart copy, and its tests. See docs/admission-policy.md.
 
+##@ Admission policies
+
 .PHONY: policy-chart
 policy-chart: ## Regenerate charts/ibkube/files/admission-policy.yaml from webhook/policy.
 	$(GO) run ./cmd/ibkube policy --chart-data > $(CHART_DIR)/files/admission-policy.yaml.tmp

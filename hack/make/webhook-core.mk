@@ -1,6 +1,8 @@
 # webhook core: the pure mutation core, its fuzz target, benchmark and the
 # offline demo.
 
+##@ Webhook core
+
 FUZZ          += webhook/mutate/FuzzMutate
 BENCH_TARGETS += bench-webhook-core
 

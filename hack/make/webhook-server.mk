@@ -1,5 +1,7 @@
 # Webhook server: admission handler, server, ibkube-webhook, and its envtest suite.
 
+##@ Webhook server
+
 WEBHOOK_HANDLER_PKG := ./webhook/handler
 
 FUZZ += webhook/handler/FuzzDecodeAdmissionReview

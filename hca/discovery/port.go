@@ -55,6 +55,7 @@ func portSteps() []portStep {
 		readPortGUID,
 		readPortRoCENetdev,
 		readPortPKeys,
+		readPortGIDs,
 	}
 }
 

@@ -71,6 +71,14 @@ type Port struct {
 	// and PKeys is then empty.
 	PKeys     []PKeyEntry `json:"pkeys,omitempty"`
 	PKeyError string      `json:"pkeyError,omitempty"`
+	// GIDs is the used entries of a RoCE (Ethernet) port's GID table, in
+	// index order; GIDError says why it could not be read whole, and GIDs
+	// is then empty. RoCEv2IPv4GIDIndex is the entry NCCL and UCX need.
+	GIDs     []GIDEntry `json:"gids,omitempty"`
+	GIDError string     `json:"gidError,omitempty"`
+	// RoCEv2IPv4GID is RoCEv2IPv4GIDIndex as discovery found it, for
+	// those who read the JSON (ibkube node -o json); nil when there is none.
+	RoCEv2IPv4GID *int `json:"roceV2IPv4GIDIndex,omitempty"`
 }
 
 // CharDevice is a device node under /dev/infiniband.

@@ -158,12 +158,19 @@ func TestAgentEndToEnd(t *testing.T) {
 	if got := get(t, "http://"+healthAddr+"/inventory"); !strings.Contains(got, `"name":"mlx5_2"`) {
 		t.Errorf("/inventory = %s", got)
 	}
+	// The stub records a registration before the plugin has the reply that
+	// it counts: wait for the count rather than read it once.
+	const registered = `ibkube_node_agent_kubelet_registrations_total{resource="rdma/ib",result="success"} 1`
 	m := get(t, "http://"+metricsAddr+"/metrics")
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(m, registered) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		m = get(t, "http://"+metricsAddr+"/metrics")
+	}
 	for _, want := range []string{
 		`ibkube_node_agent_devices{health="Healthy",resource="rdma/ib"} 3`,
 		`ibkube_node_agent_devices{health="Healthy",resource="rdma/shared_ib"} 63`,
 		`ibkube_node_agent_allocations_total{resource="rdma/ib"} 1`,
-		`ibkube_node_agent_kubelet_registrations_total{resource="rdma/ib",result="success"} 1`,
+		registered,
 		`ibkube_node_agent_hca_healthy{hca="mlx5_2",resource="rdma/shared_ib,rdma/ib"} 1`,
 		`ibkube_node_agent_scans_total{result="success",trigger="event"} 2`,
 	} {

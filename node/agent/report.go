@@ -43,6 +43,11 @@ type PortReport struct {
 	// PKeys is the used entries of the port's partition table.
 	PKeys     []inventory.PKeyEntry `json:"pkeys,omitempty"`
 	PKeyError string                `json:"pkeyError,omitempty"`
+	// RoCEv2IPv4GIDIndex is a RoCE port's GID index of its first RoCE v2
+	// IPv4 entry, what NCCL_IB_GID_INDEX must be; nil when there is none.
+	// GIDError says why the GID table could not be read.
+	RoCEv2IPv4GIDIndex *int   `json:"roceV2IPv4GIDIndex,omitempty"`
+	GIDError           string `json:"gidError,omitempty"`
 }
 
 // CharReport is one char device of an HCA.
@@ -68,7 +73,7 @@ func Report(m *resource.Model) []HCAReport {
 		}
 		for _, p := range h.Ports {
 			r.Ports = append(r.Ports, PortReport{Port: p.Number, State: p.State, PhysState: p.PhysState, LinkLayer: p.LinkLayer, Rate: p.Rate, Netdev: p.Netdev,
-				PKeys: p.PKeys, PKeyError: p.PKeyError})
+				PKeys: p.PKeys, PKeyError: p.PKeyError, RoCEv2IPv4GIDIndex: p.RoCEv2IPv4GID, GIDError: p.GIDError})
 		}
 		r.Partition = inventory.HCAPartition(h)
 		for _, c := range h.CharDevices {

@@ -113,7 +113,7 @@ const (
 func Check(f Facts) Report {
 	r := Report{Results: []Result{
 		checkDevices(f), checkPorts(f), checkPartition(f), checkNetdevs(f), checkPeermem(f),
-		checkNRI(f), checkMemlock(f), checkAdvertise(f), checkOtherPlugins(f), checkLinkErrors(f),
+		checkNRI(f), checkMemlock(f), checkAdvertise(f), checkGID(f), checkOtherPlugins(f), checkLinkErrors(f),
 		checkExclusive(f),
 	}}
 	for _, res := range r.Results {

@@ -1,6 +1,7 @@
 package memlock
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -52,65 +53,123 @@ func TestDecideRankConf(t *testing.T) {
 		"# process resolves from its environment and NCCL_CONF_FILE, for processes\n" +
 		"# started without that environment (MPI ranks over SSH). /etc/nccl.conf is\n" +
 		"# read after this file, as for the main process.\n"
+	rootPw := Passwd{Status: PasswdFound, Home: "/root"}
+	mpiPw := Passwd{Status: PasswdFound, Home: "/home/mpiuser"}
 	tests := []struct {
 		name        string
 		in          RankInput
 		wantOutcome RankOutcome
-		wantTarget  string
+		wantTargets []string
 		wantContent string
 		wantReason  string
+		wantWarn    bool
 	}{
 		{
 			name:        "root worker: environment over the profile conf file",
-			in:          RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, Env: env, UID: uid(0)},
-			wantOutcome: RankWritten, wantTarget: "/root/.nccl.conf",
+			in:          RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, Env: env, UID: uid(0), Passwd: rootPw},
+			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
 			wantContent: header + "NCCL_DEBUG=INFO\nNCCL_IB_HCA==mlx5_0:1,mlx5_1:1\nNCCL_IB_PCI_RELAXED_ORDERING=1\nNCCL_NET_GDR_LEVEL=SYS\nNCCL_TOPO_FILE=/etc/ibkube/nccl-topo.xml\n",
 		},
 		{
 			name: "user override of a profile value wins, an image variable too",
-			in: RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, UID: uid(0),
+			in: RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw,
 				Env: append([]string{"NCCL_NET_GDR_LEVEL=PHB", "NCCL_VERSION=2.27"}, env...)},
-			wantOutcome: RankWritten, wantTarget: "/root/.nccl.conf",
+			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
 			wantContent: header + "NCCL_DEBUG=INFO\nNCCL_IB_HCA==mlx5_0:1,mlx5_1:1\nNCCL_IB_PCI_RELAXED_ORDERING=1\nNCCL_NET_GDR_LEVEL=PHB\nNCCL_TOPO_FILE=/etc/ibkube/nccl-topo.xml\nNCCL_VERSION=2.27\n",
 		},
 		{
 			name: "first of a duplicated name wins, as getenv",
-			in: RankInput{Devices: dev, IBDevices: ib, UID: uid(0),
+			in: RankInput{Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw,
 				Env: []string{"NCCL_IB_HCA==mlx5_0:1", "NCCL_IB_HCA==mlx5_9:1"}},
-			wantOutcome: RankWritten, wantTarget: "/root/.nccl.conf",
+			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
 			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
 		},
 		{
-			name: "root with HOME elsewhere: NCCL asks getpwuid, not HOME",
-			in: RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, UID: uid(0),
+			name: "root with HOME elsewhere: the passwd home for ssh ranks, HOME for NCCL >= 2.30.3",
+			in: RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw,
 				Env: []string{"HOME=/workspace", "NCCL_IB_HCA==mlx5_0:1"}},
-			wantOutcome: RankWritten, wantTarget: "/root/.nccl.conf",
+			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf", "/workspace/.nccl.conf"},
 			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
-			wantReason:  "1 NCCL settings of the main process written to /root/.nccl.conf for processes started without its environment; NCCL_CONF_FILE is unset, so the main process reads this file too",
+			wantReason:  "1 NCCL settings of the main process written to /root/.nccl.conf and /workspace/.nccl.conf for processes started without its environment; NCCL_CONF_FILE is unset, so the main process reads this file too",
 		},
 		{
-			name: "non-root with HOME",
-			in: RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, UID: uid(1000),
-				Env: append([]string{"HOME=/home/mpiuser/"}, env...)},
-			wantOutcome: RankWritten, wantTarget: "/home/mpiuser/.nccl.conf",
+			name:        "Kubeflow's mpiuser without HOME in the spec: the passwd home",
+			in:          RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, UID: uid(1000), Passwd: mpiPw, Env: env},
+			wantOutcome: RankWritten, wantTargets: []string{"/home/mpiuser/.nccl.conf"},
 			wantContent: header + "NCCL_DEBUG=INFO\nNCCL_IB_HCA==mlx5_0:1,mlx5_1:1\nNCCL_IB_PCI_RELAXED_ORDERING=1\nNCCL_NET_GDR_LEVEL=SYS\nNCCL_TOPO_FILE=/etc/ibkube/nccl-topo.xml\n",
 		},
 		{
-			name:        "non-root without HOME: skipped, saying how to fix it",
-			in:          RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, UID: uid(1000), Env: env},
+			name: "HOME equal to the passwd home: one target",
+			in: RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Passwd: mpiPw,
+				Env: []string{"HOME=/home/mpiuser/", "NCCL_IB_HCA==mlx5_0:1"}},
+			wantOutcome: RankWritten, wantTargets: []string{"/home/mpiuser/.nccl.conf"},
+			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
+		},
+		{
+			name: "HOME=/tmp and the passwd home: both",
+			in: RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Passwd: mpiPw,
+				Env: []string{"HOME=/tmp", "NCCL_IB_HCA==mlx5_0:1"}},
+			wantOutcome: RankWritten, wantTargets: []string{"/home/mpiuser/.nccl.conf", "/tmp/.nccl.conf"},
+			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
+		},
+		{
+			name: "relative HOME is not a target",
+			in: RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Passwd: mpiPw,
+				Env: []string{"HOME=work", "NCCL_IB_HCA==mlx5_0:1"}},
+			wantOutcome: RankWritten, wantTargets: []string{"/home/mpiuser/.nccl.conf"},
+			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
+		},
+		{
+			name:        "uid without a passwd entry: no file, an Event saying ssh ranks cannot run",
+			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(4242), Passwd: Passwd{Status: PasswdNoEntry}, Env: []string{"HOME=/tmp", "NCCL_IB_HCA==mlx5_0:1"}},
+			wantOutcome: RankNoPasswd,
+			wantReason:  "uid 4242 has no entry in the image's /etc/passwd: sshd refuses a session for a user without one (and runc gives it HOME=/), so MPI ranks launched over ssh cannot run as it; add the user to the image (useradd -m -u 4242 NAME) or run the container as a uid the image defines",
+		},
+		{
+			name:        "a passwd home of ../../..: nothing mounted",
+			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Passwd: Passwd{Status: PasswdFound, Home: "../../.."}, Env: []string{"NCCL_IB_HCA==mlx5_0:1"}},
 			wantOutcome: RankNoHome,
-			wantReason:  "container runs as uid 1000 without HOME in its environment, so ibkube cannot tell where NCCL looks for ~/.nccl.conf (the home directory in the image's /etc/passwd); set env HOME to that directory, or pass NCCL_CONF_FILE to the processes you start (mpirun -x NCCL_CONF_FILE -x NCCL_IB_HCA -x NCCL_TOPO_FILE)",
+			wantReason:  `the home of uid 1000 in the image's /etc/passwd "../../.." is not where the file can go (not an absolute path); no NCCL conf file mounted for processes started without the container's environment`,
+		},
+		{
+			name:        "a passwd home under /proc: nothing mounted",
+			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Passwd: Passwd{Status: PasswdFound, Home: "/proc/self/root/etc"}, Env: []string{"NCCL_IB_HCA==mlx5_0:1"}},
+			wantOutcome: RankNoHome,
+		},
+		{
+			name:        "a passwd home not clean, HOME good: HOME only, with a warning",
+			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Passwd: Passwd{Status: PasswdFound, Home: "/home/../etc"}, Env: []string{"HOME=/tmp", "NCCL_IB_HCA==mlx5_0:1"}},
+			wantOutcome: RankWritten, wantTargets: []string{"/tmp/.nccl.conf"}, wantWarn: true,
+			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
+		},
+		{
+			name:        "HOME under /sys is not a target",
+			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Passwd: mpiPw, Env: []string{"HOME=/sys/fs", "NCCL_IB_HCA==mlx5_0:1"}},
+			wantOutcome: RankWritten, wantTargets: []string{"/home/mpiuser/.nccl.conf"}, wantWarn: true,
+			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
+		},
+		{
+			name:        "passwd unread, non-root without HOME: skipped, saying how to fix it",
+			in:          RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, UID: uid(1000), Env: env, Passwd: Passwd{Why: "no runtime snapshot access"}},
+			wantOutcome: RankNoHome,
+			wantReason:  "container runs as uid 1000 without HOME in its environment and the image's /etc/passwd was not read (no runtime snapshot access), so ibkube cannot tell where NCCL looks for ~/.nccl.conf; set env HOME to the user's home directory, or pass NCCL_CONF_FILE to the processes you start (mpirun -x NCCL_CONF_FILE -x NCCL_IB_HCA -x NCCL_TOPO_FILE)",
+		},
+		{
+			name:        "passwd unread, non-root with HOME",
+			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Env: []string{"HOME=/home/u", "NCCL_IB_HCA==mlx5_0:1"}},
+			wantOutcome: RankWritten, wantTargets: []string{"/home/u/.nccl.conf"},
+			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
 		},
 		{
 			name:        "uid unknown, HOME set",
 			in:          RankInput{Devices: dev, IBDevices: ib, Env: []string{"HOME=/home/u", "NCCL_IB_HCA==mlx5_0:1"}},
-			wantOutcome: RankWritten, wantTarget: "/home/u/.nccl.conf",
+			wantOutcome: RankWritten, wantTargets: []string{"/home/u/.nccl.conf"},
 			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
 		},
 		{
 			name:        "uid unknown, no HOME: root assumed",
 			in:          RankInput{Devices: dev, IBDevices: ib, Env: []string{"NCCL_IB_HCA==mlx5_0:1"}},
-			wantOutcome: RankWritten, wantTarget: "/root/.nccl.conf",
+			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
 			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
 		},
 		{
@@ -120,28 +179,47 @@ func TestDecideRankConf(t *testing.T) {
 		},
 		{
 			name:        "the user mounts the file",
-			in:          RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, Env: env, UID: uid(0), MountDestinations: []string{"/root/.nccl.conf"}},
-			wantOutcome: RankUserMount, wantTarget: "/root/.nccl.conf",
+			in:          RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, Env: env, UID: uid(0), Passwd: rootPw, MountDestinations: []string{"/root/.nccl.conf"}},
+			wantOutcome: RankUserMount,
+		},
+		{
+			name:        "the user mounts one of two targets: the other is written",
+			in:          RankInput{Devices: dev, IBDevices: ib, Env: []string{"HOME=/tmp", "NCCL_IB_HCA==mlx5_0:1"}, UID: uid(1000), Passwd: mpiPw, MountDestinations: []string{"/tmp/.nccl.conf"}},
+			wantOutcome: RankWritten, wantTargets: []string{"/home/mpiuser/.nccl.conf"},
+			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
 		},
 		{
 			name: "the container's own NCCL_CONF_FILE: its environment only",
-			in: RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, UID: uid(0),
+			in: RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw,
 				Env: []string{"NCCL_CONF_FILE=/opt/site/nccl.conf", "NCCL_IB_HCA==mlx5_0:1"}},
-			wantOutcome: RankWritten, wantTarget: "/root/.nccl.conf",
+			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
 			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
 			wantReason:  "1 NCCL settings of the main process written to /root/.nccl.conf for processes started without its environment; NCCL_CONF_FILE=/opt/site/nccl.conf is the container's own file, which the agent cannot read: processes started without the environment get its values only if they set NCCL_CONF_FILE themselves",
 		},
 		{
 			name: "values a conf line cannot carry are dropped and named",
-			in: RankInput{Devices: dev, IBDevices: ib, UID: uid(0),
+			in: RankInput{Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw,
 				Env: []string{"NCCL_IB_HCA==mlx5_0:1", "NCCL_MULTI=a\nb", "NCCL_HUGE=" + strings.Repeat("y", 1024)}},
-			wantOutcome: RankWritten, wantTarget: "/root/.nccl.conf",
+			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
 			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
-			wantReason:  "1 NCCL settings of the main process written to /root/.nccl.conf for processes started without its environment; NCCL_CONF_FILE is unset, so the main process reads this file too; not carried (a conf file line holds at most 1023 characters and no newline): NCCL_HUGE (environment), NCCL_MULTI (environment)",
+			wantReason:  "1 NCCL settings of the main process written to /root/.nccl.conf for processes started without its environment; NCCL_CONF_FILE is unset, so the main process reads this file too; not carried (a conf file line holds at most 1023 characters, no newline, after a plain variable name): NCCL_HUGE (environment), NCCL_MULTI (environment)",
+		},
+		{
+			name: "a newline in an image variable's name adds no line",
+			in: RankInput{Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw,
+				Env: []string{"NCCL_IB_HCA==mlx5_0:1", "NCCL_A\nNCCL_NET_PLUGIN=/tmp/evil.so=x"}},
+			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
+			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
+		},
+		{
+			name:        "100,000 inherited NCCL variables: a bounded file",
+			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw, Env: manyNCCL(100000)},
+			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
+			wantContent: header + manyNCCLConf(100000),
 		},
 		{
 			name:        "nothing to carry",
-			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(0), Env: []string{"PATH=/bin", "NCCL_CONF_FILE=" + contract.NCCLConfFile}},
+			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw, Env: []string{"PATH=/bin", "NCCL_CONF_FILE=" + contract.NCCLConfFile}},
 			wantOutcome: RankNothing,
 		},
 	}
@@ -149,11 +227,23 @@ func TestDecideRankConf(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			got := DecideRankConf(tc.in)
-			if got.Outcome != tc.wantOutcome || got.Target != tc.wantTarget {
-				t.Fatalf("outcome, target = %s, %q; want %s, %q (reason: %s)", got.Outcome, got.Target, tc.wantOutcome, tc.wantTarget, got.Reason)
+			if got.Outcome != tc.wantOutcome || !cmp.Equal(got.Targets, tc.wantTargets) {
+				t.Fatalf("outcome, targets = %s, %q; want %s, %q (reason: %s)", got.Outcome, got.Targets, tc.wantOutcome, tc.wantTargets, got.Reason)
+			}
+			if len(got.Content) > RankConfMaxBytes+len(header) {
+				t.Errorf("file of %d bytes, over the bound %d", len(got.Content), RankConfMaxBytes)
+			}
+			if len(got.Reason) > 4096 {
+				t.Errorf("reason of %d bytes", len(got.Reason))
 			}
 			if d := cmp.Diff(tc.wantContent, got.Content); d != "" {
 				t.Errorf("content (-want +got):\n%s", d)
+			}
+			if got.Warn != tc.wantWarn {
+				t.Errorf("warn = %v, want %v (reason: %s)", got.Warn, tc.wantWarn, got.Reason)
+			}
+			if strings.Contains(got.Content, "NCCL_NET_PLUGIN") {
+				t.Errorf("a variable name with a newline added a line: %q", got.Content)
 			}
 			if tc.wantReason != "" && got.Reason != tc.wantReason {
 				t.Errorf("reason = %q\nwant     %q", got.Reason, tc.wantReason)
@@ -169,5 +259,46 @@ func TestDecideRankConf(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// manyNCCL is an environment of n NCCL_* variables of 20-byte lines.
+func manyNCCL(n int) []string {
+	env := make([]string, n)
+	for i := range env {
+		env[i] = fmt.Sprintf("NCCL_X%07d=abcdefg", i)
+	}
+	return env
+}
+
+// manyNCCLConf is what of manyNCCL(n) the file's bound holds: the first
+// by name.
+func manyNCCLConf(n int) string {
+	var b strings.Builder
+	for _, kv := range manyNCCL(n) {
+		if b.Len()+len(kv)+1 > RankConfMaxBytes {
+			break
+		}
+		b.WriteString(kv + "\n")
+	}
+	return b.String()
+}
+
+func TestLookupPasswd(t *testing.T) {
+	t.Parallel()
+	// Kubeflow mpi-operator's base image: `useradd -m mpiuser` after the
+	// Debian base's own entries.
+	text := "root:x:0:0:root:/root:/bin/bash\n# a comment:x:1000:1000::/nope:\n\nshort:x:1000\nmpiuser:x:1000:1000::/home/mpiuser:/bin/sh\ndup:x:1000:1000::/second:/bin/sh\n"
+	for _, tc := range []struct {
+		uid  uint32
+		want Passwd
+	}{
+		{0, Passwd{Status: PasswdFound, Home: "/root"}},
+		{1000, Passwd{Status: PasswdFound, Home: "/home/mpiuser"}},
+		{4242, Passwd{Status: PasswdNoEntry}},
+	} {
+		if d := cmp.Diff(tc.want, LookupPasswd([]byte(text), tc.uid)); d != "" {
+			t.Errorf("uid %d (-want +got):\n%s", tc.uid, d)
+		}
 	}
 }

@@ -47,8 +47,15 @@ func (s RecorderSink) MemlockEvent(pod PodRef, container string, d memlock.Decis
 func (s RecorderSink) RankConfEvent(pod PodRef, container string, c memlock.RankConf) {
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
 	typ := corev1.EventTypeWarning
-	if c.Outcome == memlock.RankUserMount {
+	if c.Outcome == memlock.RankUserMount && !c.Warn {
 		typ = corev1.EventTypeNormal
 	}
 	s.Recorder.Eventf(ref, typ, ReasonRankConf, "container %s: %s", container, c.Reason)
+}
+
+// GIDEvent implements GIDEventSink: a container holding RoCE ports that
+// give no one GID index.
+func (s RecorderSink) GIDEvent(pod PodRef, container, reason string) {
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
+	s.Recorder.Eventf(ref, corev1.EventTypeWarning, ReasonGIDIndex, "container %s: %s", container, reason)
 }

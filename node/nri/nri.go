@@ -56,6 +56,14 @@ type Config struct {
 	// of each RDMA container is written for the processes it starts with an
 	// empty environment (see DecideRankConf); "" turns that off.
 	RankConfDir string
+	// Image reads the image's /etc/passwd for the container's user's home;
+	// nil leaves the home to the container's uid and HOME.
+	Image ImageReader
+	// PasswdTimeout bounds that read (default DefaultPasswdTimeout).
+	PasswdTimeout time.Duration
+	// GIDs reads a RoCE port's GID table at container creation; nil uses
+	// the inventory's last scan.
+	GIDs GIDReader
 }
 
 func (c Config) withDefaults() Config {
@@ -70,6 +78,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PluginIndex == "" {
 		c.PluginIndex = DefaultPluginIndex
+	}
+	if c.PasswdTimeout <= 0 {
+		c.PasswdTimeout = DefaultPasswdTimeout
 	}
 	if c.MinBackoff <= 0 {
 		c.MinBackoff = DefaultMinBackoff
@@ -331,7 +342,11 @@ func (p *Plugin) Decide(pod *api.PodSandbox, ctr *api.Container) memlock.Decisio
 func (p *Plugin) createContainer(pod *api.PodSandbox, ctr *api.Container) *api.ContainerAdjustment {
 	adj := &api.ContainerAdjustment{}
 	changed := p.adjustMemlock(pod, ctr, adj)
-	if p.rankConf(pod, ctr, adj) {
+	added := p.gidIndex(pod, ctr, adj)
+	if len(added) > 0 {
+		changed = true
+	}
+	if p.rankConf(pod, ctr, adj, added) {
 		changed = true
 	}
 	if !changed {
@@ -409,7 +424,7 @@ func newMetrics() *metrics {
 		connected:    promreg.Gauge("ibkube_nri_connected", "1 when the node agent's memlock plugin is registered with the runtime's NRI socket, else 0."),
 		state:        promreg.GaugeVec("ibkube_nri_state", "1 for the memlock plugin's NRI connection state (connected; no_socket: the runtime has no NRI socket, as containerd 1.x or NRI disabled; disconnected: connection lost or refused), 0 for the others.", "state"),
 		decisions:    promreg.CounterVec("ibkube_memlock_decisions_total", "Containers seen by the memlock NRI plugin, by outcome (set, clamped, invalid, no_devices, already_set, not_needed, no_cap, no_annotation).", "outcome"),
-		rankConfs:    promreg.CounterVec("ibkube_nccl_rank_conf_total", "Containers seen by the NRI plugin, by what happened to the NCCL conf file that gives processes started without the container's environment its NCCL settings (written, no_devices, no_home, user_mount, nothing, error).", "outcome"),
+		rankConfs:    promreg.CounterVec("ibkube_nccl_rank_conf_total", "Containers seen by the NRI plugin, by what happened to the NCCL conf file that gives processes started without the container's environment its NCCL settings (written, no_devices, no_home, no_passwd, user_mount, nothing, error).", "outcome"),
 		runtimeLimit: promreg.GaugeVec("ibkube_memlock_runtime_limit_bytes", "The container runtime's own RLIMIT_MEMLOCK (+Inf when unlimited), the most a container can be given.", "limit"),
 	}
 }

@@ -1,17 +1,22 @@
 package nri
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/ibkube/ibkube/internal/atomicfile"
+	"github.com/ibkube/ibkube/node/imagefs"
 	"github.com/ibkube/ibkube/node/memlock"
 )
 
@@ -23,7 +28,62 @@ const rankConfSuffix = ".nccl.conf"
 // name (containerd and CRI-O use 64 hex digits).
 var containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
-// RankInputOf turns an NRI container into DecideRankConf's input.
+// ImageReader reads a file of the root filesystem the runtime prepared for
+// a container, before the container starts (imagefs.Containerd).
+type ImageReader interface {
+	ReadFile(ctx context.Context, containerID, name string, max int64) ([]byte, error)
+}
+
+// DefaultPasswdTimeout bounds the read of a container's /etc/passwd inside
+// the runtime's CreateContainer call (containerd gives every NRI plugin 2 s
+// by default, plugin_request_timeout).
+const DefaultPasswdTimeout = time.Second
+
+// passwdOf reads the image's /etc/passwd entry for uid, within the
+// timeout: a read that does not finish in time gives PasswdUnread, and the
+// container starts regardless.
+func (p *Plugin) passwdOf(ctrID string, uid uint32) memlock.Passwd {
+	if p.cfg.Image == nil {
+		return memlock.Passwd{Why: "the agent has no access to the runtime's snapshots"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PasswdTimeout)
+	defer cancel()
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := p.cfg.Image.ReadFile(ctx, ctrID, "/etc/passwd", memlock.PasswdMaxBytes)
+		done <- result{b, err}
+	}()
+	select {
+	case r := <-done:
+		switch {
+		case errors.Is(r.err, imagefs.ErrNotExist):
+			return memlock.Passwd{Status: memlock.PasswdNoEntry}
+		case r.err != nil:
+			return memlock.Passwd{Why: boundedError(r.err)}
+		}
+		return memlock.LookupPasswd(r.b, uid)
+	case <-ctx.Done():
+		return memlock.Passwd{Why: fmt.Sprintf("reading it took over %s", p.cfg.PasswdTimeout)}
+	}
+}
+
+// boundedError is an error's text cut to 256 bytes, for a reason that may
+// end up in an Event.
+func boundedError(err error) string {
+	s := err.Error()
+	if len(s) > 256 {
+		s = s[:256] + "..."
+	}
+	return strconv.QuoteToASCII(s)[1 : len(strconv.QuoteToASCII(s))-1]
+}
+
+// RankInputOf turns an NRI container into DecideRankConf's input, without
+// the image's passwd entry (rankConf reads it only for containers that
+// hold ibkube's devices).
 func (p *Plugin) RankInputOf(pod *api.PodSandbox, ctr *api.Container) memlock.RankInput {
 	in := memlock.RankInput{
 		PodAnnotations: pod.GetAnnotations(),
@@ -44,13 +104,19 @@ func (p *Plugin) RankInputOf(pod *api.PodSandbox, ctr *api.Container) memlock.Ra
 }
 
 // rankConf writes the container's NCCL conf file and adds its read-only
-// bind mount to adj. Failures are logged and counted, never returned: the
-// container starts regardless.
-func (p *Plugin) rankConf(pod *api.PodSandbox, ctr *api.Container, adj *api.ContainerAdjustment) bool {
+// bind mount to adj; added is the environment this plugin adds to the
+// container, which its main process sees too. Failures are logged and
+// counted, never returned: the container starts regardless.
+func (p *Plugin) rankConf(pod *api.PodSandbox, ctr *api.Container, adj *api.ContainerAdjustment, added []string) bool {
 	if p.cfg.RankConfDir == "" {
 		return false
 	}
-	c := memlock.DecideRankConf(p.RankInputOf(pod, ctr))
+	in := p.RankInputOf(pod, ctr)
+	in.Env = append(slices.Clone(in.Env), added...)
+	if memlock.HoldsIBDevice(in) && in.UID != nil {
+		in.Passwd = p.passwdOf(ctr.GetId(), *in.UID)
+	}
+	c := memlock.DecideRankConf(in)
 	kv := []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "outcome", c.Outcome}
 	if c.Outcome == memlock.RankNoDevices {
 		p.metrics.rankConfs.WithLabelValues(string(c.Outcome)).Inc()
@@ -72,8 +138,13 @@ func (p *Plugin) rankConf(pod *api.PodSandbox, ctr *api.Container, adj *api.Cont
 		return false
 	}
 	p.metrics.rankConfs.WithLabelValues(string(c.Outcome)).Inc()
-	p.log.Info(c.Reason, append(kv, "file", file, "target", c.Target)...)
-	adj.AddMount(&api.Mount{Destination: c.Target, Source: file, Type: "bind", Options: []string{"rbind", "ro", "rprivate"}})
+	p.log.Info(c.Reason, append(kv, "file", file, "targets", c.Targets)...)
+	if c.Warn && p.events != nil {
+		p.events.RankConfEvent(ref, ctr.GetName(), c)
+	}
+	for _, target := range c.Targets {
+		adj.AddMount(&api.Mount{Destination: target, Source: file, Type: "bind", Options: []string{"rbind", "ro", "rprivate"}})
+	}
 	return true
 }
 

@@ -28,14 +28,19 @@ import (
 type ncclReport struct {
 	UID  int               `json:"uid"`
 	Env  map[string]string `json:"env"`
-	NCCL struct {
-		Settings map[string]string `json:"settings"`
-		Home     string            `json:"home"`
-		Files    []struct {
-			Path string `json:"path"`
-			Read bool   `json:"read"`
-		} `json:"files"`
-	} `json:"nccl"`
+	NCCL ncclResolution    `json:"nccl"`
+	// NCCLEnvHome is the resolution by NCCL >= 2.30.3's rule (HOME).
+	NCCLEnvHome ncclResolution `json:"ncclEnvHome"`
+}
+
+// ncclResolution is the report's NCCL settings by one rule.
+type ncclResolution struct {
+	Settings map[string]string `json:"settings"`
+	Home     string            `json:"home"`
+	Files    []struct {
+		Path string `json:"path"`
+		Read bool   `json:"read"`
+	} `json:"files"`
 }
 
 const (
@@ -272,6 +277,57 @@ func testNCCLMPIRanks(ctx context.Context, t *testing.T, r *Result) {
 		return os.IsNotExist(err), nil
 	})
 	check(t, r, err == nil, "%s still there after the worker was deleted", file)
+}
+
+// 7c: MPI ranks of a non-root worker. The worker runs as uid 1000, which
+// the image's /etc/passwd names mpiuser with home /home/mpiuser (as
+// Kubeflow's mpi-operator base image does), and its spec has no HOME. A
+// rank started as sshd starts one (`report -ssh-env`: nothing of the
+// container's environment, HOME and USER from the passwd entry) resolves,
+// by NCCL's rule up to 2.29 (getpwuid) and from 2.30.3 (HOME) alike, the
+// same NCCL settings as the container's main process.
+func testNCCLMPIRanksNonRoot(ctx context.Context, t *testing.T, r *Result) {
+	if _, err := h.cs.CoreV1().Namespaces().Get(ctx, ncclNS, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		optedIn(ctx, t, ncclNS, true)
+	}
+	w := reportPod("mpiuser", map[string]string{prefix + "mode": "rdma-exclusive", prefix + "hcas": "2", prefix + "profile": nccl.NDv5})
+	w.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NCCL_DEBUG", Value: "INFO"}}
+	if _, err := h.cs.CoreV1().Pods(ncclNS).Create(ctx, w, metav1.CreateOptions{}); err != nil {
+		fail(t, r, "create worker: %v", err)
+	}
+	defer deletePods(t, ncclNS, "mpiuser")
+	if _, err := h.waitRunning(ctx, ncclNS, "mpiuser", podStartTimeout); err != nil {
+		fail(t, r, "%v", err)
+	}
+	mainRep, err := ncclReportOf(ctx, ncclNS, "mpiuser")
+	if err != nil {
+		fail(t, r, "%v", err)
+	}
+	out, err := h.kubectlRun(ctx, "exec", "-n", ncclNS, "mpiuser", "-c", "main", "--", "/usr/local/bin/report", "-ssh-env")
+	if err != nil {
+		fail(t, r, "exec a process with sshd's environment: %v", err)
+	}
+	rank, err := decodeNCCLReport([]byte(out))
+	if err != nil {
+		fail(t, r, "%v", err)
+	}
+	const home = "/home/mpiuser"
+	check(t, r, mainRep.UID == 1000 && rank.UID == 1000, "uids %d and %d, want 1000", mainRep.UID, rank.UID)
+	check(t, r, rank.Env["HOME"] == home && rank.Env["NCCL_CONF_FILE"] == "" && rank.Env["NCCL_IB_HCA"] == "",
+		"the rank's environment is not sshd's: %v", rank.Env)
+	for _, res := range []struct {
+		rule string
+		got  ncclResolution
+	}{{"NCCL <= 2.29 (getpwuid)", rank.NCCL}, {"NCCL >= 2.30.3 (HOME)", rank.NCCLEnvHome}} {
+		check(t, r, len(res.got.Files) > 0 && res.got.Files[0].Path == home+"/.nccl.conf" && res.got.Files[0].Read,
+			"%s: the rank did not read %s/.nccl.conf: %+v", res.rule, home, res.got.Files)
+		if d := cmp.Diff(mainRep.NCCL.Settings, res.got.Settings); d != "" {
+			check(t, r, false, "%s: NCCL settings of the main process (-) and of the ssh-started rank (+) differ:\n%s", res.rule, d)
+		}
+	}
+	check(t, r, rank.NCCL.Settings["NCCL_DEBUG"] == "INFO" && strings.HasPrefix(rank.NCCL.Settings["NCCL_IB_HCA"], "=mlx5_"),
+		"the rank resolves NCCL_DEBUG=%q NCCL_IB_HCA=%q", rank.NCCL.Settings["NCCL_DEBUG"], rank.NCCL.Settings["NCCL_IB_HCA"])
+	r.Notes = append(r.Notes, fmt.Sprintf("uid 1000 without HOME in its spec: %d NCCL settings resolved alike by the main process and an ssh-started rank reading %s/.nccl.conf", len(rank.NCCL.Settings), home))
 }
 
 // deletePods deletes pods and waits until they are gone.

@@ -66,6 +66,7 @@ func TestE2E(t *testing.T) {
 		{"6-scale", st.needInstall, 15 * time.Minute, testScale},
 		{"7a-nccl-one-owner", st.needAgent, 10 * time.Minute, testNCCLOneOwner},
 		{"7b-nccl-mpi-ranks", st.needAgent, 6 * time.Minute, testNCCLMPIRanks},
+		{"7c-nccl-mpi-ranks-nonroot", st.needAgent, 6 * time.Minute, testNCCLMPIRanksNonRoot},
 		{"8-rdma-observability", st.needAgent, 8 * time.Minute, testObservability},
 		{"9-dra", nil, 0, nil},
 		{"10-policy-mode", st.needAgent, 10 * time.Minute, testPolicyMode},
@@ -168,6 +169,10 @@ func testInstall(t *testing.T, st *state) {
 	start := time.Now()
 	out, err := run(ctx, h.helm, "upgrade", "--install", release, filepath.Join(h.root, "charts/ibkube"),
 		"--namespace", releaseNS, "--create-namespace", "-f", vf, "--set", fmt.Sprintf("agent.enabled=%t", withAgent),
+		// The node's containerd (test/e2e/node/node.sh), where the agent
+		// reads images' /etc/passwd (scenario 7c).
+		"--set", "agent.nri.containerd.socket=/run/ibk-e2e/containerd/containerd.sock",
+		"--set", "agent.nri.containerd.root="+filepath.Join(h.e2eDir, "containerd", "root"),
 		"--wait", "--timeout", "5m")
 	if err != nil {
 		st.why = "helm install failed"

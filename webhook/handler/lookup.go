@@ -28,11 +28,11 @@ type NetworkLookup interface {
 	NetworkExists(ctx context.Context, namespace, name string) (bool, error)
 }
 
-// ErrNetworkAPIMissing: the cluster has no NetworkAttachmentDefinition CRD.
+// ErrNetworkAPIMissing says the cluster has no NetworkAttachmentDefinition CRD.
 var ErrNetworkAPIMissing = errors.New("the k8s.cni.cncf.io/v1 NetworkAttachmentDefinition API is not served")
 
-// ErrBadName: a namespace or object name that is not a Kubernetes name. The
-// lookups refuse it before building an API path from it: "kube-system/secrets/x"
+// ErrBadName refuses a namespace or object name that is not a Kubernetes
+// name. The lookups refuse it before building an API path from it: "kube-system/secrets/x"
 // as a namespace name would otherwise read another resource's path (an
 // existence oracle), and "../" would climb out of the resource.
 var ErrBadName = errors.New("not a Kubernetes name")

@@ -174,6 +174,9 @@ func Document(doc []byte, n int, opts Options) ([]byte, []Warning, error) {
 			return nil, warnings, fmt.Errorf("%s: %w", where, err)
 		}
 		changed = changed || ok
+		if w := roceGIDWarning(tmpl, opts.Config.Profile); w != "" {
+			warnings = append(warnings, Warning{Where: where, Message: w})
+		}
 	}
 	if !changed {
 		return doc, warnings, nil

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/nccl"
 )
 
 // forwardedNodeFacts are the variables that, forwarded from an MPI launcher
@@ -66,4 +69,36 @@ func mpiForwardWarnings(root map[string]any) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// roceGIDWarning says when an injected pod template runs over RoCE (its
+// profile asks the RoCE pool) with no NCCL_IB_GID_INDEX of its own: the
+// node agent then sets it from the allocated ports' GID tables when they
+// agree on a RoCE v2 IPv4 entry, and otherwise NCCL has to find the entry
+// itself, which it does from 2.21.5 on (NVIDIA/nccl commit ab2b89c4, the
+// default -1); an older NCCL uses GID 0, RoCE v1 link-local, which does not
+// route on a RoCEv2 fabric.
+func roceGIDWarning(tmpl map[string]any, profile func(string) (nccl.Profile, bool)) string {
+	injected, _ := nested(tmpl, "metadata", "annotations", contract.AnnotationInjected).(string)
+	var name string
+	for _, part := range strings.Split(injected, ";") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "profile="); ok {
+			name = v
+		}
+	}
+	p, ok := profile(name)
+	if !ok || p.ExclusiveResource != contract.ResourceRoCE {
+		return ""
+	}
+	containers, _ := nested(tmpl, "spec", "containers").([]any)
+	for _, c := range containers {
+		cm, _ := c.(map[string]any)
+		env, _ := cm["env"].([]any)
+		for _, e := range env {
+			if em, _ := e.(map[string]any); em["name"] == "NCCL_IB_GID_INDEX" {
+				return ""
+			}
+		}
+	}
+	return fmt.Sprintf("profile %s runs over RoCE and leaves NCCL_IB_GID_INDEX to the node: the node agent sets it (and UCX_IB_GID_INDEX) from the allocated ports' GID tables when they agree on a RoCE v2 IPv4 entry, else the pod gets a RoCEGIDIndexNotSet Event and relies on NCCL's own detection, which needs NCCL >= 2.21.5 (an older NCCL uses GID 0, RoCE v1 link-local, which does not route on RoCEv2)", name)
 }

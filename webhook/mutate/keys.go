@@ -1,4 +1,5 @@
 package mutate
 
-// Pod Security label the capability policy reads.
+// LabelPodSecurityEnforce is the Pod Security label the capability policy
+// reads.
 const LabelPodSecurityEnforce = "pod-security.kubernetes.io/enforce"

@@ -44,10 +44,14 @@ type Names struct {
 	Version string
 }
 
-// Object names derived from Names.
-func (n Names) Mutating() string   { return n.Prefix + "-inject" }
+// Mutating is the MutatingAdmissionPolicy's name (and its binding's).
+func (n Names) Mutating() string { return n.Prefix + "-inject" }
+
+// Validating is the ValidatingAdmissionPolicy's name (and its binding's).
 func (n Names) Validating() string { return n.Prefix + "-refuse" }
-func (n Names) Params() string     { return n.Prefix + "-admission-params" }
+
+// Params is the parameter ConfigMap's name.
+func (n Names) Params() string { return n.Prefix + "-admission-params" }
 
 // Objects are the rendered objects, in the order to apply them.
 type Objects struct {

@@ -77,19 +77,6 @@ func (t *connTable) evict(now time.Time) bool {
 	return true
 }
 
-// count is how many followed connections are in state st.
-func (t *connTable) count(st http.ConnState) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := 0
-	for _, e := range t.conns {
-		if e.state == st {
-			n++
-		}
-	}
-	return n
-}
-
 func isCounted(c net.Conn) bool {
 	_, ok := c.(*countedConn)
 	return ok

@@ -103,9 +103,11 @@ func run(args []string) error {
 
 // accounts are the /etc/passwd and /etc/group every image gets unless a FILE
 // supplies its own: root and the default user 65532. Programs that look a
-// user up in the password database need them; NCCL, for one, finds
-// ~/.nccl.conf through getpwuid(getuid())->pw_dir (NVIDIA/nccl
-// src/misc/param.cc userHomeDir), so without an entry a process has no home.
+// user up in the password database need them; NCCL up to 2.29, for one,
+// finds ~/.nccl.conf through getpwuid(getuid())->pw_dir (NVIDIA/nccl
+// src/misc/param.cc userHomeDir; from 2.30.3 it reads $HOME, commit
+// b3aeda4a), and sshd sets HOME from the entry, so without one a process
+// has no home.
 var accounts = map[string]string{
 	"etc/passwd": "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
 	"etc/group":  "root:x:0:\nnonroot:x:65532:\n",

@@ -8,8 +8,11 @@
 //	report            print, then wait for SIGTERM
 //	report -once      print and exit
 //	report -empty-env run `report -once` with an empty environment (what
-//	                  `env -i` does, and sshd nearly does for MPI ranks) and
-//	                  print its line; the image has no env binary
+//	                  `env -i` does) and print its line; the image has no
+//	                  env binary
+//	report -ssh-env   the same with what sshd gives a session
+//	                  (openssh session.c do_setup_env): HOME, USER, LOGNAME
+//	                  and SHELL from the passwd entry of the uid, and PATH
 package main
 
 import (
@@ -39,7 +42,9 @@ type Report struct {
 	Interfaces   []Interface       `json:"interfaces"`
 	NCCLConf     *File             `json:"ncclConf,omitempty"`
 	NCCL         NCCLResolution    `json:"nccl"`
-	Errors       []string          `json:"errors,omitempty"`
+	// NCCLEnvHome is the resolution of NCCL >= 2.30.3, whose home is $HOME.
+	NCCLEnvHome NCCLResolution `json:"ncclEnvHome"`
+	Errors      []string       `json:"errors,omitempty"`
 }
 
 // Rlimit is a resource limit; -1 means unlimited.
@@ -80,7 +85,10 @@ var capNames = []string{
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "-empty-env" {
-		os.Exit(runEmptyEnv())
+		os.Exit(runWithEnv([]string{}))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "-ssh-env" {
+		os.Exit(runWithEnv(sshEnv(os.Getuid(), "/etc/passwd")))
 	}
 	r := collect()
 	out, err := json.Marshal(r)
@@ -125,7 +133,8 @@ func collect() Report {
 		}
 		r.Interfaces = append(r.Interfaces, it)
 	}
-	r.NCCL = resolveNCCL(os.Environ(), os.Getuid(), "/etc/passwd", "/etc/nccl.conf")
+	r.NCCL = resolveNCCL(os.Environ(), os.Getuid(), "/etc/passwd", "/etc/nccl.conf", false)
+	r.NCCLEnvHome = resolveNCCL(os.Environ(), os.Getuid(), "/etc/passwd", "/etc/nccl.conf", true)
 	if p := os.Getenv("NCCL_CONF_FILE"); p != "" {
 		data, err := os.ReadFile(p)
 		if err != nil {
@@ -216,18 +225,31 @@ func devices(dir string) []Device {
 
 // runEmptyEnv runs this binary with -once and no environment at all, as
 // `env -i` would, and passes its output through.
-func runEmptyEnv() int {
+// runWithEnv runs `report -once` with exactly env (empty, not nil: nil
+// would inherit ours) and prints its line.
+func runWithEnv(env []string) int {
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		return 1
 	}
 	cmd := exec.Command(self, "-once")
-	cmd.Env = []string{} // empty, not nil: nil would inherit ours
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		return 1
 	}
 	return 0
+}
+
+// sshEnv is the environment sshd gives a session of uid (openssh
+// session.c do_setup_env): HOME is the passwd entry's home directory, never
+// the container's HOME.
+func sshEnv(uid int, passwd string) []string {
+	env := []string{"PATH=/usr/bin:/bin:/usr/sbin:/sbin"}
+	if e, ok := passwdEntry(passwd, uid); ok {
+		env = append(env, "USER="+e[0], "LOGNAME="+e[0], "HOME="+e[5], "SHELL="+e[6])
+	}
+	return env
 }

@@ -14,7 +14,8 @@ type NCCLResolution struct {
 	// Settings are the resolved NCCL_* variables (NCCL_CONF_FILE left out:
 	// it says where to read, it is no setting).
 	Settings map[string]string `json:"settings"`
-	// Home is the home directory getpwuid(getuid()) would give ("" if none).
+	// Home is the home directory the rule gives ("" if none):
+	// getpwuid(getuid())->pw_dir up to NCCL 2.29, $HOME from 2.30.3.
 	Home string `json:"home,omitempty"`
 	// Files are the conf files NCCL would try, in order, and whether each
 	// could be read.
@@ -29,14 +30,16 @@ type ConfFile struct {
 
 // resolveNCCL applies NCCL's documented order (NVIDIA/nccl
 // src/misc/param.cc initEnvFunc): the file named by NCCL_CONF_FILE when it
-// is set and not empty, else <home>/.nccl.conf with home from the password
-// database for the process's uid (userHomeDir: getpwuid(getuid())->pw_dir,
-// not $HOME); then /etc/nccl.conf. Each line is set with setenv(name, value,
-// 0) (setEnvFile; ncclOsSetEnv in src/os/linux.cc), so what is already set
-// stays. Lines are read as setEnvFile reads them: '#' in the first column
-// skips the line, the name is what precedes the first '=' and the value the
-// rest, each at most 1023 characters.
-func resolveNCCL(environ []string, uid int, passwd, etcConf string) NCCLResolution {
+// is set and not empty, else <home>/.nccl.conf; then /etc/nccl.conf. Up to
+// NCCL 2.29 home comes from the password database for the process's uid
+// (userHomeDir: getpwuid(getuid())->pw_dir, not $HOME); from 2.30.3 it is
+// getenv("HOME") (commit b3aeda4a): envHome selects that rule. Each line is
+// set with setenv(name, value, 0) (setEnvFile; ncclOsSetEnv in
+// src/os/linux.cc), so what is already set stays. Lines are read as
+// setEnvFile reads them: '#' in the first column skips the line, the name
+// is what precedes the first '=' and the value the rest, each at most 1023
+// characters.
+func resolveNCCL(environ []string, uid int, passwd, etcConf string, envHome bool) NCCLResolution {
 	env := map[string]string{}
 	for _, kv := range environ {
 		k, v, ok := strings.Cut(kv, "=")
@@ -48,8 +51,15 @@ func resolveNCCL(environ []string, uid int, passwd, etcConf string) NCCLResoluti
 	var files []string
 	if f := env["NCCL_CONF_FILE"]; f != "" {
 		files = append(files, f)
-	} else if res.Home = homeOf(passwd, uid); res.Home != "" {
-		files = append(files, path.Join(res.Home, ".nccl.conf"))
+	} else {
+		if envHome {
+			res.Home = env["HOME"]
+		} else {
+			res.Home = homeOf(passwd, uid)
+		}
+		if res.Home != "" {
+			files = append(files, path.Join(res.Home, ".nccl.conf"))
+		}
 	}
 	files = append(files, etcConf)
 	for _, f := range files {
@@ -100,9 +110,16 @@ func cut1023(s string) string {
 // homeOf returns the home directory of uid in a passwd file
 // (name:password:uid:gid:gecos:home:shell), "" when it has no entry.
 func homeOf(passwd string, uid int) string {
+	e, _ := passwdEntry(passwd, uid)
+	return e[5]
+}
+
+// passwdEntry returns the fields of uid's first entry in a passwd file.
+func passwdEntry(passwd string, uid int) ([7]string, bool) {
+	var out [7]string
 	f, err := os.Open(passwd)
 	if err != nil {
-		return ""
+		return out, false
 	}
 	defer f.Close()
 	s := bufio.NewScanner(f)
@@ -112,8 +129,9 @@ func homeOf(passwd string, uid int) string {
 			continue
 		}
 		if id, err := strconv.Atoi(fields[2]); err == nil && id == uid {
-			return fields[5]
+			copy(out[:], fields)
+			return out, true
 		}
 	}
-	return ""
+	return out, false
 }

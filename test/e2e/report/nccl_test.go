@@ -42,10 +42,17 @@ func TestResolveNCCL(t *testing.T) {
 		{"empty NCCL_CONF_FILE counts as unset", []string{"NCCL_CONF_FILE="}, 0, map[string]string{"NCCL_A": "home", "NCCL_B": "home", "NCCL_C": "etc"}},
 		{"uid without a passwd entry: no home file", nil, 1000, map[string]string{"NCCL_A": "etc", "NCCL_C": "etc"}},
 	}
+	// NCCL >= 2.30.3 reads $HOME instead: HOME=/elsewhere has no file.
+	if got := resolveNCCL([]string{"HOME=/elsewhere"}, 0, passwd, etc, true); !cmp.Equal(map[string]string{"NCCL_A": "etc", "NCCL_C": "etc"}, got.Settings) {
+		t.Errorf("2.30.3 rule with HOME elsewhere: %v", got.Settings)
+	}
+	if got := resolveNCCL([]string{"HOME=" + home}, 1000, passwd, etc, true); !cmp.Equal(map[string]string{"NCCL_A": "home", "NCCL_B": "home", "NCCL_C": "etc"}, got.Settings) {
+		t.Errorf("2.30.3 rule with HOME set: %v", got.Settings)
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := resolveNCCL(tc.environ, tc.uid, passwd, etc)
+			got := resolveNCCL(tc.environ, tc.uid, passwd, etc, false)
 			if d := cmp.Diff(tc.want, got.Settings); d != "" {
 				t.Errorf("settings (-want +got):\n%s", d)
 			}

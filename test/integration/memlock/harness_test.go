@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,26 +63,63 @@ func buildProbe(t *testing.T, dir string) string {
 	return out
 }
 
+// entry is a file of a test image's layer beyond the probe: a regular file
+// of data (after size bytes of passwd filler lines when size > 0), or a
+// symlink to link.
+type entry struct {
+	name string
+	data string
+	size int64
+	link string
+}
+
 // writeImage writes a docker-archive tarball (what `ctr images import`
-// reads) of a one-layer image holding the probe at /probe, whose default
-// command is "/probe pause" so the same image serves as the pod sandbox.
-func writeImage(t *testing.T, probe, out, ref string) {
+// reads) of a one-layer image holding the probe at /probe and extra, whose
+// default command is "/probe pause" so the same image serves as the pod
+// sandbox. The layer is streamed through a file, so that an entry of
+// 100 MB costs no memory.
+func writeImage(t *testing.T, probe, out, ref string, extra ...entry) {
 	t.Helper()
 	bin, err := os.ReadFile(probe)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var layer bytes.Buffer
-	tw := tar.NewWriter(&layer)
-	for _, d := range []string{"dev/", "proc/", "sys/", "etc/", "tmp/"} {
+	layerPath := out + ".layer"
+	lf, err := os.Create(layerPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(layerPath)
+	h := sha256.New()
+	tw := tar.NewWriter(io.MultiWriter(lf, h))
+	for _, d := range []string{"dev/", "proc/", "sys/", "etc/", "tmp/", "home/"} {
 		tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755})
 	}
 	tw.WriteHeader(&tar.Header{Name: "probe", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bin))})
 	tw.Write(bin)
+	for _, e := range extra {
+		switch {
+		case e.link != "":
+			tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeSymlink, Linkname: e.link, Mode: 0o777})
+		case e.size > 0:
+			tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: e.size + int64(len(e.data))})
+			if _, err := io.CopyN(tw, fillerLines{}, e.size); err != nil {
+				t.Fatal(err)
+			}
+			tw.Write([]byte(e.data))
+		default:
+			tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(e.data))})
+			tw.Write([]byte(e.data))
+		}
+	}
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	diffID := fmt.Sprintf("sha256:%x", sha256.Sum256(layer.Bytes()))
+	size, err := lf.Seek(0, io.SeekCurrent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffID := fmt.Sprintf("sha256:%x", h.Sum(nil))
 	config, _ := json.Marshal(map[string]any{
 		"architecture": runtime.GOARCH,
 		"os":           "linux",
@@ -96,10 +134,20 @@ func writeImage(t *testing.T, probe, out, ref string) {
 	}
 	defer f.Close()
 	aw := tar.NewWriter(f)
+	if err := aw.WriteHeader(&tar.Header{Name: "layer.tar", Typeflag: tar.TypeReg, Mode: 0o644, Size: size}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lf.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(aw, lf); err != nil {
+		t.Fatal(err)
+	}
+	lf.Close()
 	for _, e := range []struct {
 		name string
 		data []byte
-	}{{"layer.tar", layer.Bytes()}, {"config.json", config}, {"manifest.json", manifest}} {
+	}{{"config.json", config}, {"manifest.json", manifest}} {
 		if err := aw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(e.data))}); err != nil {
 			t.Fatal(err)
 		}
@@ -108,6 +156,18 @@ func writeImage(t *testing.T, probe, out, ref string) {
 	if err := aw.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// fillerLines reads as an endless run of 64-byte passwd lines of uid 65534.
+type fillerLines struct{}
+
+const fillerLine = "nobody:x:65534:65534:filler:/nonexistent:/usr/sbin/nologin.....\n"
+
+func (fillerLines) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = fillerLine[i%len(fillerLine)]
+	}
+	return len(p), nil
 }
 
 // containerdConfig renders a containerd 2.x config whose every path is

@@ -20,6 +20,7 @@ package memlock
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
@@ -41,6 +42,7 @@ import (
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/node/imagefs"
 	"github.com/ibkube/ibkube/node/memlock"
 	"github.com/ibkube/ibkube/node/nri"
 )
@@ -86,8 +88,22 @@ func TestMemlockThroughNRI(t *testing.T) {
 	}
 
 	probe := buildProbe(t, base)
-	image := filepath.Join(base, "probe.tar")
-	writeImage(t, probe, image, imageRef)
+	// The probe image's passwd is Kubeflow mpi-operator's base image's
+	// (useradd -m mpiuser: uid 1000, home /home/mpiuser); the hostile ones
+	// try to reach the host through the agent's read of it.
+	passwd := "root:x:0:0:root:/root:/bin/sh\nmpiuser:x:1000:1000::/home/mpiuser:/bin/sh\n"
+	images := map[string][]entry{
+		imageRef:                  {{name: "etc/passwd", data: passwd}},
+		hostileRef("shadow-link"): {{name: "etc/passwd", link: "/etc/shadow"}},
+		// 9 MiB of lines, uid 1000's entry last: read whole, it would give
+		// a home; the agent reads 1 MiB and gives none. (containerd 2.4
+		// itself refuses a passwd over 10 MiB, "exceeds 10485760 bytes",
+		// when it reads the file for the user's groups before NRI's
+		// CreateContainer, so a 100 MB one never reaches the plugin.)
+		hostileRef("9mb"):         {{name: "etc/passwd", size: 9 << 20, data: "mpiuser:x:1000:1000::/home/mpiuser:/bin/sh\n"}},
+		hostileRef("dotdot-home"): {{name: "etc/passwd", data: "mpiuser:x:1000:1000::../../..:/bin/sh\n"}},
+		hostileRef("proc-home"):   {{name: "etc/passwd", data: "mpiuser:x:1000:1000::/proc/self/root/etc:/bin/sh\n"}},
+	}
 
 	cfg := filepath.Join(base, "config.toml")
 	if err := os.WriteFile(cfg, []byte(containerdConfig(base, runc, imageRef)), 0o644); err != nil {
@@ -131,14 +147,16 @@ func TestMemlockThroughNRI(t *testing.T) {
 
 	// The plugin, as the node agent runs it, against containerd's NRI socket.
 	rankDir := filepath.Join(base, "nccl-ranks")
+	events := &rankEvents{ch: make(chan rankEvent, 100)}
 	plugin, err := nri.NewPlugin(nri.Config{
 		SocketPath:  filepath.Join(base, "nri.sock"),
 		ProcRoot:    "/proc",
 		MinBackoff:  100 * time.Millisecond,
 		RankConfDir: rankDir,
+		Image:       imagefs.Containerd{Address: sock, Namespace: "k8s.io", Snapshotters: []string{"native"}},
 	}, staticInventory{HCAs: []inventory.HCA{{Name: "mlx5_0", CharDevices: []inventory.CharDevice{
 		{Name: "uverbs0", Major: uverbsMajor, Minor: uverbsMinor, Present: true},
-	}}}}, testr.New(t), prometheus.NewRegistry(), nil)
+	}}}}, testr.New(t), prometheus.NewRegistry(), events)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,9 +175,14 @@ func TestMemlockThroughNRI(t *testing.T) {
 		t.Errorf("runtime limit learned over SO_PEERCRED (-want +got):\n%s", diff)
 	}
 
-	if out, err := exec.CommandContext(ctx, ctr, "--address", sock, "-n", "k8s.io", "images", "import", "--local",
-		"--snapshotter", "native", "--platform", "linux/"+runtime.GOARCH, image).CombinedOutput(); err != nil {
-		t.Fatalf("ctr images import: %v\n%s", err, out)
+	for ref, extra := range images {
+		image := filepath.Join(base, strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar")
+		writeImage(t, probe, image, ref, extra...)
+		if out, err := exec.CommandContext(ctx, ctr, "--address", sock, "-n", "k8s.io", "images", "import", "--local",
+			"--snapshotter", "native", "--platform", "linux/"+runtime.GOARCH, image).CombinedOutput(); err != nil {
+			t.Fatalf("ctr images import %s: %v\n%s", ref, err, out)
+		}
+		os.Remove(image)
 	}
 
 	device := &cri.Device{ContainerPath: "/dev/infiniband/uverbs0", HostPath: uverbs, Permissions: "rw"}
@@ -207,13 +230,74 @@ func TestMemlockThroughNRI(t *testing.T) {
 				t.Errorf("the file lacks the environment's NCCL_IB_HCA or the profile's line: %s", got)
 			}
 		})
-		t.Run("uid-1000-no-home", func(t *testing.T) {
+		// Kubeflow's non-root image: no HOME in the spec, the passwd home.
+		t.Run("uid-1000-passwd-home", func(t *testing.T) {
 			got, _ := runContainer(ctx, t, rt, base, probeRun{name: "rank-1000", annotations: ann, devices: []*cri.Device{device}, uid: 1000, env: env,
-				args: []string{"cat", "/root/.nccl.conf"}, line: "file"})
-			if got != "file absent" {
-				t.Errorf("uid-1000 container without HOME: %s, want no file", got)
+				args: []string{"cat", "/home/mpiuser/.nccl.conf", "/root/.nccl.conf"}, line: "file"})
+			if !strings.HasPrefix(got, `file "# Written by the ibkube node agent`) || !strings.Contains(got, `NCCL_IB_HCA==mlx5_0:1\n`) || !strings.HasSuffix(got, " absent") {
+				t.Errorf("uid-1000 container without HOME: %s, want /home/mpiuser/.nccl.conf and no /root/.nccl.conf", got)
 			}
 		})
+		t.Run("uid-1000-home-tmp", func(t *testing.T) {
+			withHome := append([]*cri.KeyValue{{Key: "HOME", Value: []byte("/tmp")}}, env...)
+			got, _ := runContainer(ctx, t, rt, base, probeRun{name: "rank-1000-tmp", annotations: ann, devices: []*cri.Device{device}, uid: 1000, env: withHome,
+				args: []string{"cat", "/home/mpiuser/.nccl.conf", "/tmp/.nccl.conf"}, line: "file"})
+			parts := strings.SplitN(strings.TrimPrefix(got, "file "), `" "`, 2)
+			if len(parts) != 2 || !strings.Contains(parts[0], `NCCL_IB_HCA==mlx5_0:1\n`) || parts[0]+`"` != `"`+parts[1] {
+				t.Errorf("uid-1000 container with HOME=/tmp: %s, want the same file at /home/mpiuser and /tmp", got)
+			}
+		})
+		drainEvents(events)
+		t.Run("uid-without-passwd-entry", func(t *testing.T) {
+			got, _ := runContainer(ctx, t, rt, base, probeRun{name: "rank-4242", annotations: ann, devices: []*cri.Device{device}, uid: 4242, env: env,
+				args: []string{"cat", "/home/mpiuser/.nccl.conf", "/root/.nccl.conf", "/.nccl.conf"}, line: "file"})
+			if got != "file absent absent absent" {
+				t.Errorf("uid without a passwd entry: %s, want no file", got)
+			}
+			e := nextEvent(t, events)
+			if e.c.Outcome != memlock.RankNoPasswd || !strings.Contains(e.c.Reason, "ssh") {
+				t.Errorf("event = %s: %s, want no_passwd saying ssh ranks cannot run", e.c.Outcome, e.c.Reason)
+			}
+		})
+		// Images whose /etc/passwd would have the agent read the host's
+		// secrets, read without bound, or mount the file outside the container:
+		// every container starts, nothing on the host changes, no file is
+		// mounted, and the pod hears why. An image whose /etc/passwd is a
+		// FIFO never reaches the plugin: containerd 2.4's own
+		// WithAdditionalGIDs (pkg/oci/spec_opts.go UserFromFS) opens it
+		// before NRI's CreateContainer and blocks there; the plugin's read
+		// of a FIFO is covered by node/imagefs's tests.
+		shadowBefore := fileDigest(t, "/etc/shadow")
+		ranksBefore := dirNames(t, rankDir)
+		for _, h := range []struct{ name, want string }{
+			{"shadow-link", string(memlock.RankNoPasswd)},
+			{"9mb", string(memlock.RankNoHome)},
+			{"dotdot-home", string(memlock.RankNoHome)},
+			{"proc-home", string(memlock.RankNoHome)},
+		} {
+			t.Run("hostile-"+h.name, func(t *testing.T) {
+				drainEvents(events)
+				start := time.Now()
+				got, id := runContainer(ctx, t, rt, base, probeRun{name: "hostile-" + h.name, image: hostileRef(h.name), annotations: ann, devices: []*cri.Device{device}, uid: 1000, env: env,
+					args: []string{"cat", "/home/mpiuser/.nccl.conf", "/.nccl.conf", "/proc/self/root/etc/.nccl.conf"}, line: "file"})
+				t.Logf("%s: container created, ran and exited in %s", h.name, time.Since(start).Round(time.Millisecond))
+				if got != "file absent absent absent" {
+					t.Errorf("%s: %s, want no file", h.name, got)
+				}
+				if e := nextEvent(t, events); string(e.c.Outcome) != h.want {
+					t.Errorf("%s: event %s (%s), want %s", h.name, e.c.Outcome, e.c.Reason, h.want)
+				}
+				if _, err := os.Stat(filepath.Join(rankDir, id+".nccl.conf")); !os.IsNotExist(err) {
+					t.Errorf("%s: a conf file was written on the host: %v", h.name, err)
+				}
+			})
+		}
+		if d := fileDigest(t, "/etc/shadow"); d != shadowBefore {
+			t.Error("the host's /etc/shadow changed")
+		}
+		if d := cmp.Diff(ranksBefore, dirNames(t, rankDir)); d != "" {
+			t.Errorf("the conf directory changed (-before +after):\n%s", d)
+		}
 		// The root container exited and its pod was removed when its
 		// subtest ended: containerd relayed StopContainer and
 		// RemoveContainer through NRI, and the plugin deleted the file the
@@ -270,6 +354,7 @@ func runProbe(ctx context.Context, t *testing.T, rt cri.RuntimeServiceClient, ba
 // probeRun says how to run the probe in its own pod.
 type probeRun struct {
 	name        string
+	image       string // default imageRef
 	annotations map[string]string
 	devices     []*cri.Device
 	uid         int64
@@ -284,6 +369,10 @@ type probeRun struct {
 // with r.line and the container's id. The pod is removed when t ends.
 func runContainer(ctx context.Context, t *testing.T, rt cri.RuntimeServiceClient, base string, r probeRun) (string, string) {
 	t.Helper()
+	image := r.image
+	if image == "" {
+		image = imageRef
+	}
 	logDir := filepath.Join(base, "logs", r.name)
 	nsOpts := &cri.NamespaceOption{Network: cri.NamespaceMode_NODE, Pid: cri.NamespaceMode_CONTAINER, Ipc: cri.NamespaceMode_POD}
 	sandboxCfg := &cri.PodSandboxConfig{
@@ -313,7 +402,7 @@ func runContainer(ctx context.Context, t *testing.T, rt cri.RuntimeServiceClient
 		PodSandboxId: sb.PodSandboxId,
 		Config: &cri.ContainerConfig{
 			Metadata: &cri.ContainerMetadata{Name: "probe"},
-			Image:    &cri.ImageSpec{Image: imageRef},
+			Image:    &cri.ImageSpec{Image: image},
 			Command:  []string{"/probe"},
 			Args:     r.args,
 			Envs:     r.env,
@@ -363,3 +452,59 @@ func runContainer(ctx context.Context, t *testing.T, rt cri.RuntimeServiceClient
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// hostileRef names a test image whose /etc/passwd is hostile.
+func hostileRef(name string) string { return "docker.io/ibkube/memlock-hostile-" + name + ":test" }
+
+type rankEvent struct {
+	container string
+	c         memlock.RankConf
+}
+
+// rankEvents records the plugin's rank conf events.
+type rankEvents struct{ ch chan rankEvent }
+
+func (e *rankEvents) MemlockEvent(nri.PodRef, string, memlock.Decision) {}
+func (e *rankEvents) RankConfEvent(_ nri.PodRef, container string, c memlock.RankConf) {
+	e.ch <- rankEvent{container, c}
+}
+
+func drainEvents(e *rankEvents) {
+	for {
+		select {
+		case <-e.ch:
+		default:
+			return
+		}
+	}
+}
+
+func nextEvent(t *testing.T, e *rankEvents) rankEvent {
+	t.Helper()
+	select {
+	case ev := <-e.ch:
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no rank conf event")
+		return rankEvent{}
+	}
+}
+
+func fileDigest(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "absent: " + err.Error()
+	}
+	return fmt.Sprintf("%x", sha256.Sum256(b))
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}

@@ -211,14 +211,13 @@ func httpGet(url string) (int, string, error) {
 
 // env is what every subtest uses.
 type env struct {
-	cs       *kubernetes.Clientset
-	dyn      dynamic.Interface
-	warn     *warnings
-	envtest  *envtest.Environment
-	release  string
-	metrics  string
-	cfgDir   *configmapdir.Dir
-	gpu, ipc string
+	cs      *kubernetes.Clientset
+	dyn     dynamic.Interface
+	warn    *warnings
+	envtest *envtest.Environment
+	release string
+	metrics string
+	cfgDir  *configmapdir.Dir
 }
 
 func pod(name string, annotations map[string]string, gpus int64) *corev1.Pod {

@@ -1,6 +1,7 @@
 // Command probe is the memlock integration test's container program: with
 // "pause" it waits for SIGTERM (it doubles as the pod sandbox's pause
-// process); with "cat FILE" it prints the file's content quoted on one line;
+// process); with "cat FILE..." it prints the files' contents quoted on one
+// line ("absent" for a file it cannot read);
 // otherwise it prints its RLIMIT_MEMLOCK, uid and the RDMA device nodes it
 // sees, one line, and exits.
 package main
@@ -24,13 +25,17 @@ func main() {
 		return
 	}
 	if len(os.Args) > 2 && os.Args[1] == "cat" {
-		// "file <quoted content>", or "file absent".
-		b, err := os.ReadFile(os.Args[2])
-		if err != nil {
-			fmt.Println("file absent")
-			return
+		// "file <quoted content or absent>...".
+		out := "file"
+		for _, f := range os.Args[2:] {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				out += " absent"
+				continue
+			}
+			out += fmt.Sprintf(" %q", b)
 		}
-		fmt.Printf("file %q\n", b)
+		fmt.Println(out)
 		return
 	}
 	var r syscall.Rlimit

@@ -1,0 +1,83 @@
+package discovery
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/ibkube/ibkube/hca/inventory"
+)
+
+// MaxGIDs bounds the GID table read per port. The kernel makes one file per
+// entry of the port's table, unused ones included (ports/<n>/gids/0 …
+// gid_tbl_len-1, Documentation/ABI/stable/sysfs-class-infiniband); a
+// ConnectX RoCE port has 255 or 256. A longer table is reported as
+// unreadable rather than read without end.
+const MaxGIDs = 1024
+
+// zeroGID is how the kernel prints an unused entry.
+const zeroGID = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+// ReadGIDs reads a RoCE port's GID table from its sysfs directory
+// (…/ports/<n>): the used entries in index order, each with its type and
+// netdev, or the reason the table cannot be trusted. Entries are read by
+// index, never by listing the directory; an unused entry is skipped
+// without reading its attributes (the kernel refuses those reads, EINVAL),
+// so a sparse table (an address removed between two others) keeps its
+// indexes.
+func ReadGIDs(portDir string) ([]inventory.GIDEntry, string) {
+	var out []inventory.GIDEntry
+	for i := 0; i <= MaxGIDs; i++ {
+		idx := strconv.Itoa(i)
+		v, err := readAttr(filepath.Join(portDir, "gids", idx))
+		if errors.Is(err, fs.ErrNotExist) {
+			if i == 0 {
+				if _, serr := os.Stat(filepath.Join(portDir, "gids")); serr != nil {
+					return nil, "no GID table (gids): " + cause(serr)
+				}
+				return nil, "empty GID table (no gids/0)"
+			}
+			return out, ""
+		}
+		if i == MaxGIDs {
+			return nil, fmt.Sprintf("GID table longer than %d entries", MaxGIDs)
+		}
+		if err != nil {
+			return nil, fmt.Sprintf("cannot read gids/%d: %s", i, cause(err))
+		}
+		if _, err := ParseGID(v); err != nil {
+			return nil, fmt.Sprintf("gids/%d: %s", i, err)
+		}
+		if v == zeroGID {
+			continue
+		}
+		e := inventory.GIDEntry{Index: i, GID: v}
+		// A type or netdev that cannot be read leaves the entry without
+		// it: NCCL does the same (ncclIbRoceGetVersionNum skips on EINVAL).
+		if t, err := readAttr(filepath.Join(portDir, "gid_attrs", "types", idx)); err == nil {
+			e.Type = t
+		}
+		if n, err := readAttr(filepath.Join(portDir, "gid_attrs", "ndevs", idx)); err == nil && ValidDeviceName(n) {
+			e.Netdev = n
+		}
+		out = append(out, e)
+	}
+	return out, ""
+}
+
+// readPortGIDs reads a RoCE port's GID table. A table that cannot be
+// trusted is recorded on the port (GIDError) and leaves containers without
+// a GID index, not the HCA unhealthy.
+func readPortGIDs(dir string, p *inventory.Port) error {
+	if p.LinkLayer != inventory.LinkLayerEthernet {
+		return nil
+	}
+	p.GIDs, p.GIDError = ReadGIDs(dir)
+	if i, ok := p.RoCEv2IPv4GIDIndex(); ok {
+		p.RoCEv2IPv4GID = &i
+	}
+	return nil
+}
