@@ -68,7 +68,7 @@ FORCE:
 .PHONY: lint
 # Every build tag the tree uses, so the code behind them is vetted too (the
 # tools tag guards hack/tools helper modules, which vet in their own modules).
-VET_TAGS := integration,e2e,chart,cni_integration,promtool
+VET_TAGS := integration,e2e,chart,cni_integration,promtool,fleet
 
 # staticcheck runs every check (staticcheck.conf says why) over the files of
 # every build tag at once (no file is excluded by a tag). deadcode looks for

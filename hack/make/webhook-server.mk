@@ -5,6 +5,7 @@
 WEBHOOK_HANDLER_PKG := ./webhook/handler
 
 FUZZ += webhook/handler/FuzzDecodeAdmissionReview
+FUZZ += webhook/handler/FuzzElementCount
 
 .PHONY: bench-webhook-handler
 bench-webhook-handler: ## Benchmark the admission handler against a no-op controller-runtime defaulter (ratio x-noop).

@@ -34,7 +34,7 @@ const (
 // size is checked; BoundedNamespaceKeys the namespace's.
 var (
 	BoundedPodKeys = []string{contract.AnnotationMode, contract.AnnotationHCAs, contract.AnnotationContainers, contract.AnnotationProfile,
-		contract.AnnotationSocketFallback, contract.AnnotationIdleWarning, contract.AnnotationMemlock}
+		contract.AnnotationSocketFallback, contract.AnnotationIdleWarning, contract.AnnotationPlacement, contract.AnnotationMemlock}
 	BoundedNamespaceKeys = []string{contract.AnnotationMode, contract.AnnotationProfile, contract.AnnotationSocketFallback}
 )
 
