@@ -16,7 +16,7 @@ import (
 
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
-	"github.com/ibkube/ibkube/internal/golden"
+	"github.com/ibkube/ibkube/internal/testing/golden"
 	"github.com/ibkube/ibkube/node/deviceplugin"
 	"github.com/ibkube/ibkube/node/deviceplugin/kubeletstub"
 )
