@@ -62,6 +62,7 @@ func addCounterMonitor(a *agent.Agent, opts options, cluster *api, podres *count
 	if cluster != nil {
 		cfg.Events = recorderSink{rec: cluster.recorder, node: opts.nodeName}
 		cfg.Pods = cluster
+		cfg.Jobs = cluster
 	}
 	m, err := counters.NewMonitor(cfg, log)
 	if err != nil {

@@ -53,6 +53,9 @@ type MonitorConfig struct {
 	Lister Lister
 	Pods   Pods
 	Events EventSink
+	// Jobs reads the pods of the local pods' jobs for the split-job check;
+	// nil: no check.
+	Jobs Jobs
 	// Period between readings.
 	Period time.Duration
 	Idle   IdleRule
@@ -81,6 +84,7 @@ type Monitor struct {
 	listErr   string
 	// overlapsSent are the overlaps already reported, by message.
 	overlapsSent map[string]bool
+	split        splitWatch
 
 	mu    sync.Mutex
 	state snapshot
@@ -91,6 +95,7 @@ type snapshot struct {
 	owners   map[string]Holder
 	verdicts []IdleVerdict
 	overlaps int
+	jobs     []jobCount
 }
 
 // NewMonitor returns a monitor; Register its collector and Run it.
@@ -108,6 +113,7 @@ func NewMonitor(cfg MonitorConfig, log logr.Logger) (*Monitor, error) {
 		cfg: cfg, log: log, tracker: NewTracker(), history: History{},
 		heldSince: map[string]time.Time{}, warned: map[string]bool{}, optedOut: map[string]bool{}, pods: map[string]PodInfo{},
 		overlapsSent: map[string]bool{},
+		split:        newSplitWatch(),
 	}, nil
 }
 
@@ -178,9 +184,10 @@ func (m *Monitor) Step(ctx context.Context) {
 		}
 	}
 	verdicts := m.judge(ctx, now, holders)
+	m.checkSplits(ctx, now, holders)
 
 	m.mu.Lock()
-	m.state = snapshot{ports: totals, owners: ExclusiveOwners(holders), verdicts: verdicts, overlaps: m.state.overlaps}
+	m.state = snapshot{ports: totals, owners: ExclusiveOwners(holders), verdicts: verdicts, overlaps: m.state.overlaps, jobs: m.split.counts()}
 	m.mu.Unlock()
 }
 
@@ -308,7 +315,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (m *Monitor) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descData, descPackets, descErrors, descHW, descIdle, descIdleCount, descExclusiveShared} {
+	for _, d := range []*prometheus.Desc{descData, descPackets, descErrors, descHW, descIdle, descIdleCount, descExclusiveShared, descJobPartitions} {
 		ch <- d
 	}
 }
@@ -355,6 +362,9 @@ func (m *Monitor) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- constMetric(descIdleCount, prometheus.GaugeValue, float64(idle))
 	ch <- constMetric(descExclusiveShared, prometheus.GaugeValue, float64(st.overlaps))
+	for _, j := range st.jobs {
+		ch <- constMetric(descJobPartitions, prometheus.GaugeValue, float64(j.partitions), j.namespace, j.job)
+	}
 }
 
 // Ports returns the last reading's totals (for /counters and the CLI).
