@@ -8,7 +8,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 
-	"github.com/ibkube/ibkube/internal/testrun"
+	"github.com/ibkube/ibkube/internal/testing/testrun"
 	"github.com/ibkube/ibkube/node/resource"
 )
 
