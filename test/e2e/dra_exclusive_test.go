@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -22,6 +23,14 @@ import (
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
 )
+
+// claimNamespace makes the claim scenarios' namespace when an earlier
+// scenario (9c) did not, keeping it (and its pods) when one did.
+func claimNamespace(ctx context.Context, t *testing.T) {
+	if _, err := h.cs.CoreV1().Namespaces().Get(ctx, draClaimNS, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		h.namespace(ctx, t, draClaimNS, map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}, nil)
+	}
+}
 
 // unschedulable waits until the pod is Unschedulable and returns the
 // scheduler's message.
@@ -50,6 +59,7 @@ func testDRAExclusiveIsExclusive(t *testing.T, st *state, d *draState) {
 	r := h.scenario(t, "9j-dra-exclusive-is-exclusive")
 	d.need(t, r)
 	ctx := ctxT(t, 8*time.Minute)
+	claimNamespace(ctx, t)
 	free, err := freeHCAs(ctx)
 	if err != nil || len(free) == 0 {
 		fail(t, r, "no free HCA: %v %v", free, err)
@@ -197,6 +207,7 @@ func testDRAStaleCDISpec(t *testing.T, st *state, d *draState) {
 	r := h.scenario(t, "9l-dra-stale-cdi-spec")
 	d.need(t, r)
 	ctx := ctxT(t, 5*time.Minute)
+	claimNamespace(ctx, t)
 	free, err := freeHCAs(ctx)
 	if err != nil || len(free) == 0 {
 		fail(t, r, "no free HCA: %v %v", free, err)
