@@ -68,7 +68,7 @@ FORCE:
 .PHONY: lint
 # Every build tag the tree uses, so the code behind them is vetted too (the
 # tools tag guards hack/tools helper modules, which vet in their own modules).
-VET_TAGS := integration,e2e,chart,cni_integration,promtool
+VET_TAGS := integration,e2e,chart,cni_integration,promtool,fleet
 
 # staticcheck runs every check (staticcheck.conf says why) over the files of
 # every build tag at once (no file is excluded by a tag). deadcode looks for
@@ -100,10 +100,10 @@ fuzz/%: FORCE ## One fuzz target for FUZZTIME, e.g. make fuzz/hca/discovery/Fuzz
 list-fuzz: ## The fuzz targets make fuzz and make test run.
 	@printf '%s\n' $(FUZZ_TARGETS)
 
-# Every package whose tests compare with goldens (internal/golden), the
+# Every package whose tests compare with goldens (internal/testing/golden), the
 # chart's included; listed when the target runs, not at each make call.
 GOLDEN_PKGS = $(shell $(GO) list -tags chart -f '{{.ImportPath}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}' ./... | \
-  awk '/ github.com\/ibkube\/ibkube\/internal\/golden( |$$)/ { print $$1 }')
+  awk '/ github.com\/ibkube\/ibkube\/internal\/testing\/golden( |$$)/ { print $$1 }')
 
 .PHONY: update-golden
 update-golden: helm ## Rewrite every golden file from the current output (go test -update); review the diff.

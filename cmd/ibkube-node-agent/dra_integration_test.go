@@ -11,7 +11,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
-	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/internal/testing/testenv"
 	"github.com/ibkube/ibkube/node/dra/dratest"
 )
 

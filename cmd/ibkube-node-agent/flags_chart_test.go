@@ -5,7 +5,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/ibkube/ibkube/internal/rendered"
+	"github.com/ibkube/ibkube/internal/testing/charttest"
 )
 
 // TestFlagsDefaultToTheChart reads the DaemonSet the chart renders with its
@@ -18,5 +18,5 @@ func TestFlagsDefaultToTheChart(t *testing.T) {
 	// the chart caps memlock (agent.nri.memlockMax).
 	deployment := map[string]bool{"sysfs-root": true, "dev-root": true, "proc-root": true, "memlock-max": true}
 	newFlags := func() *flag.FlagSet { return flagSet(new(options), func(string) string { return "" }, io.Discard) }
-	rendered.CheckDefaultFlags(t, "DaemonSet", "ibkube-node-agent", "agent", newFlags, deployment)
+	charttest.CheckDefaultFlags(t, "DaemonSet", "ibkube-node-agent", "agent", newFlags, deployment)
 }

@@ -5,7 +5,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/ibkube/ibkube/internal/rendered"
+	"github.com/ibkube/ibkube/internal/testing/charttest"
 )
 
 // TestFlagsDefaultToTheChart reads the Deployment the chart renders with its
@@ -17,5 +17,5 @@ func TestFlagsDefaultToTheChart(t *testing.T) {
 	// The chart names the release namespace; the binary takes $POD_NAMESPACE.
 	deployment := map[string]bool{"namespace": true}
 	newFlags := func() *flag.FlagSet { return flagSet(new(options), func(string) string { return "" }, io.Discard) }
-	rendered.CheckDefaultFlags(t, "Deployment", "ibkube-webhook", "webhook", newFlags, deployment)
+	charttest.CheckDefaultFlags(t, "Deployment", "ibkube-webhook", "webhook", newFlags, deployment)
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/hca/selector"
-	"github.com/ibkube/ibkube/internal/golden"
+	"github.com/ibkube/ibkube/internal/testing/golden"
 )
 
 // scanned caches fixture scans (JSON, so each caller gets its own copy).

@@ -3,7 +3,7 @@
 
 ##@ Networks (Multus, ibkube-cni)
 
-FUZZ += cni/multus/FuzzMerge cni/plugin/FuzzParseConfig
+FUZZ += webhook/multus/FuzzMerge cni/plugin/FuzzParseConfig
 
 # The reference plugins the integration test delegates to (Debian's
 # containernetworking-plugins, also among the apt-deps packages of hack/make/tools.mk); idempotent.
@@ -20,7 +20,7 @@ test-cni-integration: cni-ref-plugins ## ibkube-cni ADD/CHECK/DEL via libcni in 
 
 .PHONY: bench-cni
 bench-cni: ## Benchmark the Multus annotation merge (reports only).
-	$(GO) test -run '^$$' -bench . -benchmem ./cni/multus
+	$(GO) test -run '^$$' -bench . -benchmem ./webhook/multus
 
 BENCH_TARGETS += bench-cni
 TEST_TARGETS += test-cni-integration

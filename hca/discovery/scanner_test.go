@@ -21,7 +21,7 @@ import (
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
-	"github.com/ibkube/ibkube/internal/golden"
+	"github.com/ibkube/ibkube/internal/testing/golden"
 )
 
 func newScanner(t testing.TB, dir string, nl discovery.Netlink) *discovery.Scanner {

@@ -29,7 +29,7 @@ var allowed = []struct {
 	{"nccl/machine", []string{"nccl", "contract"}},
 	{"node/", []string{"node/", "hca/", "nccl/machine", "internal/", "contract"}},
 	{"cni/", []string{"cni/", "hca/", "internal/", "contract"}},
-	{"webhook/", []string{"webhook/", "cni/multus", "nccl", "internal/", "contract"}},
+	{"webhook/", []string{"webhook/", "nccl", "internal/", "contract"}},
 }
 
 // constructors build API clients or event broadcasters: only binaries call
@@ -72,9 +72,9 @@ func TestImportGraphReadsTopDown(t *testing.T) {
 			return err
 		}
 		checked++
-		// internal/testenv is the test suites' envtest starter: like a
+		// internal/testing/testenv is the test suites' envtest starter: like a
 		// binary, it is the edge where a test's clients are built.
-		if !strings.HasPrefix(pkg, "cmd/") && pkg != "internal/testenv" {
+		if !strings.HasPrefix(pkg, "cmd/") && pkg != "internal/testing/testenv" {
 			for _, call := range clientConstructors(f) {
 				t.Errorf("%s calls %s: build API clients in cmd/ and pass a narrow interface in", rel, call)
 			}
@@ -82,6 +82,10 @@ func TestImportGraphReadsTopDown(t *testing.T) {
 		for _, imp := range f.Imports {
 			ip, _ := strconv.Unquote(imp.Path.Value)
 			target, ok := strings.CutPrefix(ip, module)
+			if ok && strings.HasPrefix(target, "internal/testing/") && !strings.HasPrefix(pkg, "internal/testing/") {
+				t.Errorf("%s imports %s: internal/testing/ is for tests only (a _test.go file, or test/)", rel, target)
+				continue
+			}
 			if !ok || target == pkg || strings.HasPrefix(pkg, "cmd/") {
 				continue
 			}

@@ -95,6 +95,9 @@ type Agent struct {
 
 	state   atomic.Pointer[state]
 	profile resource.Profile
+	// serving: the kubelet server runs (/healthz); ready: and its devices
+	// are published (/readyz).
+	serving atomic.Bool
 	ready   atomic.Bool
 
 	// partitionLabel is the value last written to the Node, labelled
@@ -205,7 +208,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	for i, r := range a.cfg.Runnables {
 		launch(fmt.Sprintf("runnable %d", i), r)
 	}
-	a.ready.Store(true)
+	a.serving.Store(true)
+	a.readyWhenPublished(ctx, srv, launch)
 
 	ticker := time.NewTicker(a.cfg.Agent.RescanPeriod.Duration)
 	defer ticker.Stop()
@@ -229,10 +233,43 @@ loop:
 		}
 	}
 	a.ready.Store(false)
+	a.serving.Store(false)
 	cancel()
 	wg.Wait()
 	return runErr
 }
+
+// publishWaiter is a Server that can tell when what it serves is visible
+// to the scheduler (the DRA driver: its ResourceSlices are in the API).
+type publishWaiter interface {
+	Published(ctx context.Context) error
+}
+
+// readyWhenPublished reports Ready at once for a server that cannot tell
+// (the device plugins: the kubelet publishes their capacity), else only once
+// the server's devices are published: a DaemonSet rollout counts a Ready pod
+// as available and moves on, and the scheduler cannot place pods on the
+// node's devices before.
+func (a *Agent) readyWhenPublished(ctx context.Context, srv Server, launch func(string, func(context.Context) error)) {
+	w, ok := srv.(publishWaiter)
+	if !ok {
+		a.ready.Store(true)
+		return
+	}
+	start := time.Now()
+	launch("readiness", func(ctx context.Context) error {
+		if err := w.Published(ctx); err != nil {
+			return err
+		}
+		a.ready.Store(true)
+		a.log.Info("devices published; ready", "after", time.Since(start).String())
+		return nil
+	})
+}
+
+// Ready says whether the agent serves its devices and they are published
+// (its /readyz).
+func (a *Agent) Ready() bool { return a.ready.Load() }
 
 func (a *Agent) resolveProfile(ctx context.Context) {
 	var label string
@@ -309,15 +346,19 @@ func (a *Agent) logChanges(old, cur inventory.Node) {
 
 func (a *Agent) healthMux() *http.ServeMux {
 	mux := http.NewServeMux()
-	ok := func(w http.ResponseWriter, _ *http.Request) {
-		if !a.ready.Load() {
-			http.Error(w, "starting", http.StatusServiceUnavailable)
-			return
+	probe := func(up func() bool, down string) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			if !up() {
+				http.Error(w, down, http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok\n"))
 		}
-		_, _ = w.Write([]byte("ok\n"))
 	}
-	mux.HandleFunc("/healthz", ok)
-	mux.HandleFunc("/readyz", ok)
+	// Liveness does not wait for the API server: an agent that cannot
+	// publish yet is not Ready, but restarting it would not help.
+	mux.HandleFunc("/healthz", probe(a.serving.Load, "starting"))
+	mux.HandleFunc("/readyz", probe(a.Ready, "devices not published yet"))
 	mux.HandleFunc("/inventory", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(Report(a.Model()))

@@ -15,7 +15,7 @@ import (
 
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
-	"github.com/ibkube/ibkube/internal/golden"
+	"github.com/ibkube/ibkube/internal/testing/golden"
 )
 
 // host is the non-RDMA part of a fake node.

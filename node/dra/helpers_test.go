@@ -11,7 +11,7 @@ import (
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/hca/selector"
-	goldenfile "github.com/ibkube/ibkube/internal/golden"
+	goldenfile "github.com/ibkube/ibkube/internal/testing/golden"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/resource"
 )

@@ -74,6 +74,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	defer func() {
 		d.attach(nil)
+		d.drainOnExit(helper, o)
 		helper.Stop()
 	}()
 	d.attach(helper)

@@ -20,7 +20,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
-	"github.com/ibkube/ibkube/internal/testrun"
+	"github.com/ibkube/ibkube/internal/testing/testrun"
 	"github.com/ibkube/ibkube/node/dra/dratest"
 )
 

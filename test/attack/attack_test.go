@@ -24,7 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ibkube/ibkube/contract"
-	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/internal/testing/testenv"
 	"github.com/ibkube/ibkube/webhook/handler"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )

@@ -27,7 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/internal/testing/testenv"
 )
 
 // startAPIServer runs envtest's kube-apiserver and etcd (KUBEBUILDER_ASSETS)

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ibkube/ibkube/contract"
-	"github.com/ibkube/ibkube/internal/rendered"
+	"github.com/ibkube/ibkube/internal/testing/charttest"
 	agentconfig "github.com/ibkube/ibkube/node/config"
 	webhookconfig "github.com/ibkube/ibkube/webhook/config"
 )
@@ -24,17 +24,17 @@ import (
 // so it runs in every `go test ./...`.
 func TestChartDefaultsMatchTheContract(t *testing.T) {
 	t.Parallel()
-	objs, err := rendered.Defaults()
+	objs, err := charttest.Defaults()
 	if err != nil {
 		t.Fatal(err)
 	}
 	configFile := func(configMap, key string) string {
 		t.Helper()
-		cm, err := rendered.Find(objs, "ConfigMap", configMap)
+		cm, err := charttest.Find(objs, "ConfigMap", configMap)
 		if err != nil {
 			t.Fatal(err)
 		}
-		data, err := rendered.Data(cm, key)
+		data, err := charttest.Data(cm, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,20 +66,20 @@ func TestChartDefaultsMatchTheContract(t *testing.T) {
 		t.Errorf("the chart's agent pools (-contract +chart):\n%s", diff)
 	}
 
-	mwc, err := rendered.Find(objs, "MutatingWebhookConfiguration", "ibkube")
+	mwc, err := charttest.Find(objs, "MutatingWebhookConfiguration", "ibkube")
 	if err != nil {
 		t.Fatal(err)
 	}
-	hooks, _ := rendered.Field(map[string]any(mwc), "webhooks").([]any)
+	hooks, _ := charttest.Field(map[string]any(mwc), "webhooks").([]any)
 	if len(hooks) != 1 {
 		t.Fatalf("MutatingWebhookConfiguration ibkube has %d webhooks, want 1", len(hooks))
 	}
-	selector, _ := rendered.Field(hooks[0], "namespaceSelector", "matchLabels").(map[string]any)
+	selector, _ := charttest.Field(hooks[0], "namespaceSelector", "matchLabels").(map[string]any)
 	if got := selector[contract.LabelInject]; got != contract.InjectEnabled {
 		t.Errorf("namespaceSelector matchLabels[%s] = %v, want %s", contract.LabelInject, got, contract.InjectEnabled)
 	}
-	conds, _ := rendered.Field(hooks[0], "matchConditions").([]any)
-	expr, _ := rendered.Field(conds[0], "expression").(string)
+	conds, _ := charttest.Field(hooks[0], "matchConditions").([]any)
+	expr, _ := charttest.Field(conds[0], "expression").(string)
 	for _, want := range []string{"'" + contract.Prefix + "'", "'" + contract.ResourceGPU + "'"} {
 		if !strings.Contains(expr, want) {
 			t.Errorf("matchConditions expression lacks %s:\n%s", want, expr)
@@ -87,28 +87,28 @@ func TestChartDefaultsMatchTheContract(t *testing.T) {
 	}
 
 	// The IPoIB network on the exclusive HCA names the exclusive pool.
-	mtu, err := rendered.Load("ipoib-mtu-exclude")
+	mtu, err := charttest.Load("ipoib-mtu-exclude")
 	if err != nil {
 		t.Fatal(err)
 	}
-	excl, err := rendered.Find(mtu, "NetworkAttachmentDefinition", contract.IPoIBNetwork+"-exclusive")
+	excl, err := charttest.Find(mtu, "NetworkAttachmentDefinition", contract.IPoIBNetwork+"-exclusive")
 	if err != nil {
 		t.Fatal(err)
 	}
-	annos, _ := rendered.Field(map[string]any(excl), "metadata", "annotations").(map[string]any)
+	annos, _ := charttest.Field(map[string]any(excl), "metadata", "annotations").(map[string]any)
 	if got := annos["k8s.v1.cni.cncf.io/resourceName"]; got != contract.ResourceExclusiveIB {
 		t.Errorf("NAD %s resourceName %v, want %s", excl.Name(), got, contract.ResourceExclusiveIB)
 	}
 
-	withMultus, err := rendered.Load("defaults-with-multus-prometheus")
+	withMultus, err := charttest.Load("defaults-with-multus-prometheus")
 	if err != nil {
 		t.Fatal(err)
 	}
-	nad, err := rendered.Find(withMultus, "NetworkAttachmentDefinition", contract.IPoIBNetwork)
+	nad, err := charttest.Find(withMultus, "NetworkAttachmentDefinition", contract.IPoIBNetwork)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := rendered.Field(map[string]any(nad), "spec", "config").(string)
+	raw, _ := charttest.Field(map[string]any(nad), "spec", "config").(string)
 	var conf struct {
 		Name string `json:"name"`
 		IPAM struct {
@@ -142,7 +142,7 @@ func TestValuesMatchTheContract(t *testing.T) {
 		{[]string{"networks", "ipoib", "name"}, contract.IPoIBNetwork},
 		{[]string{"networks", "ipoib", "ipam", "range"}, contract.IPoIBRange},
 	} {
-		if got := rendered.Field(values, tc.path...); got != tc.want {
+		if got := charttest.Field(values, tc.path...); got != tc.want {
 			t.Errorf("values.yaml %s = %v, want %v", strings.Join(tc.path, "."), got, tc.want)
 		}
 	}

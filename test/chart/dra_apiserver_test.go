@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/ibkube/ibkube/contract"
-	"github.com/ibkube/ibkube/internal/helmtest"
-	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/internal/testing/charttest"
+	"github.com/ibkube/ibkube/internal/testing/testenv"
 	"github.com/ibkube/ibkube/node/dra"
 )
 
@@ -78,7 +78,7 @@ func TestAPIServerHelmInstallWithoutDRA(t *testing.T) {
 	}
 	kubeconfig := adminKubeconfig(t, env)
 	install := func(set ...string) (string, error) {
-		args := []string{"install", release, helmtest.ChartDir(), "--namespace", namespace, "--create-namespace", "--dry-run=server", "--kubeconfig", kubeconfig}
+		args := []string{"install", release, charttest.ChartDir(), "--namespace", namespace, "--create-namespace", "--dry-run=server", "--kubeconfig", kubeconfig}
 		for _, s := range set {
 			args = append(args, "--set", s)
 		}

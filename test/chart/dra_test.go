@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/ibkube/ibkube/contract"
-	"github.com/ibkube/ibkube/internal/helmtest"
+	"github.com/ibkube/ibkube/internal/testing/charttest"
 )
 
 // The chart spells the agent's names out (templates cannot import Go);
@@ -30,7 +30,7 @@ const (
 // returns its objects by kind/name.
 func draRender(t *testing.T, kube string, set ...string) (map[string]*unstructured.Unstructured, error) {
 	t.Helper()
-	args := []string{"template", release, helmtest.ChartDir(), "--namespace", namespace, "--kube-version", kube}
+	args := []string{"template", release, charttest.ChartDir(), "--namespace", namespace, "--kube-version", kube}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}

@@ -10,8 +10,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ibkube/ibkube/internal/helmtest"
-	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/internal/testing/charttest"
+	"github.com/ibkube/ibkube/internal/testing/testenv"
 )
 
 // TestAPIServerHelmInstall runs `helm install` and `helm upgrade` against a
@@ -32,7 +32,7 @@ func TestAPIServerHelmInstall(t *testing.T) {
 		return out
 	}
 
-	out := helmKube("install", release, helmtest.ChartDir(), "--namespace", namespace, "--create-namespace")
+	out := helmKube("install", release, charttest.ChartDir(), "--namespace", namespace, "--create-namespace")
 	t.Log(out)
 	for _, want := range []string{
 		"kubectl label namespace <ns> infiniband.azure.com/inject=enabled",
@@ -66,7 +66,7 @@ func TestAPIServerHelmInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	helmKube("upgrade", release, helmtest.ChartDir(), "--namespace", namespace, "--set", "webhook.replicas=3")
+	helmKube("upgrade", release, charttest.ChartDir(), "--namespace", namespace, "--set", "webhook.replicas=3")
 	secret, err = cs.CoreV1().Secrets(namespace).Get(ctx, "ibkube-webhook-tls", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

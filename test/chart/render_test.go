@@ -14,8 +14,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ibkube/ibkube/internal/golden"
-	"github.com/ibkube/ibkube/internal/helmtest"
+	"github.com/ibkube/ibkube/internal/testing/charttest"
+	"github.com/ibkube/ibkube/internal/testing/golden"
 )
 
 const (
@@ -33,14 +33,14 @@ func kubeVersion() string {
 // helm runs the helm binary and returns stdout, or stderr as the error.
 func helm(t testing.TB, args ...string) (string, error) {
 	t.Helper()
-	return helmtest.Run(t, "test-chart", args...)
+	return charttest.Helm(t, "test-chart", args...)
 }
 
 // render is `helm template` as make manifests runs it, with extra args such
 // as -f values files or --api-versions.
 func render(t testing.TB, extra ...string) (string, error) {
 	t.Helper()
-	args := append([]string{"template", release, helmtest.ChartDir(), "--namespace", namespace, "--kube-version", kubeVersion()}, extra...)
+	args := append([]string{"template", release, charttest.ChartDir(), "--namespace", namespace, "--kube-version", kubeVersion()}, extra...)
 	return helm(t, args...)
 }
 

@@ -28,8 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/ibkube/ibkube/internal/testenv"
-	"github.com/ibkube/ibkube/internal/testrun"
+	"github.com/ibkube/ibkube/internal/testing/testenv"
+	"github.com/ibkube/ibkube/internal/testing/testrun"
 )
 
 const (

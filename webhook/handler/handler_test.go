@@ -21,7 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ibkube/ibkube/contract"
-	"github.com/ibkube/ibkube/internal/golden"
+	"github.com/ibkube/ibkube/internal/testing/golden"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )

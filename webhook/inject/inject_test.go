@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ibkube/ibkube/contract"
-	"github.com/ibkube/ibkube/internal/golden"
+	"github.com/ibkube/ibkube/internal/testing/golden"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )

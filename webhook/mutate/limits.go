@@ -5,8 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ibkube/ibkube/cni/multus"
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/webhook/multus"
 )
 
 // MaxContainers bounds the containers (regular, init and ephemeral

@@ -12,11 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/ibkube/ibkube/cni/multus"
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/version"
 	"github.com/ibkube/ibkube/nccl"
 	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/webhook/multus"
 )
 
 // Mutate mutates pod in place and returns the RFC 6902 patch that turns the

@@ -6,10 +6,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ibkube/ibkube/cni/multus"
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/nccl"
 	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/webhook/multus"
 )
 
 // plan is what Mutate decided for one pod before it changes anything: per

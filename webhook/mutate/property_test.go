@@ -10,9 +10,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ibkube/ibkube/cni/multus"
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/webhook/multus"
 )
 
 // checkProperties asserts, for one admission of orig, what every mutation

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/ibkube/ibkube/cni/multus"
 	"github.com/ibkube/ibkube/internal/memlockvalue"
+	"github.com/ibkube/ibkube/webhook/multus"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
 

@@ -5,10 +5,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ibkube/ibkube/cni/multus"
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/memlockvalue"
 	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/webhook/multus"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
 

@@ -19,11 +19,11 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ibkube/ibkube/cni/multus"
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/version"
 	"github.com/ibkube/ibkube/nccl"
 	"github.com/ibkube/ibkube/webhook/config"
+	"github.com/ibkube/ibkube/webhook/multus"
 )
 
 // Names says what the rendered objects are called and where they apply.

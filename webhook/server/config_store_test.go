@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/ibkube/ibkube/internal/configmapdir"
+	"github.com/ibkube/ibkube/internal/testing/configmapdir"
 	"github.com/ibkube/ibkube/webhook/config"
 )
 

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/ibkube/ibkube/internal/golden"
+	"github.com/ibkube/ibkube/internal/testing/golden"
 )
 
 func TestRunGolden(t *testing.T) {

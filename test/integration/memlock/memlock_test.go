@@ -41,7 +41,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/inventory"
-	"github.com/ibkube/ibkube/internal/testenv"
+	"github.com/ibkube/ibkube/internal/testing/testenv"
 	"github.com/ibkube/ibkube/node/imagefs"
 	"github.com/ibkube/ibkube/node/memlock"
 	"github.com/ibkube/ibkube/node/nri"

@@ -23,7 +23,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ibkube/ibkube/internal/helmtest"
+	"github.com/ibkube/ibkube/internal/testing/charttest"
 )
 
 const (
@@ -44,8 +44,8 @@ func helmTemplate(t testing.TB, extra ...string) string {
 // helmTemplateErr is helmTemplate returning helm's failure.
 func helmTemplateErr(t testing.TB, extra ...string) (string, error) {
 	t.Helper()
-	args := append([]string{"template", release, helmtest.ChartDir(), "--namespace", namespace, "--kube-version", "1.37.2"}, extra...)
-	out, err := helmtest.Run(t, "test-integration-policy", args...)
+	args := append([]string{"template", release, charttest.ChartDir(), "--namespace", namespace, "--kube-version", "1.37.2"}, extra...)
+	out, err := charttest.Helm(t, "test-integration-policy", args...)
 	if err != nil {
 		return "", err
 	}
@@ -56,7 +56,7 @@ func helmTemplateErr(t testing.TB, extra ...string) (string, error) {
 // version in the injected annotation.
 func chartAppVersion(t testing.TB) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(helmtest.ChartDir(), "Chart.yaml"))
+	b, err := os.ReadFile(filepath.Join(charttest.ChartDir(), "Chart.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,9 +51,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ibkube/ibkube/contract"
-	"github.com/ibkube/ibkube/internal/configmapdir"
-	"github.com/ibkube/ibkube/internal/testenv"
-	"github.com/ibkube/ibkube/internal/testrun"
+	"github.com/ibkube/ibkube/internal/testing/configmapdir"
+	"github.com/ibkube/ibkube/internal/testing/testenv"
+	"github.com/ibkube/ibkube/internal/testing/testrun"
 	"github.com/ibkube/ibkube/webhook/handler"
 	"github.com/ibkube/ibkube/webhook/mutate"
 	"github.com/ibkube/ibkube/webhook/server"

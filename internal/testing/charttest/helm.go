@@ -1,6 +1,9 @@
-// Package helmtest runs the helm that make builds against the repository's
-// chart, for the chart and policy tests. Only tests import it.
-package helmtest
+// Package charttest is the chart, for tests: it runs the helm that make
+// builds against charts/ibkube (the chart and policy tests), and reads the
+// chart's golden renders so that tests elsewhere hold the binaries'
+// defaults and the contract against what the chart deploys without running
+// helm. Only tests import it.
+package charttest
 
 import (
 	"bytes"
@@ -17,13 +20,13 @@ import (
 // place in the module.
 func ChartDir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "charts", "ibkube")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "charts", "ibkube")
 }
 
-// Run runs $HELM with args and returns its stdout; its error carries the
+// Helm runs $HELM with args and returns its stdout; its error carries the
 // command line and stderr. makeTarget is the make target that builds helm
 // and sets $HELM, named when it is unset.
-func Run(t testing.TB, makeTarget string, args ...string) (string, error) {
+func Helm(t testing.TB, makeTarget string, args ...string) (string, error) {
 	t.Helper()
 	h := os.Getenv("HELM")
 	if h == "" {

@@ -1,9 +1,4 @@
-// Package rendered reads the chart's golden renders
-// (test/chart/testdata/*.golden.yaml). The chart tests keep those files
-// equal to `helm template`, so tests elsewhere can hold the binaries'
-// defaults and the contract package against what the chart deploys without
-// running helm. Only tests import it.
-package rendered
+package charttest
 
 import (
 	"bytes"
@@ -112,7 +107,7 @@ func Field(v any, path ...string) any {
 // repoRoot is the module root, found from this file's place in it.
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 // FlagMismatches holds a binary's command line against the args the chart

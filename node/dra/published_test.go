@@ -1,0 +1,158 @@
+package dra
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/node/dra/dratest"
+)
+
+// runDriver runs a driver for node-0 of fixture ND H100 v5 against a fake
+// API server until the returned stop is called; stop returns once Run has.
+func runDriver(t *testing.T, podUID string) (*Driver, *fake.Clientset, string, func()) {
+	t.Helper()
+	h := newHost(t, fixture.NDv5, nil)
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0", UID: "node-uid"}})
+	dratest.GenerateNames(client)
+	sockets := dratest.SocketDir(t, "dra")
+	registry := filepath.Join(sockets, "registry")
+	d, err := New(Config{NodeName: "node-0", CDIDir: t.TempDir(), Plugin: PluginOptions{
+		Client: client, PodUID: podUID, PluginDir: filepath.Join(sockets, "plugin"), RegistryDir: registry,
+	}}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Update(h.model(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return d, client, registry, stop
+}
+
+func taintKeys(t *testing.T, client *fake.Clientset) map[string][]string {
+	t.Helper()
+	pool := dratest.Pool(context.Background(), t, client, 20*time.Second, nil)
+	out := map[string][]string{}
+	for _, dev := range pool.Devices {
+		for _, tn := range dev.Taints {
+			out[dev.Name] = append(out[dev.Name], tn.Key)
+		}
+	}
+	return out
+}
+
+// TestPublishedWaitsForTheAPI: Published returns only once the API server
+// holds every device of the model, which is what the agent's readiness
+// waits on.
+func TestPublishedWaitsForTheAPI(t *testing.T) {
+	t.Parallel()
+	d, client, _, _ := runDriver(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := d.Published(ctx); err != nil {
+		t.Fatalf("Published: %v", err)
+	}
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices := 0
+	for _, s := range list.Items {
+		devices += len(s.Spec.Devices)
+	}
+	if want := len(Devices(d.snapshot())); devices != want || want == 0 {
+		t.Fatalf("after Published the API holds %d devices in %d slices; want the model's %d", devices, len(list.Items), want)
+	}
+	// A driver whose slices never reached the API is not published.
+	idle, err := New(Config{NodeName: "node-0", CDIDir: t.TempDir(), Plugin: PluginOptions{Client: fake.NewClientset()}}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle.Update(d.snapshot())
+	short, sCancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer sCancel()
+	if err := idle.Published(short); err == nil {
+		t.Error("Published returned nil while the API holds no slice of the node")
+	}
+}
+
+// TestPlannedExitTaintsDevices: a driver that stops with no successor
+// leaves every device tainted agent-stopped (NoSchedule), so that the
+// scheduler sends no pod to the node while no driver serves it.
+func TestPlannedExitTaintsDevices(t *testing.T) {
+	t.Parallel()
+	d, client, _, stop := runDriver(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := d.Published(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := taintKeys(t, client); len(got) != 0 {
+		t.Fatalf("taints while running: %v", got)
+	}
+	stop()
+	got := taintKeys(t, client)
+	devs := Devices(d.snapshot())
+	for _, dev := range devs {
+		if !slices.Contains(got[dev.Name], contract.DRATaintAgentStopped) {
+			t.Errorf("device %s after a planned exit has taints %v; want %s", dev.Name, got[dev.Name], contract.DRATaintAgentStopped)
+		}
+	}
+}
+
+// TestPlannedExitLeavesSlicesToSuccessor: during a rolling update the next
+// instance already serves the node (its registration socket answers), so
+// the old one leaves the slices as they are.
+func TestPlannedExitLeavesSlicesToSuccessor(t *testing.T) {
+	t.Parallel()
+	d, client, registry, stop := runDriver(t, "old-pod")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := d.Published(ctx); err != nil {
+		t.Fatal(err)
+	}
+	succ := filepath.Join(registry, kubeletplugin.RollingUpdateRegistrarSocketFile(registry, contract.DRADriverName, types.UID("new-pod")))
+	l, err := net.Listen("unix", succ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	stop()
+	if got := taintKeys(t, client); len(got) != 0 {
+		t.Errorf("a successor serves the node, yet the exit tainted %v", got)
+	}
+}

@@ -1,0 +1,481 @@
+//go:build fleet
+
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
+
+	"github.com/ibkube/ibkube/contract"
+)
+
+const (
+	admitNS    = "fleet-admit"
+	baselineNS = "fleet-baseline"
+	webhookNS  = "ibkube-system"
+	webhookSvc = "ibkube-webhook"
+)
+
+// The webhook replicas' addresses in the control plane's namespace
+// (test/fleet/fleet.sh WEBHOOK_IPS).
+var webhookIPs = []string{"198.18.16.11", "198.18.16.12"}
+
+func resourceQuantity(n int64) *apiresource.Quantity {
+	return apiresource.NewQuantity(n, apiresource.DecimalSI)
+}
+
+// admitPod is an annotated GPU pod as a training job's would be; it is
+// kept off the nodes (a selector no node has) so that only admission is
+// measured.
+func admitPod(name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "admit"}, Annotations: map[string]string{
+			contract.AnnotationMode: "rdma-exclusive", contract.AnnotationProfile: "ndv5",
+		}},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"ibkube.io/fleet-admission-only": "true"},
+			Containers: []corev1.Container{{Name: "trainer", Image: "fake", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{"nvidia.com/gpu": *resourceQuantity(8)},
+			}}},
+		},
+	}
+}
+
+// admission measures the webhook (two replicas, run as processes by
+// fleet.sh) and then policy mode: the admission rate and the create
+// latency a burst sees against a namespace that is not opted in, and the
+// pods refused or admitted unmutated while one replica is killed every 30 s.
+func (f *fleet) admission(t *testing.T) {
+	res := admissionResult{PacedRate: pacedRate}
+	base := f.admitBurst(t, baselineNS, "base")
+	res.Baseline = base
+	res.BaselinePaced = f.admitPaced(t, baselineNS, "basep")
+	f.webhookUp(t)
+	res.Webhook = f.admitBurst(t, admitNS, "wh")
+	res.Webhook.AddedP99Ms = res.Webhook.LatencyMs.P99 - base.LatencyMs.P99
+	res.WebhookPaced = f.admitPaced(t, admitNS, "whp")
+	res.WebhookPaced.AddedP99Ms = res.WebhookPaced.LatencyMs.P99 - res.BaselinePaced.LatencyMs.P99
+	res.Kill = f.killReplicas(t)
+	f.webhookDown(t)
+	f.policyUp(t)
+	res.Policy = f.admitBurst(t, admitNS, "pol")
+	res.Policy.AddedP99Ms = res.Policy.LatencyMs.P99 - base.LatencyMs.P99
+	res.PolicyPaced = f.admitPaced(t, admitNS, "polp")
+	res.PolicyPaced.AddedP99Ms = res.PolicyPaced.LatencyMs.P99 - res.BaselinePaced.LatencyMs.P99
+	f.report.Admission = res
+	t.Logf("admission bursts: baseline %.0f pods/s p99 %.1f ms; webhook %.0f pods/s +%.1f ms p99; policy %.0f pods/s +%.1f ms p99",
+		base.PodsPerSecond, base.LatencyMs.P99, res.Webhook.PodsPerSecond, res.Webhook.AddedP99Ms, res.Policy.PodsPerSecond, res.Policy.AddedP99Ms)
+	t.Logf("admission at %.0f pods/s: baseline p99 %.1f ms; webhook +%.1f ms p99; policy +%.1f ms p99; replica kills (%d): %d refused, %d unmutated of %d",
+		pacedRate, res.BaselinePaced.LatencyMs.P99, res.WebhookPaced.AddedP99Ms, res.PolicyPaced.AddedP99Ms,
+		res.Kill.Kills, res.Kill.Refused, res.Kill.Unmutated, res.Kill.Pods)
+	for name, b := range map[string]burstResult{"webhook": res.Webhook, "policy": res.Policy, "webhook paced": res.WebhookPaced, "policy paced": res.PolicyPaced} {
+		if b.Refused+b.Unmutated > 0 {
+			t.Errorf("%s burst: %d refused, %d unmutated of %d", name, b.Refused, b.Unmutated, b.Pods)
+		}
+	}
+	if res.Kill.Refused+res.Kill.Unmutated > 0 {
+		t.Errorf("while webhook replicas were killed: %d refused, %d unmutated of %d (goal 0)", res.Kill.Refused, res.Kill.Unmutated, res.Kill.Pods)
+	}
+}
+
+type admissionResult struct {
+	// Bursts: 32 clients at once, the highest rate the control plane
+	// takes; latencies include the queueing.
+	Baseline, Webhook, Policy burstResult
+	// Paced: pacedRate pods per second, what admission adds to one create.
+	PacedRate                                float64
+	BaselinePaced, WebhookPaced, PolicyPaced burstResult
+	Kill                                     killResult
+}
+
+// pacedRate is well below what this control plane takes in a burst.
+const pacedRate = 20.0
+
+// admitPaced creates pods at pacedRate per second for 10 s (smoke) or 30 s
+// and measures each create's latency.
+func (f *fleet) admitPaced(t *testing.T, ns, prefix string) burstResult {
+	secs := 30
+	if f.s.smoke {
+		secs = 10
+	}
+	n := int(pacedRate) * secs
+	var mu sync.Mutex
+	var lat []float64
+	var refused, unmutated atomic.Int64
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Duration(float64(time.Second) / pacedRate))
+	defer tick.Stop()
+	start := time.Now()
+	for i := range n {
+		<-tick.C
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			got, err := f.admin.CoreV1().Pods(ns).Create(f.ctx, admitPod(fmt.Sprintf("%s-%05d", prefix, i)), metav1.CreateOptions{})
+			d := time.Since(t0)
+			if err != nil {
+				refused.Add(1)
+				return
+			}
+			if ns == admitNS && got.Annotations[contract.AnnotationInjected] == "" {
+				unmutated.Add(1)
+			}
+			mu.Lock()
+			lat = append(lat, float64(d.Microseconds())/1000)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	f.deletePods(t, ns, "app=admit")
+	return burstResult{Pods: n, Refused: int(refused.Load()), Unmutated: int(unmutated.Load()), Seconds: el,
+		PodsPerSecond: float64(n) / el, LatencyMs: pct(lat)}
+}
+
+type burstResult struct {
+	Pods, Refused, Unmutated int
+	Seconds, PodsPerSecond   float64
+	LatencyMs                percentiles
+	AddedP99Ms               float64
+}
+
+type killResult struct {
+	Pods, Refused, Unmutated, Kills int
+	Seconds                         float64
+	Errors                          []string
+}
+
+// admitBurst creates s.pods pods (at least 200) from 32 clients at once
+// and measures each create's latency.
+func (f *fleet) admitBurst(t *testing.T, ns, prefix string) burstResult {
+	n := max(200, min(f.s.pods, 2000))
+	if f.s.smoke {
+		n = 100
+	}
+	var mu sync.Mutex
+	var lat []float64
+	var refused, unmutated atomic.Int64
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			t0 := time.Now()
+			got, err := f.admin.CoreV1().Pods(ns).Create(f.ctx, admitPod(fmt.Sprintf("%s-%05d", prefix, i)), metav1.CreateOptions{})
+			d := time.Since(t0)
+			if err != nil {
+				refused.Add(1)
+				return
+			}
+			if ns == admitNS && got.Annotations[contract.AnnotationInjected] == "" {
+				unmutated.Add(1)
+			}
+			mu.Lock()
+			lat = append(lat, float64(d.Microseconds())/1000)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	f.deletePods(t, ns, "app=admit")
+	return burstResult{Pods: n, Refused: int(refused.Load()), Unmutated: int(unmutated.Load()), Seconds: secs,
+		PodsPerSecond: float64(n) / secs, LatencyMs: pct(lat)}
+}
+
+// webhookUp: serving certificates, the webhook's config, its Service and
+// Endpoints (the two replicas' addresses, as the endpoints controller would
+// list them), the chart's MutatingWebhookConfiguration, both replicas.
+func (f *fleet) webhookUp(t *testing.T) {
+	dir := filepath.Join(f.s.dir, "webhook")
+	ca := writeCerts(t, dir)
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte("apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: webhookSvc, Namespace: webhookNS},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(9443)}}},
+	}
+	if _, err := f.admin.CoreV1().Services(webhookNS).Create(f.ctx, svc, metav1.CreateOptions{}); err != nil && !isExists(err) {
+		t.Fatal(err)
+	}
+	for i := range webhookIPs {
+		f.script(t, "webhook-start", fmt.Sprint(i))
+	}
+	for i := range webhookIPs {
+		f.waitReplica(t, i)
+	}
+	f.setEndpoints(t, webhookIPs)
+	mwc := f.renderWebhookConfig(t, ca)
+	if _, err := f.admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(f.ctx, mwc, metav1.CreateOptions{}); err != nil && !isExists(err) {
+		t.Fatal(err)
+	}
+	f.waitMutated(t)
+}
+
+func (f *fleet) webhookDown(t *testing.T) {
+	_ = f.admin.AdmissionregistrationV1().MutatingWebhookConfigurations().DeleteCollection(f.ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	for i := range webhookIPs {
+		f.script(t, "webhook-stop", fmt.Sprint(i))
+	}
+}
+
+// policyUp applies `ibkube policy` (the MutatingAdmissionPolicy, the
+// ValidatingAdmissionPolicy, their bindings and parameters) and waits
+// until a pod comes out mutated.
+func (f *fleet) policyUp(t *testing.T) {
+	out, err := exec.Command(f.s.ibkube, "policy").Output()
+	if err != nil {
+		t.Fatalf("ibkube policy: %v", err)
+	}
+	kubectl := os.Getenv("KUBECTL")
+	cmd := exec.Command(kubectl, "--kubeconfig", f.s.kubeconfig, "apply", "--server-side", "-f", "-")
+	cmd.Stdin = bytes.NewReader(out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply the policies: %v\n%s", err, b)
+	}
+	f.waitMutated(t)
+}
+
+// waitMutated creates probe pods until one comes out mutated: the API
+// server has taken the new admission configuration.
+func (f *fleet) waitMutated(t *testing.T) {
+	i := 0
+	f.waitFor(t, "a probe pod mutated", 2*time.Minute, func() (bool, string) {
+		i++
+		p := admitPod(fmt.Sprintf("probe-%d-%d", time.Now().Unix(), i))
+		got, err := f.admin.CoreV1().Pods(admitNS).Create(f.ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.Annotations[contract.AnnotationInjected] != "", "probe pod not mutated"
+	})
+	f.deletePods(t, admitNS, "app=admit")
+}
+
+// killReplicas: a steady stream of annotated pods while one replica at a
+// time is deleted every 30 s as the kubelet deletes a pod: its address
+// leaves the Endpoints and the process gets SIGTERM at the same moment;
+// the new replica joins the Endpoints once its /readyz answers.
+func (f *fleet) killReplicas(t *testing.T) killResult {
+	ctx, cancel := context.WithTimeout(f.ctx, f.s.webhookStream)
+	defer cancel()
+	var res killResult
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	killerDone := make(chan struct{})
+	go func() {
+		defer close(killerDone)
+		for k := 0; ; k++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(30 * time.Second):
+			}
+			i := k % len(webhookIPs)
+			var rest []string
+			for j, ip := range webhookIPs {
+				if j != i {
+					rest = append(rest, ip)
+				}
+			}
+			go f.setEndpoints(t, rest)
+			f.script(t, "webhook-stop", fmt.Sprint(i))
+			f.script(t, "webhook-start", fmt.Sprint(i))
+			if err := f.replicaReady(i, time.Minute); err != nil {
+				t.Errorf("webhook replica %d after its restart: %v", i, err)
+				return
+			}
+			f.setEndpoints(t, webhookIPs)
+			mu.Lock()
+			res.Kills++
+			mu.Unlock()
+		}
+	}()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			<-killerDone
+			res.Seconds = time.Since(start).Seconds()
+			f.deletePods(t, admitNS, "app=admit")
+			return res
+		case <-tick.C:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := f.admin.CoreV1().Pods(admitNS).Create(f.ctx, admitPod(fmt.Sprintf("kill-%05d", i)), metav1.CreateOptions{})
+			mu.Lock()
+			defer mu.Unlock()
+			res.Pods++
+			switch {
+			case err != nil:
+				res.Refused++
+				if len(res.Errors) < 5 {
+					res.Errors = append(res.Errors, err.Error())
+				}
+			case got.Annotations[contract.AnnotationInjected] == "":
+				res.Unmutated++
+			}
+		}()
+	}
+}
+
+func (f *fleet) setEndpoints(t *testing.T, ips []string) {
+	var addrs []corev1.EndpointAddress
+	for _, ip := range ips {
+		addrs = append(addrs, corev1.EndpointAddress{IP: ip})
+	}
+	// The selector-less Service's Endpoints, as the endpoints controller
+	// writes them for a webhook's pods; the API server resolves the webhook
+	// Service through them (--enable-aggregator-routing).
+	//lint:ignore SA1019 the Endpoints API is what the harness stands in for
+	ep := &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: webhookSvc, Namespace: webhookNS},
+		//lint:ignore SA1019 see above
+		Subsets: []corev1.EndpointSubset{{Addresses: addrs, Ports: []corev1.EndpointPort{{Name: "https", Port: 9443}}}},
+	}
+	cur, err := f.admin.CoreV1().Endpoints(webhookNS).Get(f.ctx, webhookSvc, metav1.GetOptions{})
+	if err == nil {
+		ep.ResourceVersion = cur.ResourceVersion
+		_, err = f.admin.CoreV1().Endpoints(webhookNS).Update(f.ctx, ep, metav1.UpdateOptions{})
+	} else {
+		_, err = f.admin.CoreV1().Endpoints(webhookNS).Create(f.ctx, ep, metav1.CreateOptions{})
+	}
+	if err != nil {
+		t.Errorf("webhook endpoints: %v", err)
+	}
+}
+
+func (f *fleet) waitReplica(t *testing.T, i int) {
+	if err := f.replicaReady(i, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replicaReady polls replica i's /readyz until it answers 200; the
+// deadline only bounds a failure.
+func (f *fleet) replicaReady(i int, within time.Duration) error {
+	url := fmt.Sprintf("http://%s:8081/readyz", webhookIPs[i])
+	c := http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := c.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("replica %d not ready after %s: %w", i, within, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (f *fleet) script(t *testing.T, args ...string) {
+	cmd := exec.Command(f.s.script, args...)
+	cmd.Env = os.Environ()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("%s %v: %v\n%s", f.s.script, args, err, b)
+	}
+}
+
+// renderWebhookConfig renders the chart's MutatingWebhookConfiguration with
+// helm, the CA bundle given.
+func (f *fleet) renderWebhookConfig(t *testing.T, ca []byte) *admissionv1.MutatingWebhookConfiguration {
+	chart := os.Getenv("FLEET_CHART")
+	out, err := exec.Command(f.s.helm, "template", "ibkube", chart, "--namespace", webhookNS,
+		"--show-only", "templates/webhook-mutatingwebhookconfiguration.yaml",
+		"--set", "webhook.certs.mode=external", "--set", "webhook.certs.caBundle="+base64.StdEncoding.EncodeToString(ca)).Output()
+	if err != nil {
+		t.Fatalf("helm template the webhook configuration: %v", err)
+	}
+	var mwc admissionv1.MutatingWebhookConfiguration
+	if err := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096).Decode(&mwc); err != nil {
+		t.Fatalf("decode the chart's webhook configuration: %v", err)
+	}
+	for i := range mwc.Webhooks {
+		if svc := mwc.Webhooks[i].ClientConfig.Service; svc != nil {
+			svc.Name, svc.Namespace = webhookSvc, webhookNS
+		}
+		mwc.Webhooks[i].ClientConfig.CABundle = ca
+		mwc.Webhooks[i].FailurePolicy = ptr.To(admissionv1.Fail)
+	}
+	return &mwc
+}
+
+// writeCerts writes a CA and the webhook's serving certificate (the
+// Service's DNS names) into dir; it returns the CA in PEM.
+func writeCerts(t *testing.T, dir string) []byte {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fleet-webhook-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: webhookSvc + "." + webhookNS + ".svc"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		DNSNames:    []string{webhookSvc + "." + webhookNS + ".svc", webhookSvc + "." + webhookNS + ".svc.cluster.local"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	for _, ip := range webhookIPs {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	for name, b := range map[string][]byte{
+		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+}

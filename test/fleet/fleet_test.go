@@ -1,0 +1,62 @@
+//go:build fleet
+
+package fleet
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ibkube/ibkube/node/config"
+)
+
+func TestFleet(t *testing.T) {
+	s := loadSettings(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rc, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := rest.CopyConfig(rc)
+	admin.QPS, admin.Burst = 2000, 4000
+	cs, err := kubernetes.NewForConfig(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acfg, err := config.Parse(agentConfigYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fleet{
+		s: s, ctx: ctx, log: testr.New(t), verbose: os.Getenv("FLEET_VERBOSE") != "", rest: rc, admin: cs,
+		agentConfig: acfg, byName: map[string]*simNode{}, kubeletStatusPeriod: 10 * time.Second,
+		report: &report{Nodes: s.nodes, Smoke: s.smoke, Machine: machineFacts()},
+	}
+	defer f.writeReport(t)
+	f.report.APIServerRSSBefore = apiserverRSS(s.dir)
+
+	f.setup(t)
+	f.createNodes(t)
+	f.startAgents(t)
+	f.kubelet = newDRAKubelet(f)
+	go f.kubelet.run(ctx, workNS)
+	// Each phase's figures are written as soon as it ends, so a run cut
+	// short keeps what it measured.
+	for _, phase := range []func(*testing.T){
+		f.measureSteady, func(t *testing.T) { f.measureStorage(t, "agents") },
+		f.throughput, f.flapStorm, f.rollout, f.admission,
+	} {
+		f.report.APIServerRSSAfter = apiserverRSS(s.dir)
+		f.writeReport(t)
+		phase(t)
+	}
+	f.report.APIServerRSSAfter = apiserverRSS(s.dir)
+	f.stopAgents(t)
+}

@@ -1,0 +1,24 @@
+//go:build fleet
+
+package fleet
+
+// report is what a fleet run measured (_output/fleet/report.json); the
+// plot tool (hack/tools/fleetplot) and docs/fleet.md read it.
+type report struct {
+	Nodes   int
+	Smoke   bool
+	Machine machineInfo
+
+	NodesReadySeconds              float64
+	Startup                        map[string]percentiles
+	StartupRequestsPerNode         float64
+	ReadyBeforePublished           int
+	SteadyRequestsPerNodePerSecond float64
+	Throughput                     map[string]throughputResult
+	Flap                           flapResult
+	Rollout                        rolloutResult
+	Admission                      admissionResult
+	Storage                        []storage
+	APIServerRSSBefore             int64
+	APIServerRSSAfter              int64
+}
