@@ -49,3 +49,22 @@ var JobLabels = []string{JobLabelKubeflow, JobLabelJobSet, JobLabelLWS, JobLabel
 // port's table names none; a claim selects it with
 // `device.attributes["rdma.infiniband.azure.com"].partition == "0x800b"`.
 const DRAAttrPartition = "partition"
+
+// JobSelector is the label selector of the job a pod belongs to, from its
+// labels: the first of JobLabels it carries, with a LeaderWorkerSet's group
+// index; nil for a pod of no job. The webhook's affinity and the node
+// agent's split-job check both name a job by it.
+func JobSelector(labels map[string]string) map[string]string {
+	for _, k := range JobLabels {
+		v, ok := labels[k]
+		if !ok {
+			continue
+		}
+		sel := map[string]string{k: v}
+		if g, ok := labels[LWSGroupIndexLabel]; ok && k == JobLabelLWS {
+			sel[LWSGroupIndexLabel] = g
+		}
+		return sel
+	}
+	return nil
+}

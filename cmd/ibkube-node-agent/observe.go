@@ -45,6 +45,7 @@ func addCounterMonitor(a *agent.Agent, opts options, cluster *api, log logr.Logg
 	if cluster != nil {
 		cfg.Events = recorderSink{rec: cluster.recorder, node: opts.nodeName}
 		cfg.Pods = cluster
+		cfg.Jobs = cluster
 	}
 	m, err := counters.NewMonitor(cfg, log)
 	if err != nil {

@@ -53,6 +53,9 @@ type MonitorConfig struct {
 	Lister Lister
 	Pods   Pods
 	Events EventSink
+	// Jobs reads the pods of the local pods' jobs for the split-job check;
+	// nil: no check.
+	Jobs Jobs
 	// Period between readings.
 	Period time.Duration
 	Idle   IdleRule
@@ -79,6 +82,7 @@ type Monitor struct {
 	optedOut  map[string]bool
 	pods      map[string]PodInfo
 	listErr   string
+	split     splitWatch
 
 	mu    sync.Mutex
 	state snapshot
@@ -88,6 +92,7 @@ type snapshot struct {
 	ports    []PortTotals
 	owners   map[string]Holder
 	verdicts []IdleVerdict
+	jobs     []jobCount
 }
 
 // NewMonitor returns a monitor; Register its collector and Run it.
@@ -104,6 +109,7 @@ func NewMonitor(cfg MonitorConfig, log logr.Logger) (*Monitor, error) {
 	return &Monitor{
 		cfg: cfg, log: log, tracker: NewTracker(), history: History{},
 		heldSince: map[string]time.Time{}, warned: map[string]bool{}, optedOut: map[string]bool{}, pods: map[string]PodInfo{},
+		split: newSplitWatch(),
 	}, nil
 }
 
@@ -173,9 +179,10 @@ func (m *Monitor) Step(ctx context.Context) {
 		}
 	}
 	verdicts := m.judge(ctx, now, holders)
+	m.checkSplits(ctx, now, holders)
 
 	m.mu.Lock()
-	m.state = snapshot{ports: totals, owners: ExclusiveOwners(holders), verdicts: verdicts}
+	m.state = snapshot{ports: totals, owners: ExclusiveOwners(holders), verdicts: verdicts, jobs: m.split.counts()}
 	m.mu.Unlock()
 }
 
@@ -279,7 +286,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (m *Monitor) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descData, descPackets, descErrors, descHW, descIdle, descIdleCount} {
+	for _, d := range []*prometheus.Desc{descData, descPackets, descErrors, descHW, descIdle, descIdleCount, descJobPartitions} {
 		ch <- d
 	}
 }
@@ -325,6 +332,9 @@ func (m *Monitor) Collect(ch chan<- prometheus.Metric) {
 		ch <- constMetric(descIdle, prometheus.GaugeValue, x, v.Holder.Namespace, v.Holder.Pod, v.Holder.Container)
 	}
 	ch <- constMetric(descIdleCount, prometheus.GaugeValue, float64(idle))
+	for _, j := range st.jobs {
+		ch <- constMetric(descJobPartitions, prometheus.GaugeValue, float64(j.partitions), j.namespace, j.job)
+	}
 }
 
 // Ports returns the last reading's totals (for /counters and the CLI).

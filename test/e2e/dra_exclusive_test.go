@@ -85,6 +85,13 @@ func testDRAExclusiveIsExclusive(t *testing.T, st *state, d *draState) {
 			check(t, r, strings.Contains(msg, "cannot allocate all claims"), "%s: the scheduler's reason %q does not name the claims", second, msg)
 			r.Notes = append(r.Notes, fmt.Sprintf("%s then %s on %s: %s", order[0], order[1], hca, msg))
 		}
+		// Whether the scheduler bound the second pod anyway (the agent's
+		// Prepare then refuses it by HCA until the first is gone): recorded,
+		// the allocator tests in node/dra hold that it must not.
+		if p, err := h.cs.CoreV1().Pods(draClaimNS).Get(ctx, second, metav1.GetOptions{}); err == nil && p.Spec.NodeName != "" {
+			r.Figures[strings.ReplaceAll(order[1], "-", "_")+"_bound_while_held"] = 1
+			r.Notes = append(r.Notes, fmt.Sprintf("%s was bound to %s while %s held %s: %s", second, p.Spec.NodeName, first, hca, podWhy(p)))
+		}
 		start := time.Now()
 		if err := deletePodsNow(ctx, draClaimNS, first); err != nil {
 			fail(t, r, "%v", err)

@@ -18,24 +18,6 @@ func checkPlacement(pod *corev1.Pod) error {
 		contract.AnnotationPlacement, echo(v), contract.PlacementPartition, contract.PlacementAny)
 }
 
-// jobSelector is the label selector of the pod's own job: the first of
-// contract.JobLabels the pod carries (with a LeaderWorkerSet's group
-// index, each group being its own job), or nil for a pod of no job.
-func jobSelector(pod *corev1.Pod) map[string]string {
-	for _, k := range contract.JobLabels {
-		v, ok := pod.Labels[k]
-		if !ok {
-			continue
-		}
-		sel := map[string]string{k: v}
-		if g, ok := pod.Labels[contract.LWSGroupIndexLabel]; ok && k == contract.JobLabelLWS {
-			sel[contract.LWSGroupIndexLabel] = g
-		}
-		return sel
-	}
-	return nil
-}
-
 // statesPartitionAffinity says whether the pod already has a pod affinity
 // term, required or preferred, on the partition label: the user placed it.
 func statesPartitionAffinity(a *corev1.Affinity) bool {
@@ -67,7 +49,7 @@ func (d *decision) decideJobAffinity() error {
 	if !d.mode.RDMA() || pod.Annotations[contract.AnnotationPlacement] == contract.PlacementAny || statesPartitionAffinity(pod.Spec.Affinity) {
 		return nil
 	}
-	d.plan.jobAffinity = jobSelector(pod)
+	d.plan.jobAffinity = contract.JobSelector(pod.Labels)
 	return nil
 }
 

@@ -69,7 +69,16 @@ func TestDriverAgainstAPIServer(t *testing.T) {
 	d.Update(resource.Build(config.Default(), inv, resource.Options{HostDevRoot: "/dev"}))
 	testrun.Start(ctx, t, "Run", d.Run)
 
-	got := dratest.Pool(ctx, t, cs, 30*time.Second, nil).Devices
+	pool := dratest.Pool(ctx, t, cs, 30*time.Second, nil)
+	got := pool.Devices
+	if len(pool.CounterSets) == 0 {
+		t.Errorf("stored no shared counters: %+v", pool.Slices)
+	}
+	for _, dev := range got {
+		if len(dev.ConsumesCounters) != 1 {
+			t.Errorf("device %s as stored consumes %+v, want its HCA's counter", dev.Name, dev.ConsumesCounters)
+		}
+	}
 	want := dra.Resources(resource.Build(config.Default(), inv, resource.Options{HostDevRoot: "/dev"}), dra.NodeFacts{Name: node})
 	n := 0
 	for _, s := range want.Pools[node].Slices {
