@@ -59,11 +59,18 @@ func run(ctx context.Context, args []string) error {
 	if err := addMemlockPlugin(a, opts, cluster, log); err != nil {
 		return err
 	}
-	stopCounters, err := addCounterMonitor(a, opts, cluster, log)
+	podres, err := newPodResources(opts)
 	if err != nil {
 		return err
 	}
-	defer stopCounters()
+	if podres != nil {
+		defer podres.Close()
+	}
+	src := newAgentSource(a, opts, log)
+	addSharedGuard(a, podres, src, log.WithName("server"))
+	if err := addCounterMonitor(a, opts, cluster, podres, src, log); err != nil {
+		return err
+	}
 	return a.Run(ctx)
 }
 

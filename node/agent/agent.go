@@ -64,6 +64,11 @@ type Config struct {
 	MetricsListener, HealthListener net.Listener
 	// Runnables run beside the agent (e.g. the NRI memlock plugin).
 	Runnables []Runnable
+	// SharedHolds and SlotGrants are handed to the device plugin servers
+	// (deviceplugin.Options.Holds, .Grants): shared slots leave out HCAs
+	// held exclusively, and what each slot got is recorded. Nil: neither.
+	SharedHolds deviceplugin.Holds
+	SlotGrants  deviceplugin.Grants
 	// Server hands the pools to the kubelet; nil: the device plugin
 	// servers. The DRA driver (node/dra) is the other one; a node never
 	// runs both for one resource.
@@ -140,6 +145,12 @@ func New(cfg Config, log logr.Logger) (*Agent, error) {
 // which needs the agent's Inventory and Registry and so is built after New.
 func (a *Agent) Add(r Runnable) { a.cfg.Runnables = append(a.cfg.Runnables, r) }
 
+// GuardShared makes the device plugin's shared slots leave out the HCAs h
+// reports held exclusively and record their grants in g (call before Run).
+func (a *Agent) GuardShared(h deviceplugin.Holds, g deviceplugin.Grants) {
+	a.cfg.SharedHolds, a.cfg.SlotGrants = h, g
+}
+
 // Serve makes s the kubelet server instead of the device plugin servers
 // (call before Run).
 func (a *Agent) Serve(s Server) { a.cfg.Server = s }
@@ -173,6 +184,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		srv = devicePlugins{deviceplugin.NewManager(deviceplugin.Options{
 			SocketDir: a.cfg.KubeletSocketDir, Logger: a.log.WithName("server"), Observer: a.metrics,
+			Holds: a.cfg.SharedHolds, Grants: a.cfg.SlotGrants,
 		}, specs)}
 	} else {
 		srv.Update(a.Model())

@@ -15,9 +15,18 @@ import (
 // with the devices it was given.
 type Container struct {
 	Namespace, Pod, Container string
-	// Devices maps a resource name to the device IDs allocated from it.
+	// Devices maps a resource name to the device IDs allocated from it
+	// (device plugins).
 	Devices map[string][]string
+	// Claimed are the DRA devices of the claims the container uses, as
+	// DRAKey names them (the kubelet lists every device of such a claim
+	// for each container that uses it).
+	Claimed []string
 }
+
+// DRAKey names a DRA device as the PodResources API identifies it: by
+// driver, pool and device name.
+func DRAKey(driver, pool, device string) string { return driver + "/" + pool + "/" + device }
 
 // Lister lists the containers that hold devices (the kubelet's PodResources
 // List; a fake in tests).
@@ -31,6 +40,24 @@ type Lister interface {
 type PoolView struct {
 	Exclusive bool
 	HCAs      []string
+	// Grants maps a shared slot to the HCAs the device plugin gave it
+	// (it leaves out HCAs held exclusively); a slot missing here is
+	// taken to reach every HCA of the pool.
+	Grants map[string][]string
+}
+
+// DRADevice is a device the agent's DRA driver publishes: one HCA, given
+// to one claim (exclusive) or to many.
+type DRADevice struct {
+	HCA       string
+	Exclusive bool
+}
+
+// Attribution is what maps a container's devices to HCAs: the device
+// plugin pools by resource name, the DRA devices by DRAKey.
+type Attribution struct {
+	Pools map[string]PoolView
+	DRA   map[string]DRADevice
 }
 
 // Holder is a container and the HCAs it holds.
@@ -61,23 +88,39 @@ func (h Holder) HCAs() []string {
 	return out
 }
 
-// Holders maps containers to the HCAs of this agent's pools. Containers
-// holding nothing from pools (GPUs only, another plugin's resources) are
-// left out; device IDs an exclusive pool does not know (an HCA gone since
-// allocation) are kept: the container still holds them.
-func Holders(containers []Container, pools map[string]PoolView) []Holder {
+// Holders maps containers to the HCAs of this agent's pools and DRA
+// devices. Containers holding nothing of them (GPUs only, another plugin's
+// resources) are left out; device IDs an exclusive pool does not know (an
+// HCA gone since allocation) are kept: the container still holds them.
+func Holders(containers []Container, a Attribution) []Holder {
 	var out []Holder
 	for _, c := range containers {
 		h := Holder{Namespace: c.Namespace, Pod: c.Pod, Container: c.Container}
 		for res, ids := range c.Devices {
-			pv, ok := pools[res]
+			pv, ok := a.Pools[res]
 			if !ok || len(ids) == 0 {
 				continue
 			}
 			if pv.Exclusive {
 				h.Exclusive = append(h.Exclusive, ids...)
-			} else {
-				h.Shared = append(h.Shared, pv.HCAs...)
+				continue
+			}
+			for _, id := range ids {
+				if hcas, ok := pv.Grants[id]; ok {
+					h.Shared = append(h.Shared, hcas...)
+				} else {
+					h.Shared = append(h.Shared, pv.HCAs...)
+				}
+			}
+		}
+		for _, key := range c.Claimed {
+			d, ok := a.DRA[key]
+			switch {
+			case !ok:
+			case d.Exclusive:
+				h.Exclusive = append(h.Exclusive, d.HCA)
+			default:
+				h.Shared = append(h.Shared, d.HCA)
 			}
 		}
 		if len(h.Exclusive)+len(h.Shared) == 0 {
@@ -164,7 +207,12 @@ func FromPodResources(pods []*podresourcesv1.PodResources) []Container {
 				}
 				cont.Devices[d.GetResourceName()] = append(cont.Devices[d.GetResourceName()], d.GetDeviceIds()...)
 			}
-			if cont.Devices != nil {
+			for _, dr := range c.GetDynamicResources() {
+				for _, r := range dr.GetClaimResources() {
+					cont.Claimed = append(cont.Claimed, DRAKey(r.GetDriverName(), r.GetPoolName(), r.GetDeviceName()))
+				}
+			}
+			if cont.Devices != nil || cont.Claimed != nil {
 				out = append(out, cont)
 			}
 		}

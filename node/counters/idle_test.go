@@ -33,7 +33,7 @@ func TestHolders(t *testing.T) {
 		"rdma/ib":        {Exclusive: true, HCAs: []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}},
 		"rdma/shared_ib": {HCAs: []string{"mlx5_1", "mlx5_2"}},
 	}
-	got := Holders(FromPodResources(pods), pools)
+	got := Holders(FromPodResources(pods), Attribution{Pools: pools})
 	want := []Holder{
 		{Namespace: "dev", Pod: "notebook", Container: "nb", Shared: []string{"mlx5_1", "mlx5_2"}},
 		{Namespace: "ml", Pod: "train-0", Container: "trainer", Exclusive: []string{"mlx5_0", "mlx5_3"}},

@@ -38,10 +38,10 @@ type Pods interface {
 }
 
 // Source is what the monitor needs of the agent: the HCAs it manages and
-// its pools.
+// how its pools and DRA devices map to them.
 type Source interface {
 	Inventory() inventory.Node
-	Pools() map[string]PoolView
+	Attribution() Attribution
 }
 
 // MonitorConfig configures a Monitor.
@@ -82,7 +82,9 @@ type Monitor struct {
 	optedOut  map[string]bool
 	pods      map[string]PodInfo
 	listErr   string
-	split     splitWatch
+	// overlapsSent are the overlaps already reported, by message.
+	overlapsSent map[string]bool
+	split        splitWatch
 
 	mu    sync.Mutex
 	state snapshot
@@ -92,6 +94,7 @@ type snapshot struct {
 	ports    []PortTotals
 	owners   map[string]Holder
 	verdicts []IdleVerdict
+	overlaps int
 	jobs     []jobCount
 }
 
@@ -109,7 +112,8 @@ func NewMonitor(cfg MonitorConfig, log logr.Logger) (*Monitor, error) {
 	return &Monitor{
 		cfg: cfg, log: log, tracker: NewTracker(), history: History{},
 		heldSince: map[string]time.Time{}, warned: map[string]bool{}, optedOut: map[string]bool{}, pods: map[string]PodInfo{},
-		split: newSplitWatch(),
+		overlapsSent: map[string]bool{},
+		split:        newSplitWatch(),
 	}, nil
 }
 
@@ -175,14 +179,36 @@ func (m *Monitor) Step(ctx context.Context) {
 				m.log.Info("pod resources listed again")
 				m.listErr = ""
 			}
-			holders = Holders(cs, m.cfg.Source.Pools())
+			holders = Holders(cs, m.cfg.Source.Attribution())
+			m.reportOverlaps(Overlaps(holders))
 		}
 	}
 	verdicts := m.judge(ctx, now, holders)
 	m.checkSplits(ctx, now, holders)
 
 	m.mu.Lock()
-	m.state = snapshot{ports: totals, owners: ExclusiveOwners(holders), verdicts: verdicts, jobs: m.split.counts()}
+	m.state = snapshot{ports: totals, owners: ExclusiveOwners(holders), verdicts: verdicts, overlaps: m.state.overlaps, jobs: m.split.counts()}
+	m.mu.Unlock()
+}
+
+// reportOverlaps sends a node Event for each overlap not reported while it
+// lasted; one that ends and comes back is reported again.
+func (m *Monitor) reportOverlaps(os []Overlap) {
+	now := map[string]bool{}
+	for _, o := range os {
+		msg := o.Message()
+		now[msg] = true
+		if m.overlapsSent[msg] {
+			continue
+		}
+		m.log.Info("exclusive HCA shared", "hca", o.HCA, "exclusive", o.Exclusive, "sharers", o.Sharers)
+		if m.cfg.Events != nil {
+			m.cfg.Events.NodeEvent(ReasonExclusiveShared, msg)
+		}
+	}
+	m.overlapsSent = now
+	m.mu.Lock()
+	m.state.overlaps = len(os)
 	m.mu.Unlock()
 }
 
@@ -250,12 +276,13 @@ func (m *Monitor) judge(ctx context.Context, now time.Time, holders []Holder) []
 
 // Metric names the Monitor exports.
 const (
-	MetricDataBytes      = "ibkube_rdma_port_data_bytes_total"
-	MetricPackets        = "ibkube_rdma_port_packets_total"
-	MetricErrors         = "ibkube_rdma_port_errors_total"
-	MetricHWStat         = "ibkube_rdma_port_hw_stat_total"
-	MetricContainerIdle  = "ibkube_rdma_container_idle"
-	MetricIdleContainers = "ibkube_rdma_idle_containers"
+	MetricDataBytes       = "ibkube_rdma_port_data_bytes_total"
+	MetricPackets         = "ibkube_rdma_port_packets_total"
+	MetricErrors          = "ibkube_rdma_port_errors_total"
+	MetricHWStat          = "ibkube_rdma_port_hw_stat_total"
+	MetricContainerIdle   = "ibkube_rdma_container_idle"
+	MetricIdleContainers  = "ibkube_rdma_idle_containers"
+	MetricExclusiveShared = "ibkube_rdma_exclusive_hcas_shared"
 )
 
 var (
@@ -282,11 +309,13 @@ var (
 		holderLabels...)
 	descIdleCount = promreg.Desc(MetricIdleContainers,
 		"Containers on this node whose RDMA devices sit idle (see ibkube_rdma_container_idle).")
+	descExclusiveShared = promreg.Desc(MetricExclusiveShared,
+		"HCAs on this node held exclusively by one container and reachable by others through a shared resource (node Event RDMAExclusiveShared names them).")
 )
 
 // Describe implements prometheus.Collector.
 func (m *Monitor) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descData, descPackets, descErrors, descHW, descIdle, descIdleCount, descJobPartitions} {
+	for _, d := range []*prometheus.Desc{descData, descPackets, descErrors, descHW, descIdle, descIdleCount, descExclusiveShared, descJobPartitions} {
 		ch <- d
 	}
 }
@@ -332,6 +361,7 @@ func (m *Monitor) Collect(ch chan<- prometheus.Metric) {
 		ch <- constMetric(descIdle, prometheus.GaugeValue, x, v.Holder.Namespace, v.Holder.Pod, v.Holder.Container)
 	}
 	ch <- constMetric(descIdleCount, prometheus.GaugeValue, float64(idle))
+	ch <- constMetric(descExclusiveShared, prometheus.GaugeValue, float64(st.overlaps))
 	for _, j := range st.jobs {
 		ch <- constMetric(descJobPartitions, prometheus.GaugeValue, float64(j.partitions), j.namespace, j.job)
 	}

@@ -21,8 +21,8 @@ import (
 type fakeSource struct{ node inventory.Node }
 
 func (f fakeSource) Inventory() inventory.Node { return f.node }
-func (f fakeSource) Pools() map[string]PoolView {
-	return map[string]PoolView{"rdma/ib": {Exclusive: true, HCAs: []string{"mlx5_0", "mlx5_1"}}}
+func (f fakeSource) Attribution() Attribution {
+	return Attribution{Pools: map[string]PoolView{"rdma/ib": {Exclusive: true, HCAs: []string{"mlx5_0", "mlx5_1"}}}}
 }
 
 type fakeLister struct{ cs []Container }

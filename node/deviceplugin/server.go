@@ -49,6 +49,24 @@ type Pool interface {
 	Preferred(available, mustInclude []string, size int) ([]string, error)
 }
 
+// SharedPool is a shared pool that can leave HCAs out of a slot's
+// allocation; *resource.Pool implements it.
+type SharedPool interface {
+	AllocateShared(ids []string, heldBy map[string]string) (resource.Grant, []string, error)
+}
+
+// Holds says which HCAs containers hold exclusively on this node (the
+// kubelet's PodResources API): HCA name to the holder, for messages.
+type Holds interface {
+	ExclusiveHolders(ctx context.Context) (map[string]string, error)
+}
+
+// Grants records the HCAs a shared slot was given, so that the agent's
+// overlap report and ibkube doctor know what each sharer reaches.
+type Grants interface {
+	Record(resource string, slots, hcas []string) error
+}
+
 // Spec is one plugin to serve.
 type Spec struct {
 	Resource  string
@@ -74,6 +92,13 @@ type Options struct {
 	// kubelet.sock exists (default 5s); a re-created kubelet.sock triggers
 	// registration at once regardless.
 	RetryPeriod time.Duration
+	// Holds, when set, makes shared plugins leave out of a slot's
+	// allocation the HCAs other containers hold exclusively: the kubelet
+	// counts the shared and the exclusive resource apart and would let a
+	// shared container reach them. Nil: a slot gets every healthy HCA.
+	Holds Holds
+	// Grants, when set, records what each shared slot was given.
+	Grants Grants
 }
 
 // Manager runs one plugin per pool and keeps them registered.
@@ -95,6 +120,8 @@ func NewManager(opts Options, specs []Spec) *Manager {
 			dir:       opts.SocketDir,
 			log:       opts.Logger.WithValues("resource", s.Resource),
 			observer:  opts.Observer,
+			holds:     opts.Holds,
+			grants:    opts.Grants,
 			changed:   make(chan struct{}),
 			kick:      make(chan struct{}, 1),
 		}
@@ -258,6 +285,8 @@ type plugin struct {
 	socket    string // this server's; owned by Manager.Run's goroutine
 	log       logr.Logger
 	observer  Observer
+	holds     Holds
+	grants    Grants
 
 	mu      sync.Mutex
 	pool    Pool
@@ -512,11 +541,11 @@ func (p *plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 }
 
 // Allocate asks the pool for each container.
-func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+func (p *plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	pool, _, _ := p.current()
 	resp := &pluginapi.AllocateResponse{}
 	for _, c := range req.ContainerRequests {
-		g, err := pool.Allocate(c.DevicesIds)
+		g, err := p.allocate(ctx, pool, c.DevicesIds)
 		if err != nil {
 			p.log.Error(err, "allocate", "devices", c.DevicesIds)
 			return nil, err
@@ -527,6 +556,44 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		}
 	}
 	return resp, nil
+}
+
+// holdsTimeout bounds the PodResources List inside Allocate: the kubelet
+// admits pods one at a time and waits on this answer.
+const holdsTimeout = 2 * time.Second
+
+// allocate answers one container. A shared slot leaves out the HCAs other
+// containers hold exclusively; when they cannot be listed it gets every
+// healthy HCA, as the device plugin API alone would give, and the agent's
+// overlap report names any overlap that results.
+func (p *plugin) allocate(ctx context.Context, pool Pool, ids []string) (resource.Grant, error) {
+	shared, ok := pool.(SharedPool)
+	if p.exclusive || !ok {
+		return pool.Allocate(ids)
+	}
+	var held map[string]string
+	if p.holds != nil {
+		hctx, cancel := context.WithTimeout(ctx, holdsTimeout)
+		h, err := p.holds.ExclusiveHolders(hctx)
+		cancel()
+		if err != nil {
+			p.log.Error(err, "cannot list exclusively held HCAs; the shared slot gets every healthy HCA", "devices", ids)
+		}
+		held = h
+	}
+	g, hcas, err := shared.AllocateShared(ids, held)
+	if err != nil {
+		return resource.Grant{}, err
+	}
+	if len(held) > 0 {
+		p.log.Info("shared slot leaves out exclusively held HCAs", "devices", ids, "granted", hcas, "held", held)
+	}
+	if p.grants != nil {
+		if err := p.grants.Record(p.resource, ids, hcas); err != nil {
+			p.log.Error(err, "cannot record the shared slot's HCAs; the overlap report assumes it has every HCA", "devices", ids)
+		}
+	}
+	return g, nil
 }
 
 // PreStartContainer is not needed (PreStartRequired is false).

@@ -70,6 +70,13 @@ type Facts struct {
 	Counters []counters.Port
 	// KubeletPlugins is what the kubelet's device plugin directory shows.
 	KubeletPlugins KubeletPluginFacts
+	// Holders are the containers holding the agent's HCAs, from the
+	// kubelet's PodResources API and the agent's record of shared slots;
+	// HoldersChecked is false when no socket was given, HoldersError says
+	// why they could not be listed.
+	Holders        []counters.Holder
+	HoldersChecked bool
+	HoldersError   string
 }
 
 // NRIFacts describe the runtime's NRI socket.
@@ -99,6 +106,7 @@ const (
 	CheckMemlock   = "runtime-memlock"
 	CheckAdvertise = "advertise"
 	CheckLinkErrs  = "link-errors"
+	CheckExclusive = "exclusive-hcas"
 )
 
 // Check turns facts into a report.
@@ -106,6 +114,7 @@ func Check(f Facts) Report {
 	r := Report{Results: []Result{
 		checkDevices(f), checkPorts(f), checkPartition(f), checkNetdevs(f), checkPeermem(f),
 		checkNRI(f), checkMemlock(f), checkAdvertise(f), checkGID(f), checkOtherPlugins(f), checkLinkErrors(f),
+		checkExclusive(f),
 	}}
 	for _, res := range r.Results {
 		if res.Status == Fail {
@@ -113,6 +122,35 @@ func Check(f Facts) Report {
 		}
 	}
 	return r
+}
+
+// checkExclusive warns when an HCA one container holds exclusively is
+// reachable by others through the shared resource: the kubelet counts the
+// two resources apart, and a device plugin cannot refuse an exclusive pod
+// admitted after the sharers.
+func checkExclusive(f Facts) Result {
+	res := Result{Name: CheckExclusive}
+	switch {
+	case !f.HoldersChecked:
+		res.Status, res.Message = Pass, "not checked (no PodResources socket given)"
+	case f.HoldersError != "":
+		res.Status, res.Message = Warn, "cannot list which containers hold HCAs: "+f.HoldersError
+		res.Fix = "run on the node as root; the kubelet serves the PodResources API at " + counters.PodResourcesSocket
+	default:
+		overlaps := counters.Overlaps(f.Holders)
+		if len(overlaps) == 0 {
+			res.Status, res.Message = Pass, fmt.Sprintf("%d containers hold HCAs; no HCA held exclusively is shared", len(f.Holders))
+			break
+		}
+		var msgs []string
+		for _, o := range overlaps {
+			msgs = append(msgs, o.Message())
+		}
+		res.Status, res.Message = Warn, strings.Join(msgs, "; ")
+		res.Fix = "the exclusive pod was admitted after the sharers, which the kubelet allows (it counts the exclusive and the shared resource apart); " +
+			"recreate the sharers named (a new shared slot leaves exclusively held HCAs out), or give the shared and exclusive pools disjoint selectors"
+	}
+	return res
 }
 
 // checkLinkErrors warns when a port's error counters are not zero. One

@@ -12,10 +12,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/internal/testing/golden"
+	"github.com/ibkube/ibkube/node/deviceplugin"
+	"github.com/ibkube/ibkube/node/deviceplugin/kubeletstub"
 )
 
 // host is the non-RDMA part of a fake node.
@@ -26,6 +29,10 @@ type host struct {
 	// rdmaSharedDevPlugin: the Network Operator's rdma-shared-dev-plugin
 	// registered rdma/shared_ib last (its socket and checkpoint entry).
 	rdmaSharedDevPlugin bool
+	// podResources, when set, is what the kubelet's PodResources API
+	// lists, and grants the agent's record of shared slots' HCAs.
+	podResources []*podresourcesv1.PodResources
+	grants       deviceplugin.SlotGrants
 }
 
 var (
@@ -54,7 +61,22 @@ func writeHost(t *testing.T, root string, h host) Options {
 		must(t, err)
 		t.Cleanup(func() { l.Close() })
 	}
-	return Options{ProcRoot: proc, NRI: true, NRISocket: sock, KubeletSocketDir: writeKubeletDir(t, root, h.rdmaSharedDevPlugin)}
+	o := Options{ProcRoot: proc, NRI: true, NRISocket: sock, KubeletSocketDir: writeKubeletDir(t, root, h.rdmaSharedDevPlugin)}
+	if h.podResources != nil {
+		o.PodResourcesSocket = filepath.Join(root, "pod-resources.sock")
+		stub, err := kubeletstub.StartPodResources(o.PodResourcesSocket)
+		must(t, err)
+		t.Cleanup(stub.Stop)
+		stub.Set(h.podResources...)
+		o.StateDir = filepath.Join(root, "state")
+		g := &deviceplugin.GrantsFile{Path: filepath.Join(o.StateDir, deviceplugin.GrantsFileName)}
+		for res, slots := range h.grants {
+			for slot, hcas := range slots {
+				must(t, g.Record(res, []string{slot}, hcas))
+			}
+		}
+	}
+	return o
 }
 
 func must(t *testing.T, err error) {
@@ -80,6 +102,16 @@ func TestDoctorGolden(t *testing.T) {
 		tc{name: "ndv5-nri-disabled-no-runtime", fixture: fixture.NDv5, host: host{}, nriOff: true},
 		tc{name: "no-devices", host: goodHost},
 		tc{name: "ndv5-rdma-shared-dev-plugin", fixture: fixture.NDv5, host: host{modules: goodHost.modules, runtimeMemlock: goodHost.runtimeMemlock, nriListening: true, rdmaSharedDevPlugin: true}},
+		// ml/late was admitted exclusively on mlx5_0 after dev/old got a
+		// slot reaching every HCA; dev/new's slot left mlx5_0 out.
+		tc{name: "ndv5-exclusive-shared", fixture: fixture.NDv5, host: host{modules: goodHost.modules, runtimeMemlock: goodHost.runtimeMemlock, nriListening: true,
+			podResources: []*podresourcesv1.PodResources{
+				kubeletstub.Pod("ml", "late", kubeletstub.Container("c", map[string][]string{"rdma/ib": {"mlx5_0"}})),
+				kubeletstub.Pod("dev", "old", kubeletstub.Container("nb", map[string][]string{"rdma/shared_ib": {"slot-1"}})),
+				kubeletstub.Pod("dev", "new", kubeletstub.Container("nb", map[string][]string{"rdma/shared_ib": {"slot-2"}})),
+			},
+			grants: deviceplugin.SlotGrants{"rdma/shared_ib": {"slot-2": {"mlx5_1", "mlx5_2"}}},
+		}},
 	)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/counters"
+	"github.com/ibkube/ibkube/node/deviceplugin"
 	"github.com/ibkube/ibkube/node/memlock"
 	"github.com/ibkube/ibkube/node/resource"
 )
@@ -33,7 +34,13 @@ type Options struct {
 	KubeletSocketDir string
 	// Config is the agent's config (pools); nil means the defaults.
 	Config *config.AgentConfig
-	Logger logr.Logger
+	// PodResourcesSocket is the kubelet's PodResources API, read for which
+	// containers hold which HCAs; "" skips that check.
+	PodResourcesSocket string
+	// StateDir is the agent's --state-dir, where it records the HCAs each
+	// shared slot got ("" means /var/lib/ibkube).
+	StateDir string
+	Logger   logr.Logger
 }
 
 // Gather reads the facts Check needs. It never fails: what it cannot read
@@ -120,7 +127,41 @@ func Gather(ctx context.Context, o Options) Facts {
 		o.KubeletSocketDir = DefaultKubeletSocketDir
 	}
 	f.KubeletPlugins = gatherKubeletPlugins(o.KubeletSocketDir)
+	if o.PodResourcesSocket != "" {
+		f.HoldersChecked = true
+		f.Holders, err = gatherHolders(ctx, o, model)
+		if err != nil {
+			f.HoldersError = err.Error()
+		}
+	}
 	return f
+}
+
+// gatherHolders lists the containers holding the model's HCAs, with each
+// shared slot's HCAs as the agent recorded them.
+func gatherHolders(ctx context.Context, o Options, model *resource.Model) ([]counters.Holder, error) {
+	if o.StateDir == "" {
+		o.StateDir = "/var/lib/ibkube"
+	}
+	grants, err := deviceplugin.LoadGrants(filepath.Join(o.StateDir, deviceplugin.GrantsFileName))
+	if err != nil {
+		return nil, err
+	}
+	l, err := counters.NewPodResourcesLister(o.PodResourcesSocket)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	l.Timeout = 5 * time.Second
+	cs, err := l.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a := counters.Attribution{Pools: map[string]counters.PoolView{}}
+	for _, p := range model.Pools {
+		a.Pools[p.Resource] = counters.PoolView{Exclusive: p.Exclusive(), HCAs: hcaNames(p.HCAs), Grants: grants[p.Resource]}
+	}
+	return counters.Holders(cs, a), nil
 }
 
 // maxModulesSize bounds the read of /proc/modules: a line per module of

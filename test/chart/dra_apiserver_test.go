@@ -13,6 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -102,30 +105,25 @@ func TestAPIServerHelmInstallWithoutDRA(t *testing.T) {
 // The DRA agent's ServiceAccount, installed from manifests/ibkube.yaml, can
 // run the agent's startup gate check (dry-run creates) against a real API
 // server with its default gates, and keep its node's ResourceSlice; the
-// device-plugin agent's cannot touch ResourceSlices.
+// device-plugin agent's cannot touch ResourceSlices. The agent acts with the
+// node-name extra a bound token of a pod on nd-0 carries.
 func TestAPIServerDRARBAC(t *testing.T) {
 	cfg := startAPIServer(t)
 	c := newCluster(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c.installManifests(ctx, t)
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nd-0"}}
-	if _, err := c.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, n := range []string{"nd-0", "nd-1"} {
+		if _, err := c.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	agent := testenv.Clientset(t, impersonate(cfg, namespace, "ibkube-node-agent-dra"))
+	agent := testenv.Clientset(t, onNode(impersonate(cfg, namespace, "ibkube-node-agent-dra"), "nd-0"))
+	waitForAgentPolicy(ctx, t, agent)
 	if err := dra.CheckGates(ctx, agent.ResourceV1().DeviceClasses(), agent.ResourceV1().ResourceSlices(), "nd-0", true); err != nil {
 		t.Errorf("the DRA agent's gate check as its ServiceAccount: %v", err)
 	}
-	slice := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "nd-0-" + contract.DRADriverName},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver: contract.DRADriverName, NodeName: ptr.To("nd-0"),
-			Pool:    resourceapi.ResourcePool{Name: "nd-0", ResourceSliceCount: 1},
-			Devices: []resourceapi.Device{{Name: "ib-mlx5-0"}},
-		},
-	}
-	got, err := agent.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
+	got, err := agent.ResourceV1().ResourceSlices().Create(ctx, nodeSlice("nd-0"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("the DRA agent creates its node's ResourceSlice: %v", err)
 	}
@@ -142,5 +140,110 @@ func TestAPIServerDRARBAC(t *testing.T) {
 	}
 	if err := agent.ResourceV1().ResourceSlices().Delete(ctx, got.Name, metav1.DeleteOptions{}); err != nil {
 		t.Errorf("delete: %v", err)
+	}
+}
+
+// The DRA agent cannot write another node's ResourceSlices nor create,
+// change or delete real DeviceClasses, whatever its RBAC allows: the
+// chart's ValidatingAdmissionPolicies refuse it. A token without a node
+// (not a pod's bound token) writes no slice at all. An administrator is
+// not affected.
+func TestAPIServerDRAAgentLeastAuthority(t *testing.T) {
+	cfg := startAPIServer(t)
+	c := newCluster(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c.installManifests(ctx, t)
+	for _, n := range []string{"nd-0", "nd-1"} {
+		if _, err := c.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sa := impersonate(cfg, namespace, "ibkube-node-agent-dra")
+	agent := testenv.Clientset(t, onNode(sa, "nd-0"))
+	waitForAgentPolicy(ctx, t, agent)
+
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) || err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a refusal saying %q", what, err, want)
+		}
+	}
+	_, err := agent.ResourceV1().ResourceSlices().Create(ctx, nodeSlice("nd-1"), metav1.CreateOptions{})
+	refused("the agent on nd-0 creates nd-1's slice", err, "may not write the ResourceSlices of node nd-1")
+	_, err = agent.ResourceV1().ResourceSlices().Create(ctx, nodeSlice("nd-1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	refused("the agent on nd-0 dry-runs nd-1's slice", err, "nd-1")
+	allNodes := nodeSlice("nd-0")
+	allNodes.Name, allNodes.Spec.NodeName, allNodes.Spec.AllNodes = "all-"+contract.DRADriverName, nil, ptr.To(true)
+	_, err = agent.ResourceV1().ResourceSlices().Create(ctx, allNodes, metav1.CreateOptions{})
+	refused("the agent creates a slice for all nodes", err, "ResourceSlices of no single node")
+
+	// nd-1's own slice, written by the administrator: the agent on nd-0
+	// may neither change nor delete it.
+	other, err := c.cs.ResourceV1().ResourceSlices().Create(ctx, nodeSlice("nd-1"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the administrator creates nd-1's slice: %v", err)
+	}
+	other.Spec.Devices = nil
+	_, err = agent.ResourceV1().ResourceSlices().Update(ctx, other, metav1.UpdateOptions{})
+	refused("the agent on nd-0 empties nd-1's slice", err, "nd-1")
+	err = agent.ResourceV1().ResourceSlices().Delete(ctx, other.Name, metav1.DeleteOptions{})
+	refused("the agent on nd-0 deletes nd-1's slice", err, "nd-1")
+
+	noNode := testenv.Clientset(t, sa)
+	_, err = noNode.ResourceV1().ResourceSlices().Create(ctx, nodeSlice("nd-0"), metav1.CreateOptions{})
+	refused("the agent's ServiceAccount without a node claim creates a slice", err, "names no node")
+
+	// DeviceClasses: only the gate check's dry run.
+	class := &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "takeover"},
+		Spec:       resourceapi.DeviceClassSpec{ExtendedResourceName: ptr.To("rdma/ib")},
+	}
+	if _, err := agent.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("the agent's dry-run DeviceClass create (its gate check): %v", err)
+	}
+	_, err = agent.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{})
+	refused("the agent creates a real DeviceClass taking rdma/ib", err, "only as a server-side dry run")
+	if _, err := c.cs.ResourceV1().DeviceClasses().Get(ctx, class.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after the refusal the class exists: %v", err)
+	}
+
+	// The administrator is not matched.
+	if err := c.cs.ResourceV1().ResourceSlices().Delete(ctx, other.Name, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("the administrator deletes nd-1's slice: %v", err)
+	}
+}
+
+// onNode gives an impersonated ServiceAccount the node-name extra that a
+// bound token of a pod on node carries (ServiceAccountTokenPodNodeInfo).
+func onNode(cfg *rest.Config, node string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
+	return c
+}
+
+func nodeSlice(node string) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + contract.DRADriverName},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: contract.DRADriverName, NodeName: ptr.To(node),
+			Pool:    resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{Name: "ib-mlx5-0"}},
+		},
+	}
+}
+
+// waitForAgentPolicy waits until the API server enforces the chart's agent
+// policies (a new policy takes effect once the API server's informer has
+// it): a dry-run write of another node's slice is refused.
+func waitForAgentPolicy(ctx context.Context, t *testing.T, agent kubernetes.Interface) {
+	t.Helper()
+	probe := nodeSlice("nd-1")
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := agent.ResourceV1().ResourceSlices().Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy"), nil
+	})
+	if err != nil {
+		t.Fatalf("the chart's ValidatingAdmissionPolicy never refused the DRA agent writing another node's slice: %v", err)
 	}
 }

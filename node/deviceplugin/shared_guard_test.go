@@ -1,0 +1,154 @@
+package deviceplugin
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/google/go-cmp/cmp"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/ibkube/ibkube/node/config"
+	"github.com/ibkube/ibkube/node/counters"
+	"github.com/ibkube/ibkube/node/deviceplugin/kubeletstub"
+	"github.com/ibkube/ibkube/node/resource"
+)
+
+// A shared slot leaves out the HCAs the kubelet's PodResources API (a stub
+// serving the real gRPC API) shows held exclusively; when every HCA is held
+// it is refused naming the holders; when PodResources cannot answer it gets
+// every HCA. What each slot got is recorded, so an exclusive holder the
+// kubelet admits later (which no device plugin can refuse) is reported as
+// an overlap naming the sharer.
+func TestSharedSlotLeavesOutExclusivelyHeldHCAs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	stub, err := kubeletstub.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stub.Stop)
+	podres, err := kubeletstub.StartPodResources(filepath.Join(dir, "pod-resources.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lister, err := counters.NewPodResourcesLister(filepath.Join(dir, "pod-resources.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lister.Close() })
+
+	model := resource.Build(config.Default(), testNode(), resource.Options{HostDevRoot: "/dev"})
+	grantsPath := filepath.Join(dir, "state", GrantsFileName)
+	attribution := func() counters.Attribution {
+		grants, err := LoadGrants(grantsPath)
+		if err != nil {
+			t.Errorf("grants: %v", err)
+		}
+		out := counters.Attribution{Pools: map[string]counters.PoolView{}}
+		for _, p := range model.Pools {
+			v := counters.PoolView{Exclusive: p.Exclusive(), Grants: grants[p.Resource]}
+			for _, h := range p.HCAs {
+				v.HCAs = append(v.HCAs, h.Name)
+			}
+			out.Pools[p.Resource] = v
+		}
+		return out
+	}
+	m := NewManager(Options{
+		SocketDir: dir, Logger: testr.New(t),
+		Holds:  counters.ExclusiveHolds{Lister: lister, Attribution: attribution},
+		Grants: &GrantsFile{Path: grantsPath},
+	}, specs(model))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	if _, err := stub.WaitRegistration("rdma/shared_ib", wait); err != nil {
+		t.Fatal(err)
+	}
+	shared, err := stub.Client("rdma/shared_ib")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocate := func(slot string) (*pluginapi.ContainerAllocateResponse, error) {
+		resp, err := shared.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{slot}}}})
+		if err != nil {
+			return nil, err
+		}
+		return resp.ContainerResponses[0], nil
+	}
+	uverbs := func(r *pluginapi.ContainerAllocateResponse) []string {
+		var out []string
+		for _, d := range r.Devices {
+			out = append(out, filepath.Base(d.ContainerPath))
+		}
+		return out
+	}
+
+	trainer := kubeletstub.Pod("ml", "train-0", kubeletstub.Container("trainer", map[string][]string{"rdma/ib": {"mlx5_0", "mlx5_5"}}))
+	podres.Set(trainer)
+	got, err := allocate("slot-3")
+	if err != nil {
+		t.Fatalf("Allocate slot-3 while ml/train-0 holds mlx5_0 and mlx5_5: %v", err)
+	}
+	if want := "=mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_6:1,mlx5_7:1"; got.Envs["NCCL_IB_HCA"] != want {
+		t.Errorf("shared slot NCCL_IB_HCA %q, want %q (the exclusively held mlx5_0 and mlx5_5 left out)", got.Envs["NCCL_IB_HCA"], want)
+	}
+	if diff := cmp.Diff([]string{"uverbs1", "uverbs2", "uverbs3", "uverbs4", "uverbs6", "uverbs7", "rdma_cm"}, uverbs(got)); diff != "" {
+		t.Errorf("shared slot devices (-want +got):\n%s", diff)
+	}
+	if podres.Lists() == 0 {
+		t.Error("Allocate never asked the PodResources API")
+	}
+
+	// The sharer runs; then the kubelet admits an exclusive pod on mlx5_1,
+	// which the shared slot reaches: reported, naming both.
+	sharer := kubeletstub.Pod("dev", "nb", kubeletstub.Container("nb", map[string][]string{"rdma/shared_ib": {"slot-3"}}))
+	late := kubeletstub.Pod("ml", "late", kubeletstub.Container("c", map[string][]string{"rdma/ib": {"mlx5_1"}}))
+	podres.Set(trainer, sharer, late)
+	cs, err := lister.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlaps := counters.Overlaps(counters.Holders(cs, attribution()))
+	if diff := cmp.Diff([]counters.Overlap{{HCA: "mlx5_1", Exclusive: "ml/late/c", Sharers: []string{"dev/nb/nb"}}}, overlaps); diff != "" {
+		t.Errorf("overlaps (-want +got):\n%s", diff)
+	}
+
+	// Every HCA held: refused, naming the holders.
+	podres.Set(trainer, kubeletstub.Pod("ml", "train-1", kubeletstub.Container("trainer",
+		map[string][]string{"rdma/ib": {"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_6", "mlx5_7"}})))
+	_, err = allocate("slot-4")
+	if err == nil || !strings.Contains(err.Error(), "mlx5_0 by ml/train-0/trainer") || !strings.Contains(err.Error(), "mlx5_7 by ml/train-1/trainer") {
+		t.Errorf("Allocate with every HCA held exclusively: %v, want a refusal naming the holders", err)
+	}
+
+	// PodResources gone: the slot gets every healthy HCA (and the
+	// overlap report names what results).
+	podres.Stop()
+	got, err = allocate("slot-5")
+	if err != nil {
+		t.Fatalf("Allocate without PodResources: %v", err)
+	}
+	if want := "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1"; got.Envs["NCCL_IB_HCA"] != want {
+		t.Errorf("without PodResources NCCL_IB_HCA %q, want every HCA %q", got.Envs["NCCL_IB_HCA"], want)
+	}
+	grants, err := LoadGrants(grantsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string][]string{
+		"slot-3": {"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_6", "mlx5_7"},
+		"slot-5": {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"},
+	}, grants["rdma/shared_ib"]); diff != "" {
+		t.Errorf("recorded grants (-want +got):\n%s", diff)
+	}
+}
