@@ -57,7 +57,7 @@ fleet-smoke: fleet-tools ## make fleet's phases at 20 nodes, shortened (~3 min),
 	$(call fleet_run,20,1,$(FLEET_DIR)/report-smoke.json)
 
 # In `make test`: the smoke fleet, ~3 min once the tools are built.
-# TEST_TARGETS += fleet-smoke  (enabled once the smoke has passed on main's merged code)
+TEST_TARGETS += fleet-smoke
 
 # The plots of docs/fleet.md, drawn by hack/tools/fleetplot (gonum/plot from
 # the module proxy) from the reports of make fleet; it prints the table too.

@@ -140,9 +140,10 @@ func stoppingResources(res resourceslice.DriverResources) resourceslice.DriverRe
 	return out
 }
 
-// ExitTimeout bounds how long a planned exit waits for its tainted slices to
-// reach the API server.
-const ExitTimeout = 5 * time.Second
+// DefaultExitTimeout bounds how long a planned exit waits for its tainted
+// slices to reach the API server (PluginOptions.ExitTimeout): well inside the
+// pod's termination grace period (30 s by default).
+const DefaultExitTimeout = 5 * time.Second
 
 // drainOnExit publishes the node's devices tainted DRATaintAgentStopped and
 // waits until the API server holds them, unless another instance of the
@@ -155,7 +156,11 @@ func (d *Driver) drainOnExit(p Publisher, o PluginOptions) {
 		d.log.Info("another instance of the driver serves the node; leaving the slices to it")
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), ExitTimeout)
+	timeout := o.ExitTimeout
+	if timeout == 0 {
+		timeout = DefaultExitTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	d.mu.Lock()
 	res := stoppingResources(Resources(d.model, NodeFacts{Name: d.cfg.NodeName, PCIeRoots: d.pcieRoots}))
@@ -173,7 +178,7 @@ func (d *Driver) drainOnExit(p Publisher, o PluginOptions) {
 		}
 		select {
 		case <-ctx.Done():
-			d.log.Info("exit: the stopping taint did not reach the API server in time", "timeout", ExitTimeout)
+			d.log.Info("exit: the stopping taint did not reach the API server in time", "timeout", timeout)
 			return
 		case <-time.After(publishedPollMin):
 		}

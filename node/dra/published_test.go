@@ -31,6 +31,9 @@ func runDriver(t *testing.T, podUID string) (*Driver, *fake.Clientset, string, f
 	registry := filepath.Join(sockets, "registry")
 	d, err := New(Config{NodeName: "node-0", CDIDir: t.TempDir(), Plugin: PluginOptions{
 		Client: client, PodUID: podUID, PluginDir: filepath.Join(sockets, "plugin"), RegistryDir: registry,
+		// A loaded machine running every package's tests at once may take
+		// a while.
+		ExitTimeout: 30 * time.Second,
 	}}, testr.New(t))
 	if err != nil {
 		t.Fatal(err)

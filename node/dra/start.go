@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -28,6 +29,9 @@ type PluginOptions struct {
 	// kubelet's plugin registration directory. Empty: the kubelet's
 	// defaults.
 	PluginDir, RegistryDir string
+	// ExitTimeout bounds the wait for the exit taint (0:
+	// DefaultExitTimeout).
+	ExitTimeout time.Duration
 }
 
 // Run serves the kubelet until ctx ends: it starts the registration and
@@ -68,7 +72,10 @@ func (d *Driver) Run(ctx context.Context) error {
 	if d.cfg.Claims != nil {
 		go d.reconcileLoop(ctx, d.cfg.ReconcilePeriod)
 	}
-	helper, err := kubeletplugin.Start(klog.NewContext(ctx, d.log), d, opts...)
+	// The helper stops when Stop is called below, not when ctx ends: its
+	// ResourceSlice controller must still be running to write the exit
+	// taint (drainOnExit), and stops on its own with ctx otherwise.
+	helper, err := kubeletplugin.Start(klog.NewContext(context.WithoutCancel(ctx), d.log), d, opts...)
 	if err != nil {
 		return fmt.Errorf("start the DRA kubelet plugin: %w", err)
 	}

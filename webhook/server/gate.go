@@ -70,6 +70,12 @@ func readBody(w http.ResponseWriter, r *http.Request, budget *byteBudget, timeou
 			grow := min(max(bodyChunk, cap(buf)), handler.MaxBodyBytes+1-cap(buf)) // doubling, from one chunk, up to the cap
 			if over := int64(cap(buf)+grow) - freeBodyBytes; over > charged {
 				if !budget.take(over - charged) {
+					// The rest is read and dropped (same deadline and
+					// cap), so the client reads the 429 rather than a
+					// connection reset under its upload, and retries.
+					if _, err := io.Copy(io.Discard, src); err != nil {
+						return nil, charged, err
+					}
 					return nil, charged, errBudget
 				}
 				charged = over
@@ -115,7 +121,6 @@ func gate(h http.Handler, l Limits, m *limitMetrics) http.Handler {
 		case errors.Is(err, errBudget):
 			m.reject("buffered_bytes")
 			w.Header().Set("Retry-After", "1")
-			w.Header().Set("Connection", "close")
 			http.Error(w, fmt.Sprintf("too many admission request bytes buffered (limit %d), retry", l.MaxBufferedBytes), http.StatusTooManyRequests)
 			return
 		case err != nil:

@@ -78,7 +78,7 @@ func DefaultLimits() Limits {
 	return Limits{
 		MaxInFlight:       8,
 		SlotWait:          2 * time.Second,
-		BodyTimeout:       2 * time.Second,
+		BodyTimeout:       5 * time.Second,
 		MaxBufferedBytes:  32 << 20,
 		MaxConns:          256,
 		ReadHeaderTimeout: 5 * time.Second,
