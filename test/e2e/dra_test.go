@@ -572,11 +572,18 @@ func testDRAShared(t *testing.T, st *state, d *draState) {
 	d.need(t, r)
 	ctx := ctxT(t, 5*time.Minute)
 	h.namespace(ctx, t, draClaimNS, map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}, nil)
-	sel := fmt.Sprintf(`device.attributes[%q].rdmaDevice == "mlx5_0"`, draDriver)
-	if err := createTemplates(ctx, draClaimNS, claimTemplate("shared-mlx5-0", []draRequest{{name: "hca", class: classSharedIB, cel: sel, count: 1}})); err != nil {
+	// An HCA no exclusive claim holds (9b's pod keeps its two): a shared
+	// claim on a held HCA is unschedulable, which 9j tests.
+	free, err := freeHCAs(ctx)
+	if err != nil || len(free) == 0 {
+		fail(t, r, "no HCA free of exclusive claims to share (%v): %v", free, err)
+	}
+	hca := free[len(free)-1]
+	sel := fmt.Sprintf(`device.attributes[%q].rdmaDevice == %q`, draDriver, hca)
+	if err := createTemplates(ctx, draClaimNS, claimTemplate("shared-one", []draRequest{{name: "hca", class: classSharedIB, cel: sel, count: 1}})); err != nil {
 		fail(t, r, "%v", err)
 	}
-	if _, err := startPods(ctx, draClaimNS, claimPod("share-a", "shared-mlx5-0"), claimPod("share-b", "shared-mlx5-0")); err != nil {
+	if _, err := startPods(ctx, draClaimNS, claimPod("share-a", "shared-one"), claimPod("share-b", "shared-one")); err != nil {
 		fail(t, r, "%v", err)
 	}
 	for _, name := range []string{"share-a", "share-b"} {
@@ -586,7 +593,7 @@ func testDRAShared(t *testing.T, st *state, d *draState) {
 			continue
 		}
 		hcas, _ := uverbsHCAs(rep)
-		check(t, r, slices.Equal(hcas, []string{"mlx5_0"}), "%s got the devices of %v, want mlx5_0 (shared)", name, hcas)
+		check(t, r, slices.Equal(hcas, []string{hca}), "%s got the devices of %v, want %s (shared)", name, hcas, hca)
 	}
 	// Later scenarios count free HCAs by exclusive claims only.
 	check(t, r, deletePodsNow(ctx, draClaimNS, "share-a", "share-b") == nil, "shared pods did not go away")
