@@ -42,7 +42,9 @@ const (
 // clusterAllocatable is what each node must advertise, from the fixtures:
 // ndv5 has 8 InfiniBand VFs and one Ethernet VF (not a RoCE pool member:
 // device 101a); hb one InfiniBand VF; oci-h100 16 RoCE ConnectX-7 ports and
-// two front-end ports the rdma/roce selector excludes by name.
+// two front-end ports the rdma/roce selector excludes by name. The HB node
+// runs the DRA agent, so it advertises in its ResourceSlice
+// (harness.advertised).
 var clusterAllocatable = map[string]map[corev1.ResourceName]int64{
 	ndNode:  {exclusiveRes: 8, roceRes: 0},
 	hbNode:  {exclusiveRes: 1, roceRes: 0},
@@ -88,6 +90,8 @@ func TestCluster(t *testing.T) {
 		{"c6-helm-upgrade-rollback", false, 12 * time.Minute, testUpgradeRollback},
 		{"c7-kubelet-restarts", true, 15 * time.Minute, testKubeletRestarts},
 		{"c8-node-lost", false, 8 * time.Minute, testNodeLost},
+		{"c9-modes-side-by-side", true, 5 * time.Minute, testModesSideBySide},
+		{"c10-exclusive-left-out", true, 5 * time.Minute, testExclusiveLeftOut},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			r := h.scenario(t, sc.name)
@@ -127,23 +131,25 @@ func testClusterInstall(t *testing.T, st *clusterState) {
 	st.installed = true
 	// helm --wait may return before the DaemonSet's status counts every
 	// node's agent Ready.
-	var ready int32
+	// The device-plugin agent's DaemonSet on ND and OCI, the DRA agent's on
+	// HB (labelled infiniband.azure.com/allocation=dra by cluster.sh).
+	ready := map[string]int32{}
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		// The device-plugin agent's DaemonSet (the DRA agent's runs on no
-		// node here: none is labelled infiniband.azure.com/allocation=dra).
-		ds, err := h.cs.AppsV1().DaemonSets(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node-agent,infiniband.azure.com/allocation=deviceplugin"})
-		if err != nil || len(ds.Items) != 1 {
+		ds, err := h.cs.AppsV1().DaemonSets(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node-agent"})
+		if err != nil {
 			return false, nil
 		}
-		ready = ds.Items[0].Status.NumberReady
-		return ready == 3, nil
+		for _, d := range ds.Items {
+			ready[d.Labels["infiniband.azure.com/allocation"]] = d.Status.NumberReady
+		}
+		return ready["deviceplugin"] == 2 && ready["dra"] == 1, nil
 	})
-	r.Figures["agents_ready"] = float64(ready)
-	check(t, r, err == nil, "agent DaemonSet: %d of 3 nodes ready", ready)
+	r.Figures["agents_ready"] = float64(ready["deviceplugin"] + ready["dra"])
+	check(t, r, err == nil, "agent DaemonSets: device plugin ready on %d of 2 nodes, DRA on %d of 1", ready["deviceplugin"], ready["dra"])
 	ok := true
 	for node, want := range clusterAllocatable {
 		for res, n := range want {
-			got, err := h.waitNodeAllocatable(ctx, node, res, 2*time.Minute, func(v int64) bool { return v == n })
+			got, err := h.waitAdvertised(ctx, node, res, 2*time.Minute, func(v int64) bool { return v == n })
 			short := strings.TrimPrefix(node, "ibkc-")
 			r.Figures[fmt.Sprintf("allocatable_%s_%s", short, strings.ReplaceAll(string(res), "/", "_"))] = float64(got)
 			if err != nil {
@@ -153,7 +159,7 @@ func testClusterInstall(t *testing.T, st *clusterState) {
 		}
 	}
 	for _, node := range []string{ndNode, hbNode} {
-		s, _ := h.nodeAllocatable(ctx, node, sharedRes)
+		s, _ := h.advertised(ctx, node, sharedRes)
 		check(t, r, s > 0, "node %s allocatable %s is 0", node, sharedRes)
 	}
 	s, _ := h.nodeAllocatable(ctx, ociNode, sharedRes)
@@ -188,10 +194,10 @@ func testPlacement(ctx context.Context, t *testing.T, r *Result) {
 		reason string
 	}{
 		{placementPod("ib-2", map[corev1.ResourceName]int64{exclusiveRes: 2}, nil), []string{ndNode}, "2 InfiniBand HCAs: only the ND node has more than one"},
-		{placementPod("ib-1", map[corev1.ResourceName]int64{exclusiveRes: 1}, nil), []string{ndNode, hbNode}, "1 InfiniBand HCA: ND or HB"},
+		{placementPod("ib-1", map[corev1.ResourceName]int64{exclusiveRes: 1}, nil), []string{ndNode, hbNode}, "1 InfiniBand HCA: ND (device plugin) or HB (DRA)"},
 		{placementPod("roce-4", map[corev1.ResourceName]int64{roceRes: 4}, nil), []string{ociNode}, "RoCE: only OCI"},
 		{placementPod("roce-gpu", map[corev1.ResourceName]int64{roceRes: 8, gpuRes: 8}, nil), []string{ociNode}, "RoCE with 8 GPUs: only OCI"},
-		{placementPod("shared", map[corev1.ResourceName]int64{sharedRes: 1}, nil), []string{ndNode, hbNode}, "the shared InfiniBand pool: ND or HB"},
+		{placementPod("shared", map[corev1.ResourceName]int64{sharedRes: 1}, nil), []string{ndNode, hbNode}, "the shared InfiniBand pool: ND (device plugin) or HB (DRA)"},
 		{placementPod("ib-9", map[corev1.ResourceName]int64{exclusiveRes: 9}, nil), nil, "9 InfiniBand HCAs: no node has them"},
 		{placementPod("ib-gpu", map[corev1.ResourceName]int64{exclusiveRes: 1, gpuRes: 1}, nil), []string{ndNode}, "InfiniBand with a GPU: only ND (HB has no GPU)"},
 	}
@@ -229,6 +235,7 @@ func testPlacement(ctx context.Context, t *testing.T, r *Result) {
 		if expect(t, r, contains(c.nodes, p.Spec.NodeName), "%s (%s): landed on %s, want one of %v", c.pod.Name, c.reason, p.Spec.NodeName, c.nodes) {
 			placed++
 		}
+		wantMode(t, r, p)
 		r.Notes = append(r.Notes, fmt.Sprintf("%s -> %s", c.pod.Name, p.Spec.NodeName))
 	}
 	r.Figures["pods"] = float64(len(cases))
@@ -528,7 +535,7 @@ func testAgentRollout(ctx context.Context, t *testing.T, r *Result) {
 		r.Notes = append(r.Notes, fmt.Sprintf("%s: devices %s, memlock %s (kept)", name, now[0], now[1]))
 	}
 	for node, want := range clusterAllocatable {
-		got, err := h.waitNodeAllocatable(ctx, node, exclusiveRes, time.Minute, func(v int64) bool { return v == want[exclusiveRes] })
+		got, err := h.waitAdvertised(ctx, node, exclusiveRes, time.Minute, func(v int64) bool { return v == want[exclusiveRes] })
 		check(t, r, err == nil, "after the roll %s allocatable %s is %d, want %d", node, exclusiveRes, got, want[exclusiveRes])
 	}
 	p := reportPod("after", map[string]string{prefix + "mode": "rdma-exclusive", prefix + "hcas": "1"})
@@ -685,7 +692,7 @@ func testUpgradeRollback(ctx context.Context, t *testing.T, r *Result) {
 	// before the kubelet has its devices).
 	start = time.Now()
 	for node, want := range clusterAllocatable {
-		got, err := h.waitNodeAllocatable(ctx, node, exclusiveRes, 2*time.Minute, func(v int64) bool { return v == want[exclusiveRes] })
+		got, err := h.waitAdvertised(ctx, node, exclusiveRes, 2*time.Minute, func(v int64) bool { return v == want[exclusiveRes] })
 		check(t, r, err == nil, "after the rollback %s allocatable %s is %d, want %d", node, exclusiveRes, got, want[exclusiveRes])
 	}
 	r.Figures["allocatable_back_after_rollback_seconds"] = time.Since(start).Seconds()

@@ -10,9 +10,11 @@
 # kubelet always uses /var/lib/kubelet/device-plugins/kubelet.sock and
 # containerd /run/containerd and /var/run/nri/nri.sock whatever their other
 # paths, so every node gets private bind mounts of those (and of the CNI
-# directories and its fixture tree) in a mount namespace that is a slave of
-# the host's. `ip netns exec` is not used: it remounts /sys (the kubelet then
-# finds no cgroup mounts); daemons start under nsenter --net --mount.
+# directories, the CDI directory /var/run/cdi where the DRA agent writes
+# and containerd reads prepared claims, and its fixture tree) in a mount
+# namespace that is a slave of the host's. `ip netns exec` is not used: it
+# remounts /sys (the kubelet then finds no cgroup mounts); daemons start
+# under nsenter --net --mount.
 #
 # Environment (set by hack/make/e2e.mk): ROOT, E2E_DIR, K8S_BIN,
 # CONTAINERD_BIN, CNI_TOOLS_BIN, IMAGES_DIR, FIXTUREGEN.
@@ -38,6 +40,10 @@ declare -A NODE_IP=([nd]=198.18.8.11 [hb]=198.18.8.12 [oci]=198.18.8.13)
 declare -A POD_CIDR=([nd]=198.19.1.0/24 [hb]=198.19.2.0/24 [oci]=198.19.3.0/24)
 declare -A GPUS=([nd]=8 [hb]=0 [oci]=8)
 declare -A IPOIB_IF=([nd]=ibP257p0s0 [hb]=ib0)
+# How each node hands out HCAs: the label infiniband.azure.com/allocation
+# moves a node to the chart's DRA agent (docs/dra.md); the others run the
+# device plugin, so placement covers both modes side by side.
+declare -A ALLOCATION=([nd]=deviceplugin [hb]=dra [oci]=deviceplugin)
 CP_NS=ibkc-cp
 CP_IP=198.18.8.10
 HOST_IP=198.18.8.1
@@ -73,10 +79,11 @@ BINDS=(
 	/run/containerd=run/containerd
 	/run/nri=run/nri
 	/run/netns=run/netns
+	/run/cdi=run/cdi
 )
 # Mount points up creates on the host (empty; down removes those it made).
 HOST_DIRS=(/var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /etc/cni /etc/cni/net.d /opt/cni /opt/cni/bin
-	/var/lib/ibkube /run/containerd /run/nri /run/netns /opt/containerd "$NODE_FIXTURE" "$FIXTURES" "$RUN_DIR")
+	/var/lib/ibkube /run/containerd /run/nri /run/netns /run/cdi /opt/containerd "$NODE_FIXTURE" "$FIXTURES" "$RUN_DIR")
 
 node_name() { echo "ibkc-$1"; }
 mntns() { echo "$MNT_DIR/$1"; }
@@ -354,7 +361,8 @@ node_labels() { # node
 	name=$(node_name "$n")
 	# What Node Feature Discovery would set on a host with a Mellanox device
 	# (the kubelet may not set it itself: NodeRestriction).
-	"${KUBECTL[@]}" label node "$name" --overwrite feature.node.kubernetes.io/pci-15b3.present=true >/dev/null
+	"${KUBECTL[@]}" label node "$name" --overwrite feature.node.kubernetes.io/pci-15b3.present=true \
+		"infiniband.azure.com/allocation=${ALLOCATION[$n]}" >/dev/null
 	if ((GPUS[$n] > 0)); then
 		# A GPU count for placement only, as a device plugin would report it.
 		"${KUBECTL[@]}" patch node "$name" --subresource=status --type=merge \
