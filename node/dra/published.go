@@ -149,8 +149,8 @@ const DefaultExitTimeout = 5 * time.Second
 // waits until the API server holds them, unless another instance of the
 // driver (a rolling update's successor) serves the node: the kubelet keeps a
 // gone driver's slices for 30 s before wiping them, and a pod the scheduler
-// sends to them meanwhile waits on a driver that is not there (kubernetes
-// issue 141912). The next instance publishes the devices untainted.
+// sends to them meanwhile waits on a driver that is not there (reported
+// upstream as kubernetes issue 141912). The next instance publishes the devices untainted.
 func (d *Driver) drainOnExit(p Publisher, o PluginOptions) {
 	if o.PodUID != "" && successorServes(o.RegistryDir, types.UID(o.PodUID)) {
 		d.log.Info("another instance of the driver serves the node; leaving the slices to it")
