@@ -89,13 +89,20 @@ func testPolicyMode(ctx context.Context, t *testing.T, r *Result) {
 	}()
 	out, _ := h.kubectlRun(ctx, "get", "mutatingwebhookconfigurations,deployments", "-A", "-o", "name")
 	check(t, r, !strings.Contains(out, release+"-webhook"), "policy mode still runs the webhook: %s", out)
-	// The policies reach the API server's admission through informers.
+	// The policies reach the API server's admission through informers, the
+	// mutating and the validating policy each through its own: one being
+	// in force says nothing of the other, so wait for both.
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := h.cs.CoreV1().Pods(baseNS).Create(ctx, reportPod("probe", mode("rdma-shared")), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && p.Annotations[prefix+"injected"] != "", nil
+		p, err := h.cs.CoreV1().Pods(baseNS).Create(ctx, reportPod("probe", mode("rdma-shared")), dryRun)
+		if err != nil || p.Annotations[prefix+"injected"] == "" {
+			return false, nil
+		}
+		_, err = h.cs.CoreV1().Pods(baseNS).Create(ctx, reportPod("probe-refused", mode("rdma-bogus")), dryRun)
+		return err != nil && strings.Contains(err.Error(), "denied request: "), nil
 	})
 	if err != nil {
-		fail(t, r, "policies installed but no pod is mutated within 2m")
+		fail(t, r, "policies installed but within 2m no pod is both mutated and, with a bad mode, refused")
 	}
 	viaPolicy := admitAll(ctx, t, cases)
 	same := 0
