@@ -41,6 +41,9 @@ type settings struct {
 	kubeconfig, dir, script, report, helm, ibkube string
 	nodes                                         int
 	smoke                                         bool
+	// startupOnly: nodes, agents, steady state and storage only
+	// (FLEET_PHASES=startup), for fleets too large for the rest here.
+	startupOnly bool
 	// phase lengths
 	steady, flap, flapPeriod, webhookStream time.Duration
 	pods                                    int // pods per throughput workload
@@ -73,6 +76,13 @@ func loadSettings(t *testing.T) settings {
 	} else {
 		s.steady, s.flap, s.flapPeriod, s.webhookStream = 2*time.Minute, 10*time.Minute, time.Minute, 2*time.Minute
 		s.pods, s.streamRate = n, 10
+	}
+	switch v := get("FLEET_PHASES", "all"); v {
+	case "all":
+	case "startup":
+		s.startupOnly = true
+	default:
+		t.Fatalf("FLEET_PHASES=%q: want all (the default) or startup (nodes, agents, steady state, storage)", v)
 	}
 	if v := os.Getenv("FLEET_FLAP"); v != "" {
 		if s.flap, err = time.ParseDuration(v); err != nil {
@@ -150,7 +160,7 @@ func (f *fleet) createNodes(t *testing.T) {
 		f.byName[n.name] = n
 	}
 	parallel(t, f.nodes, 16, func(n *simNode) error {
-		if err := buildFixture(n); err != nil {
+		if err := buildFixture(n, f.s.nodes); err != nil {
 			return err
 		}
 		if err := os.MkdirAll(n.sockets, 0o750); err != nil {

@@ -15,10 +15,16 @@ type report struct {
 	ReadyBeforePublished           int
 	SteadyRequestsPerNodePerSecond float64
 	Throughput                     map[string]throughputResult
-	Flap                           flapResult
-	Rollout                        rolloutResult
-	Admission                      admissionResult
-	Storage                        []storage
-	APIServerRSSBefore             int64
-	APIServerRSSAfter              int64
+	// PartitionAffinity: jobs through the webhook, which adds the
+	// partition affinity (the admission phase).
+	PartitionAffinity partitionResult
+	Flap              flapResult
+	Rollout           rolloutResult
+	Admission         admissionResult
+	Storage           []storage
+	// Surge: what the control plane did with a surging rollout of an
+	// agent-shaped DaemonSet.
+	Surge              surgeResult
+	APIServerRSSBefore int64
+	APIServerRSSAfter  int64
 }

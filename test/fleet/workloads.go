@@ -148,7 +148,7 @@ func (f *fleet) throughput(t *testing.T) {
 	f.report.Throughput = map[string]throughputResult{}
 	for _, w := range workloads() {
 		n := min(f.s.pods, f.capacity(w)*9/10)
-		res := f.burst(t, w, n)
+		res := f.burst(t, workNS, n, func(i int) *corev1.Pod { return w.pod(fmt.Sprintf("%s-%05d", w.name, i)) })
 		f.report.Throughput[w.name] = res
 		t.Logf("throughput %s: %d pods bound in %.1fs: %.1f pods/s (%d unschedulable at the end)", w.name, res.Pods, res.Seconds, res.PodsPerSecond, res.Unbound)
 		if res.Unbound > 0 {
@@ -165,14 +165,16 @@ type throughputResult struct {
 	Unbound       int
 }
 
-func (f *fleet) burst(t *testing.T, w workload, n int) throughputResult {
+// burst creates n pods made by pod (labelled app=fleet) in ns from 32
+// clients at once and measures how fast the scheduler binds them.
+func (f *fleet) burst(t *testing.T, ns string, n int, pod func(i int) *corev1.Pod) throughputResult {
 	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Minute)
 	defer cancel()
 	bound := make(chan time.Time, n)
 	go func() {
 		seen := map[string]bool{}
 		for ctx.Err() == nil {
-			wt, err := f.admin.CoreV1().Pods(workNS).Watch(ctx, metav1.ListOptions{LabelSelector: "app=fleet"})
+			wt, err := f.admin.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: "app=fleet"})
 			if err != nil {
 				time.Sleep(100 * time.Millisecond)
 				continue
@@ -197,8 +199,8 @@ func (f *fleet) burst(t *testing.T, w workload, n int) throughputResult {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			p := w.pod(fmt.Sprintf("%s-%05d", w.name, i))
-			if _, err := f.admin.CoreV1().Pods(workNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			p := pod(i)
+			if _, err := f.admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 				failed.Add(1)
 				t.Errorf("create %s: %v", p.Name, err)
 			}

@@ -65,7 +65,14 @@ type report struct {
 		Baseline, Webhook, Policy                burst
 		PacedRate                                float64
 		BaselinePaced, WebhookPaced, PolicyPaced burst
-		Kill                                     struct{ Pods, Refused, Unmutated, Kills int }
+		Kill, Crash                              struct{ Pods, Refused, Unmutated, Kills int }
+	}
+	PartitionAffinity struct {
+		Pods                                     int
+		Seconds, PodsPerSecond                   float64
+		Unbound                                  int
+		Jobs, JobSize, Partitions, LabelledNodes int
+		SplitJobs, WithoutAffinity               int
 	}
 	ReadyBeforePublished int
 	Storage              []struct {
@@ -187,8 +194,10 @@ func throughputPlot(r report, _ []report) (*plot.Plot, error) {
 		got = append(got, r.Throughput[w].PodsPerSecond)
 		up = append(up, upstream[w])
 	}
+	got = append(got, r.PartitionAffinity.PodsPerSecond)
+	up = append(up, 0)
 	return bars(fmt.Sprintf("Scheduler throughput at %d nodes (pods/s)", r.Nodes), "pods/s",
-		[]string{"device plugin", "DRA extendedResourceName", "DRA claim", "claim + matchAttribute numaNode"},
+		[]string{"device plugin", "DRA ext. resource", "DRA claim", "claim + numaNode", "partition affinity"},
 		[]series{{"this fleet", got, blue}, {"upstream, 500 nodes", up, grey}})
 }
 
@@ -223,10 +232,11 @@ func requestsPlot(r report, _ []report) (*plot.Plot, error) {
 }
 
 func faultsPlot(r report, _ []report) (*plot.Plot, error) {
-	a := r.Admission.Kill
+	a, c := r.Admission.Kill, r.Admission.Crash
 	return bars(fmt.Sprintf("Faults at %d nodes (goal 0 each)", r.Nodes), "pods",
-		[]string{"stranded (rollout)", "bound, agent down", "refused (kills)", "unmutated (kills)"},
-		[]series{{"pods", []float64{float64(r.Rollout.Stranded), float64(r.Rollout.BoundWhileAgentDown), float64(a.Refused), float64(a.Unmutated)}, blue}})
+		[]string{"stranded (rollout)", "bound, agent down", "refused (deleted)", "unmutated (deleted)", "refused (SIGKILL)", "unmutated (SIGKILL)"},
+		[]series{{"pods", []float64{float64(r.Rollout.Stranded), float64(r.Rollout.BoundWhileAgentDown),
+			float64(a.Refused), float64(a.Unmutated), float64(c.Refused), float64(c.Unmutated)}, blue}})
 }
 
 func admissionPlot(r report, _ []report) (*plot.Plot, error) {
@@ -277,8 +287,13 @@ func table(w io.Writer, r report, rs []report) {
 	ro := r.Rollout
 	fmt.Fprintf(w, "| rollout of every agent (batches of %d) under a pod stream | %d stranded, %d bound while their agent was down, %d prepared (delay p99 %.1f s), %.0f s | 0 stranded |\n",
 		ro.BatchSize, ro.Stranded, ro.BoundWhileAgentDown, ro.PodsPrepared, ro.PrepareDelay.P99, ro.Seconds)
+	pa := r.PartitionAffinity
+	fmt.Fprintf(w, "| scheduler throughput, jobs of %d pods with the webhook's partition affinity (%d partitions) | %.0f pods/s (%d pods in %.1f s); %d jobs split, %d pods unbound | 0 split |\n",
+		pa.JobSize, pa.Partitions, pa.PodsPerSecond, pa.Pods, pa.Seconds, pa.SplitJobs, pa.Unbound)
 	k := r.Admission.Kill
-	fmt.Fprintf(w, "| webhook replica killed every 30 s (%d kills) | %d refused, %d unmutated of %d | 0 |\n", k.Kills, k.Refused, k.Unmutated, k.Pods)
+	fmt.Fprintf(w, "| webhook replica deleted every 30 s (%d times, 10 pods/s) | %d refused, %d unmutated of %d | 0 |\n", k.Kills, k.Refused, k.Unmutated, k.Pods)
+	c := r.Admission.Crash
+	fmt.Fprintf(w, "| webhook replica SIGKILLed every 30 s (%d times, 10 pods/s) | %d refused, %d unmutated of %d | 0 |\n", c.Kills, c.Refused, c.Unmutated, c.Pods)
 	ad := r.Admission
 	fmt.Fprintf(w, "| admission at %.0f pods/s, webhook | p99 %.1f ms (+%.1f ms over no admission) | — |\n", ad.PacedRate, ad.WebhookPaced.LatencyMs.P99, ad.WebhookPaced.AddedP99Ms)
 	fmt.Fprintf(w, "| admission at %.0f pods/s, policy mode | p99 %.1f ms (+%.1f ms) | ≤ 5 ms added |\n", ad.PacedRate, ad.PolicyPaced.LatencyMs.P99, ad.PolicyPaced.AddedP99Ms)
