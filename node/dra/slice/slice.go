@@ -10,7 +10,6 @@ package slice
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -48,22 +47,23 @@ type Device struct {
 	HCA  inventory.HCA
 }
 
-// Devices lists the model's devices: per pool in config order. An HCA in a
+// Devices lists the model's devices: per pool in config order, each pool's
+// HCAs by NUMA node (see Slices for the order the slices use). An HCA in a
 // shared and an exclusive pool is two devices, so a device's name is the
 // pool's slug before the HCA's ("ib-mlx5-0", "shared-ib-mlx5-0"): names
 // must be unique in the node's pool.
-//
-// The order is the scheduler's preference: its allocator takes the first
-// devices that fit, in slice order. Exclusive pools list their HCAs by NUMA
-// node (unknown last), so that `rdma/ib: N` on an empty node lands on one
-// NUMA node when one holds N, as the device plugin's preferred allocation
-// packs them. Shared pools list them in the reverse order, so that sharers
-// gather on the HCAs exclusive pods reach last.
 func Devices(m *resource.Model) []Device {
+	return ordered(m, func(*resource.Pool, inventory.HCA) bool { return true })
+}
+
+// ordered lists the devices per pool in config order. Exclusive pools list
+// their HCAs by NUMA node, the nodes with the most usable HCAs first (then
+// by number, unknown last); shared pools list them in the reverse order.
+func ordered(m *resource.Model, usable func(*resource.Pool, inventory.HCA) bool) []Device {
 	var out []Device
 	slugs := poolSlugs(m.Pools)
 	for i, p := range m.Pools {
-		hcas := byNUMA(p.HCAs)
+		hcas := byNUMA(p.HCAs, func(h inventory.HCA) bool { return usable(p, h) })
 		if !p.Exclusive() {
 			slices.Reverse(hcas)
 		}
@@ -74,17 +74,26 @@ func Devices(m *resource.Model) []Device {
 	return out
 }
 
-// byNUMA orders HCAs by NUMA node, unknown last, keeping inventory order
-// within a node.
-func byNUMA(hcas []inventory.HCA) []inventory.HCA {
+// byNUMA groups HCAs by NUMA node, keeping inventory order within a node:
+// the nodes with the most usable HCAs first, ties by node number, unknown
+// last.
+func byNUMA(hcas []inventory.HCA, usable func(inventory.HCA) bool) []inventory.HCA {
 	out := slices.Clone(hcas)
-	key := func(h inventory.HCA) int {
-		if h.NUMANode == inventory.UnknownNUMANode {
-			return math.MaxInt
+	n := map[int]int{}
+	for _, h := range hcas {
+		if usable(h) {
+			n[h.NUMANode]++
 		}
-		return h.NUMANode
 	}
-	slices.SortStableFunc(out, func(a, b inventory.HCA) int { return cmp.Compare(key(a), key(b)) })
+	slices.SortStableFunc(out, func(a, b inventory.HCA) int {
+		if ua, ub := a.NUMANode == inventory.UnknownNUMANode, b.NUMANode == inventory.UnknownNUMANode; ua != ub {
+			if ua {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Or(cmp.Compare(n[b.NUMANode], n[a.NUMANode]), cmp.Compare(a.NUMANode, b.NUMANode))
+	})
 	return out
 }
 
@@ -139,8 +148,19 @@ type Slice struct {
 // to a slice (every device consumes a counter, so the API allows 64, not
 // 128). A node without devices has one empty slice, which says so and
 // removes slices a previous run published.
+//
+// The device order is the scheduler's preference: its allocator takes the
+// first devices that fit, in slice order, and a claim for `rdma/ib: N` has
+// no constraint to say more. Exclusive pools list their HCAs by NUMA node,
+// the nodes with the most untainted HCAs first, so that `rdma/ib: N` lands
+// on one NUMA node when the first holds N, as the device plugin's preferred
+// allocation packs them; on a node with a tainted HCA that is the whole
+// other node (ND H100 v5, mlx5_1 down: `rdma/ib: 4` gets mlx5_4..7, not
+// mlx5_0,2,3,4). The order changes only with a taint, so in the same write.
+// Shared pools list them in the reverse order, so that sharers gather on
+// the HCAs exclusive pods reach last.
 func Slices(m *resource.Model, node NodeFacts) []Slice {
-	devs := Devices(m)
+	devs := ordered(m, func(p *resource.Pool, h inventory.HCA) bool { return !tainted(p, h, node) })
 	holds := hcaHolds(devs)
 	var out []Slice
 	for chunk := range slices.Chunk(counterSets(m, holds), resourceapi.ResourceSliceMaxCounterSets) {
@@ -274,13 +294,20 @@ func sliceDevice(d Device, node NodeFacts, hold int64) resourceapi.Device {
 			},
 		}
 	}
-	if ok, _ := d.Pool.Health(h); !ok || node.Held[h.Name] {
+	if tainted(d.Pool, h, node) {
 		// NoSchedule: no new claim gets the HCA, running pods keep it (the
 		// health service shows them the HCA's state). Without TimeAdded the
 		// API server stamps it and the slice controller keeps that stamp.
 		out.Taints = []resourceapi.DeviceTaint{{Key: contract.DRATaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 	}
 	return out
+}
+
+// tainted says whether the pool's device of h carries the unhealthy taint:
+// the pool counts h unhealthy, or h is held tainted after being so.
+func tainted(p *resource.Pool, h inventory.HCA, node NodeFacts) bool {
+	ok, _ := p.Health(h)
+	return !ok || node.Held[h.Name]
 }
 
 func str(s string) resourceapi.DeviceAttribute {
