@@ -162,13 +162,14 @@ type Slice struct {
 func Slices(m *resource.Model, node NodeFacts) []Slice {
 	devs := ordered(m, func(p *resource.Pool, h inventory.HCA) bool { return !tainted(p, h, node) })
 	holds := hcaHolds(devs)
+	sets, refs := counterSets(m, holds)
 	var out []Slice
-	for chunk := range slices.Chunk(counterSets(m, holds), resourceapi.ResourceSliceMaxCounterSets) {
+	for chunk := range slices.Chunk(sets, resourceapi.ResourceSliceMaxCounterSets) {
 		out = append(out, Slice{SharedCounters: chunk})
 	}
 	var all []resourceapi.Device
 	for _, d := range devs {
-		all = append(all, sliceDevice(d, node, holds[d.HCA.Name]))
+		all = append(all, sliceDevice(d, node, holds[d.HCA.Name], refs[d.HCA.Name]))
 	}
 	for chunk := range slices.Chunk(all, resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures) {
 		out = append(out, Slice{Devices: chunk})
@@ -179,16 +180,16 @@ func Slices(m *resource.Model, node NodeFacts) []Slice {
 	return out
 }
 
-// An HCA's counter set holds one counter, contract.DRACounterHCA, which
-// every device of the HCA consumes, so that the scheduler's allocator can
-// never give the HCA to an exclusive claim and to sharers at once
-// (KEP-4815 shared counters). The allocator charges a multi-allocatable
-// device's counters once, when its first share is allocated, and frees them
-// with its last (k8s.io/dynamic-resource-allocation/structured,
-// allocateDevice: "an allow-multiple device in use ... must not charge them
-// again"). So the counter holds one unit per shared pool the HCA is in
-// (at least one), a shared device consumes one and an exclusive device all:
-// sharers of every shared pool fit together, an exclusive holder fits alone.
+// Each HCA has a shared counter (KEP-4815) which every device of the HCA
+// consumes, so that the scheduler's allocator can never give the HCA to an
+// exclusive claim and to sharers at once. The allocator charges a
+// multi-allocatable device's counters once, when its first share is
+// allocated, and frees them with its last (k8s.io/dynamic-resource-
+// allocation/structured, allocateDevice: "an allow-multiple device in use
+// ... must not charge them again"). So the counter holds one unit per
+// shared pool the HCA is in (at least one), a shared device consumes one
+// and an exclusive device all: sharers of every shared pool fit together,
+// an exclusive holder fits alone.
 func hcaHolds(devs []Device) map[string]int64 {
 	shared := map[string]int64{}
 	for _, d := range devs {
@@ -205,33 +206,54 @@ func hcaHolds(devs []Device) map[string]int64 {
 	return shared
 }
 
-// CounterSetName is the shared counter set of an HCA: "hca-mlx5-0".
-func CounterSetName(hca string) string {
-	n := "hca-" + slug(hca)
+// counterRef is where an HCA's counter is: its counter set and its name.
+type counterRef struct{ set, counter string }
+
+// CounterName is an HCA's counter in its counter set: "mlx5-0".
+func CounterName(hca string) string {
+	n := slug(hca)
 	if len(n) > maxDeviceName {
 		n = strings.TrimRight(n[:maxDeviceName], "-")
 	}
 	return n
 }
 
-// counterSets are the counter sets of the HCAs that have devices, in
-// inventory order.
-func counterSets(m *resource.Model, holds map[string]int64) []resourceapi.CounterSet {
-	var out []resourceapi.CounterSet
-	for _, st := range m.HCAs {
-		hold, ok := holds[st.HCA.Name]
-		if !ok {
-			continue
-		}
-		out = append(out, resourceapi.CounterSet{
-			Name:     CounterSetName(st.HCA.Name),
-			Counters: map[string]resourceapi.Counter{contract.DRACounterHCA: {Value: *apiresource.NewQuantity(hold, apiresource.DecimalSI)}},
-		})
+// counterSetName is the i-th counter set of the node's HCAs: "hcas",
+// "hcas-1", ...
+func counterSetName(i int) string {
+	if i == 0 {
+		return contract.DRACounterSetHCAs
 	}
-	return out
+	return contract.DRACounterSetHCAs + "-" + strconv.Itoa(i)
 }
 
-func sliceDevice(d Device, node NodeFacts, hold int64) resourceapi.Device {
+// counterSets are the counters of the HCAs that have devices, in inventory
+// order, ResourceSliceMaxCountersPerCounterSet to a set: one set for every
+// node ibkube knows (the allocator converts and checks each set and each
+// device's consumption on every scheduling attempt, so fewer sets are less
+// of its work than a set per HCA), and where each HCA's counter is.
+func counterSets(m *resource.Model, holds map[string]int64) ([]resourceapi.CounterSet, map[string]counterRef) {
+	var hcas []string
+	for _, st := range m.HCAs {
+		if _, ok := holds[st.HCA.Name]; ok {
+			hcas = append(hcas, st.HCA.Name)
+		}
+	}
+	var sets []resourceapi.CounterSet
+	refs := map[string]counterRef{}
+	for chunk := range slices.Chunk(hcas, resourceapi.ResourceSliceMaxCountersPerCounterSet) {
+		set := resourceapi.CounterSet{Name: counterSetName(len(sets)), Counters: map[string]resourceapi.Counter{}}
+		for _, h := range chunk {
+			name := CounterName(h)
+			set.Counters[name] = resourceapi.Counter{Value: *apiresource.NewQuantity(holds[h], apiresource.DecimalSI)}
+			refs[h] = counterRef{set: set.Name, counter: name}
+		}
+		sets = append(sets, set)
+	}
+	return sets, refs
+}
+
+func sliceDevice(d Device, node NodeFacts, hold int64, ref counterRef) resourceapi.Device {
 	h := d.HCA
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		contract.DRAAttrPool:       str(d.Pool.Resource),
@@ -276,8 +298,8 @@ func sliceDevice(d Device, node NodeFacts, hold int64) resourceapi.Device {
 		consume = 1
 	}
 	out := resourceapi.Device{Name: d.Name, Attributes: attrs, ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
-		CounterSet: CounterSetName(d.HCA.Name),
-		Counters:   map[string]resourceapi.Counter{contract.DRACounterHCA: {Value: *apiresource.NewQuantity(consume, apiresource.DecimalSI)}},
+		CounterSet: ref.set,
+		Counters:   map[string]resourceapi.Counter{ref.counter: {Value: *apiresource.NewQuantity(consume, apiresource.DecimalSI)}},
 	}}}
 	if !d.Pool.Exclusive() {
 		out.AllowMultipleAllocations = ptr.To(true)
