@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
@@ -54,7 +55,18 @@ func unschedulable(ctx context.Context, ns, name string, within time.Duration) (
 
 // 9j: one HCA goes to an exclusive claim or to sharers, never both, in
 // either order (the HCA's shared counter in the slice): the second pod stays
-// Pending with the scheduler's reason and runs once the first is gone.
+// Pending with the scheduler's reason, is not bound while the first pod
+// exists, and runs once the first is gone.
+//
+// The first pod is deleted as a user deletes it, with its grace period: the
+// kubelet stops its containers and unprepares its claims before the API
+// server forgets the pod (kubelet SyncTerminatedPod: "resources must be
+// unprepared AFTER all containers have stopped and BEFORE the pod status is
+// changed on the API server"), and the resourceclaim controller deallocates
+// a claim only once its pod is gone or terminal (isPodDone). A forced
+// delete (grace 0) removes the pod before the kubelet has unprepared it, so
+// the scheduler may then bind a sharer at once; the third case shows that
+// the agent's Prepare holds the HCA until the holder is unprepared.
 func testDRAExclusiveIsExclusive(t *testing.T, st *state, d *draState) {
 	r := h.scenario(t, "9j-dra-exclusive-is-exclusive")
 	d.need(t, r)
@@ -71,40 +83,171 @@ func testDRAExclusiveIsExclusive(t *testing.T, st *state, d *draState) {
 		claimTemplate("share-one", []draRequest{{name: "hca", class: classSharedIB, cel: sel, count: 1}})); err != nil {
 		fail(t, r, "%v", err)
 	}
-	for _, order := range [][2]string{{"excl-one", "share-one"}, {"share-one", "excl-one"}} {
-		first, second := order[0]+"-first", order[1]+"-second"
-		if _, err := startPods(ctx, draClaimNS, claimPod(first, order[0])); err != nil {
+	for _, c := range []struct {
+		first, second string
+		force         bool
+	}{
+		{"excl-one", "share-one", false},
+		{"share-one", "excl-one", false},
+		{"excl-one", "share-one", true},
+	} {
+		first, second := c.first+"-first", c.second+"-second"
+		key := strings.ReplaceAll(c.second, "-", "_")
+		if c.force {
+			first, second, key = c.first+"-forced", c.second+"-after-forced", key+"_after_forced_delete"
+		}
+		if _, err := startPods(ctx, draClaimNS, claimPod(first, c.first)); err != nil {
 			fail(t, r, "%s: %v", first, err)
 		}
-		if _, err := h.cs.CoreV1().Pods(draClaimNS).Create(ctx, claimPod(second, order[1]), metav1.CreateOptions{}); err != nil {
+		if _, err := h.cs.CoreV1().Pods(draClaimNS).Create(ctx, claimPod(second, c.second), metav1.CreateOptions{}); err != nil {
 			fail(t, r, "%v", err)
 		}
 		msg, err := unschedulable(ctx, draClaimNS, second, time.Minute)
-		check(t, r, err == nil, "%s then %s on %s: the second pod was not found Unschedulable (%v)", order[0], order[1], hca, err)
+		check(t, r, err == nil, "%s then %s on %s: the second pod was not found Unschedulable (%v)", c.first, c.second, hca, err)
 		if err == nil {
 			check(t, r, strings.Contains(msg, "cannot allocate all claims"), "%s: the scheduler's reason %q does not name the claims", second, msg)
-			r.Notes = append(r.Notes, fmt.Sprintf("%s then %s on %s: %s", order[0], order[1], hca, msg))
+			r.Notes = append(r.Notes, fmt.Sprintf("%s then %s on %s: %s", c.first, c.second, hca, msg))
 		}
-		// Whether the scheduler bound the second pod anyway (the agent's
-		// Prepare then refuses it by HCA until the first is gone): recorded,
-		// the allocator tests in node/dra hold that it must not.
-		if p, err := h.cs.CoreV1().Pods(draClaimNS).Get(ctx, second, metav1.GetOptions{}); err == nil && p.Spec.NodeName != "" {
-			r.Figures[strings.ReplaceAll(order[1], "-", "_")+"_bound_while_held"] = 1
-			r.Notes = append(r.Notes, fmt.Sprintf("%s was bound to %s while %s held %s: %s", second, p.Spec.NodeName, first, hca, podWhy(p)))
+		h0, err := handover(ctx, first, second, c.force)
+		if err != nil {
+			fail(t, r, "%s after %s: %v", second, first, err)
 		}
-		start := time.Now()
-		if err := deletePodsNow(ctx, draClaimNS, first); err != nil {
-			fail(t, r, "%v", err)
+		r.Figures[key+"_runs_after_release_seconds"] = round3(h0.running.Sub(h0.deleted).Seconds())
+		if c.force {
+			// Upstream's order, recorded: the claim is deallocated as soon
+			// as the pod object is gone, whatever the kubelet still runs,
+			// and the agent's Prepare is then what keeps the HCA apart.
+			refusal := prepareRefusal(ctx, second)
+			r.Figures[key+"_refused_by_prepare"] = boolFigure(refusal != "")
+			if refusal != "" {
+				r.Notes = append(r.Notes, fmt.Sprintf("%s after a forced delete of %s: %s", second, first, refusal))
+			}
+		} else {
+			check(t, r, !h0.boundWhileHeld, "%s was bound to the node while %s still held %s (the API still had the pod): exclusive is not exclusive", second, first, hca)
 		}
-		_, err = h.waitRunning(ctx, draClaimNS, second, podStartTimeout)
-		check(t, r, err == nil, "%s did not run once %s was gone: %v", second, first, err)
-		if err == nil {
-			r.Figures[strings.ReplaceAll(order[1], "-", "_")+"_runs_after_release_seconds"] = round3(time.Since(start).Seconds())
-		}
-		if err := deletePodsNow(ctx, draClaimNS, second); err != nil {
+		r.Notes = append(r.Notes, fmt.Sprintf("%s (force %v): %s gone %s after the delete, %s bound %s after, running %s after",
+			first, c.force, first, h0.gone.Sub(h0.deleted).Round(time.Millisecond), second,
+			h0.bound.Sub(h0.deleted).Round(time.Millisecond), h0.running.Sub(h0.deleted).Round(time.Millisecond)))
+		// With its grace period, so the next case's pod finds the HCA
+		// unprepared.
+		if err := deleteGracefully(ctx, second); err != nil {
 			fail(t, r, "%v", err)
 		}
 	}
+}
+
+// deleteGracefully deletes a pod with its grace period and waits until the
+// API server has forgotten it, which the kubelet allows only after it has
+// unprepared the pod's claims.
+func deleteGracefully(ctx context.Context, name string) error {
+	if err := h.cs.CoreV1().Pods(draClaimNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %s: %w", name, err)
+	}
+	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := h.cs.CoreV1().Pods(draClaimNS).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+func boolFigure(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// handed is what one API watch saw of a handover from holder to waiter.
+type handed struct {
+	deleted, gone, bound, running time.Time
+	// boundWhileHeld: the waiter had a node while the holder's pod object
+	// still existed.
+	boundWhileHeld bool
+}
+
+// handover deletes the holder (with its grace period, or forced) and
+// follows both pods through one watch of the namespace, whose events come
+// in the API server's order: when the holder is gone, when the waiter is
+// bound, and when it runs.
+func handover(ctx context.Context, holder, waiter string, force bool) (handed, error) {
+	var out handed
+	pods := h.cs.CoreV1().Pods(draClaimNS)
+	list, err := pods.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return out, err
+	}
+	holderThere := false
+	for _, p := range list.Items {
+		switch p.Name {
+		case holder:
+			holderThere = true
+		case waiter:
+			if p.Spec.NodeName != "" {
+				out.boundWhileHeld = true
+				out.bound = time.Now()
+			}
+		}
+	}
+	if !holderThere {
+		return out, fmt.Errorf("the holder %s is already gone", holder)
+	}
+	w, err := pods.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		return out, err
+	}
+	defer w.Stop()
+	opts := metav1.DeleteOptions{}
+	if force {
+		opts.GracePeriodSeconds = ptr.To[int64](0)
+	}
+	out.deleted = time.Now()
+	if err := pods.Delete(ctx, holder, opts); err != nil {
+		return out, fmt.Errorf("delete %s: %w", holder, err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return out, fmt.Errorf("%s did not run after %s was deleted: %w", waiter, holder, ctx.Err())
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return out, fmt.Errorf("the pod watch ended before %s ran", waiter)
+			}
+			p, isPod := ev.Object.(*corev1.Pod)
+			if !isPod {
+				continue
+			}
+			switch {
+			case p.Name == holder && ev.Type == watch.Deleted:
+				out.gone = time.Now()
+			case p.Name == waiter && p.Spec.NodeName != "":
+				if out.bound.IsZero() {
+					out.bound = time.Now()
+					out.boundWhileHeld = out.gone.IsZero()
+				}
+				if p.Status.Phase == corev1.PodRunning {
+					out.running = time.Now()
+					return out, nil
+				}
+			}
+		}
+	}
+}
+
+// prepareRefusal is the kubelet's FailedPrepareDynamicResources Event for
+// the pod in which the agent refused an HCA another claim holds
+// exclusively; "" when there is none.
+func prepareRefusal(ctx context.Context, pod string) string {
+	evs, err := h.cs.CoreV1().Events(draClaimNS).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.name=" + pod + ",reason=FailedPrepareDynamicResources",
+	})
+	if err != nil {
+		return ""
+	}
+	for _, ev := range evs.Items {
+		if strings.Contains(ev.Message, "holds it exclusively") {
+			return ev.Message
+		}
+	}
+	return ""
 }
 
 // sliceWrites counts the writes to the node's ResourceSlices of ibkube's
