@@ -56,17 +56,19 @@ func unschedulable(ctx context.Context, ns, name string, within time.Duration) (
 // 9j: one HCA goes to an exclusive claim or to sharers, never both, in
 // either order (the HCA's shared counter in the slice): the second pod stays
 // Pending with the scheduler's reason, is not bound while the first pod
-// exists, and runs once the first is gone.
+// holds the HCA, and runs once the first is done.
 //
 // The first pod is deleted as a user deletes it, with its grace period: the
-// kubelet stops its containers and unprepares its claims before the API
-// server forgets the pod (kubelet SyncTerminatedPod: "resources must be
-// unprepared AFTER all containers have stopped and BEFORE the pod status is
-// changed on the API server"), and the resourceclaim controller deallocates
-// a claim only once its pod is gone or terminal (isPodDone). A forced
-// delete (grace 0) removes the pod before the kubelet has unprepared it, so
-// the scheduler may then bind a sharer at once; the third case shows that
-// the agent's Prepare holds the HCA until the holder is unprepared.
+// kubelet stops its containers and unprepares its claims before it reports
+// the pod terminal to the API server (kubelet SyncTerminatedPod: "resources
+// must be unprepared AFTER all containers have stopped and BEFORE the pod
+// status is changed on the API server"), and the resourceclaim controller
+// deallocates a claim only once its pod is terminal or gone (isPodDone). So
+// the first pod holds the HCA until it is terminal or gone, and the second
+// must not be bound before. A forced delete (grace 0) removes the pod
+// before the kubelet has unprepared it, so the scheduler may then bind a
+// sharer at once; the third case shows that the agent's Prepare holds the
+// HCA until the holder is unprepared.
 func testDRAExclusiveIsExclusive(t *testing.T, st *state, d *draState) {
 	r := h.scenario(t, "9j-dra-exclusive-is-exclusive")
 	d.need(t, r)
@@ -123,10 +125,10 @@ func testDRAExclusiveIsExclusive(t *testing.T, st *state, d *draState) {
 				r.Notes = append(r.Notes, fmt.Sprintf("%s after a forced delete of %s: %s", second, first, refusal))
 			}
 		} else {
-			check(t, r, !h0.boundWhileHeld, "%s was bound to the node while %s still held %s (the API still had the pod): exclusive is not exclusive", second, first, hca)
+			check(t, r, !h0.boundWhileHeld, "%s was bound to the node while %s still held %s (neither terminal nor gone): exclusive is not exclusive", second, first, hca)
 		}
-		r.Notes = append(r.Notes, fmt.Sprintf("%s (force %v): %s gone %s after the delete, %s bound %s after, running %s after",
-			first, c.force, first, h0.gone.Sub(h0.deleted).Round(time.Millisecond), second,
+		r.Notes = append(r.Notes, fmt.Sprintf("%s (force %v): %s terminal or gone %s after the delete, %s bound %s after, running %s after",
+			first, c.force, first, h0.done.Sub(h0.deleted).Round(time.Millisecond), second,
 			h0.bound.Sub(h0.deleted).Round(time.Millisecond), h0.running.Sub(h0.deleted).Round(time.Millisecond)))
 		// With its grace period, so the next case's pod finds the HCA
 		// unprepared.
@@ -158,16 +160,17 @@ func boolFigure(b bool) float64 {
 
 // handed is what one API watch saw of a handover from holder to waiter.
 type handed struct {
-	deleted, gone, bound, running time.Time
-	// boundWhileHeld: the waiter had a node while the holder's pod object
-	// still existed.
+	// done: the holder was reported terminal or was gone from the API.
+	deleted, done, bound, running time.Time
+	// boundWhileHeld: the waiter had a node while the holder was neither
+	// terminal nor gone.
 	boundWhileHeld bool
 }
 
 // handover deletes the holder (with its grace period, or forced) and
 // follows both pods through one watch of the namespace, whose events come
-// in the API server's order: when the holder is gone, when the waiter is
-// bound, and when it runs.
+// in the API server's order: when the holder is terminal or gone, when the
+// waiter is bound, and when it runs.
 func handover(ctx context.Context, holder, waiter string, force bool) (handed, error) {
 	var out handed
 	pods := h.cs.CoreV1().Pods(draClaimNS)
@@ -216,12 +219,14 @@ func handover(ctx context.Context, holder, waiter string, force bool) (handed, e
 				continue
 			}
 			switch {
-			case p.Name == holder && ev.Type == watch.Deleted:
-				out.gone = time.Now()
+			case p.Name == holder && (ev.Type == watch.Deleted || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed):
+				if out.done.IsZero() {
+					out.done = time.Now()
+				}
 			case p.Name == waiter && p.Spec.NodeName != "":
 				if out.bound.IsZero() {
 					out.bound = time.Now()
-					out.boundWhileHeld = out.gone.IsZero()
+					out.boundWhileHeld = out.done.IsZero()
 				}
 				if p.Status.Phase == corev1.PodRunning {
 					out.running = time.Now()
