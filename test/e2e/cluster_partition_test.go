@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/ibkube/ibkube/contract"
@@ -755,14 +757,73 @@ func schedMetrics(ctx context.Context) (sum, count, unsched float64, err error) 
 	return sum, count, unsched, sc.Err()
 }
 
+// boundWatch records when each pod of a Job is first seen bound, through
+// an informer (it lists again and re-watches whenever its watch ends).
+type boundWatch struct {
+	mu    sync.Mutex
+	bound map[string]string
+	last  time.Time
+	full  chan struct{}
+	stop  context.CancelFunc
+}
+
+func watchBound(ctx context.Context, ns, job string, want int) *boundWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	bw := &boundWatch{bound: map[string]string{}, full: make(chan struct{}), stop: cancel}
+	f := informers.NewSharedInformerFactoryWithOptions(h.cs, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = batchv1.JobNameLabel + "=" + job }))
+	inf := f.Core().V1().Pods().Informer()
+	see := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || p.Spec.NodeName == "" {
+			return
+		}
+		now := time.Now()
+		bw.mu.Lock()
+		defer bw.mu.Unlock()
+		if _, had := bw.bound[p.Name]; had {
+			return
+		}
+		bw.bound[p.Name] = p.Spec.NodeName
+		bw.last = now
+		if len(bw.bound) == want {
+			close(bw.full)
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }})
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	return bw
+}
+
+// wait returns the bound pods' nodes and when the last was seen, once all
+// are bound or after timeout.
+func (bw *boundWatch) wait(ctx context.Context, timeout time.Duration) (map[string]string, time.Time) {
+	defer bw.stop()
+	tm := time.NewTimer(timeout)
+	defer tm.Stop()
+	select {
+	case <-bw.full:
+	case <-tm.C:
+	case <-ctx.Done():
+	}
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	out := make(map[string]string, len(bw.bound))
+	for k, v := range bw.bound {
+		out[k] = v
+	}
+	return out, bw.last
+}
+
 // c18 (figure): scheduling time of a 32-pod Job of rdma-shared pause pods
 // on the device-plugin InfiniBand nodes (ND, hb2: 63 shared slots each, on
 // different partitions), with the webhook's partition affinity and without
-// it (placement: any), alternated over rounds: wall time from the Job's
+// it (placement: any), alternated over four rounds: wall time from the Job's
 // creation to its 32nd pod bound, seen in a watch, and the scheduler's own
 // mean attempt duration.
 func testScheduling32(ctx context.Context, t *testing.T, r *Result) {
-	const ns, pods, rounds = "c18-sched32", 32, 2
+	const ns, pods, rounds = "c18-sched32", 32, 4
 	partitionNamespace(ctx, t, ns)
 	wall := map[string][]float64{}
 	attempt := map[string][]float64{}
@@ -784,38 +845,14 @@ func testScheduling32(ctx context.Context, t *testing.T, r *Result) {
 					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: tmpl.Annotations}, Spec: tmpl.Spec},
 				},
 			}
-			w, err := h.cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + name})
-			if err != nil {
-				fail(t, r, "watch: %v", err)
-			}
+			seen := watchBound(ctx, ns, name, pods)
 			s0, c0, u0, merr := schedMetrics(ctx)
 			start := time.Now()
 			if _, err := h.cs.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
-				w.Stop()
+				seen.stop()
 				fail(t, r, "create job %s: %v", name, err)
 			}
-			bound := map[string]string{}
-			var last time.Time
-			timeout := time.NewTimer(5 * time.Minute)
-		loop:
-			for len(bound) < pods {
-				select {
-				case ev, ok := <-w.ResultChan():
-					if !ok {
-						break loop
-					}
-					if p, ok := ev.Object.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-						if _, had := bound[p.Name]; !had {
-							bound[p.Name] = p.Spec.NodeName
-							last = time.Now()
-						}
-					}
-				case <-timeout.C:
-					break loop
-				}
-			}
-			timeout.Stop()
-			w.Stop()
+			bound, last := seen.wait(ctx, 5*time.Minute)
 			s1, c1, u1, merr2 := schedMetrics(ctx)
 			if !expect(t, r, len(bound) == pods, "%s: %d of %d pods bound", name, len(bound), pods) {
 				deleteJob(ctx, t, ns, name)
