@@ -51,11 +51,13 @@ const (
 // for more.
 const DRACapacitySlots = "slots"
 
-// DRACounterHCA is the one counter of an HCA's shared counter set
-// ("hca-mlx5-0", KEP-4815): every device of the HCA consumes it, a shared
-// device one unit and an exclusive device all of them, so the scheduler
-// never hands one HCA to an exclusive claim and to sharers at once.
-const DRACounterHCA = "hca"
+// DRACounterSetHCAs is the shared counter set of a node's HCAs (KEP-4815;
+// "hcas-1", "hcas-2", ... hold the HCAs past each 32): one counter per HCA,
+// named after it ("mlx5-0"), which every device of the HCA consumes, a
+// shared device one unit and an exclusive device all of them, so the
+// scheduler never hands one HCA to an exclusive claim and to sharers at
+// once.
+const DRACounterSetHCAs = "hcas"
 
 // DRATaintUnhealthy is the key of the NoSchedule device taint an unhealthy
 // HCA carries in the ResourceSlice (port down, char device missing); it goes

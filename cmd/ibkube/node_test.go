@@ -238,16 +238,18 @@ func TestRunNodeSlicesAreTheAgents(t *testing.T) {
 	if len(got) != 2 || got[0].Kind != "ResourceSlice" || got[0].APIVersion != "resource.k8s.io/v1" {
 		t.Fatalf("%d slices %+v, want a counters slice and a devices slice of resource.k8s.io/v1", len(got), got)
 	}
-	var devices, sets int
+	var devices, counters int
 	for _, s := range got {
 		if s.Spec.Driver != contract.DRADriverName || s.Spec.Pool.Name != "nd-7" || s.Spec.NodeName == nil || *s.Spec.NodeName != "nd-7" || s.Spec.Pool.ResourceSliceCount != 2 {
 			t.Errorf("slice %s: driver %s, pool %+v, node %v", s.GenerateName, s.Spec.Driver, s.Spec.Pool, s.Spec.NodeName)
 		}
 		devices += len(s.Spec.Devices)
-		sets += len(s.Spec.SharedCounters)
+		for _, cs := range s.Spec.SharedCounters {
+			counters += len(cs.Counters)
+		}
 	}
-	if devices != 16 || sets != 8 {
-		t.Errorf("%d devices and %d counter sets, want 16 and 8", devices, sets)
+	if devices != 16 || counters != 8 {
+		t.Errorf("%d devices and %d counters, want 16 and 8 (one per HCA)", devices, counters)
 	}
 	if root := got[1].Spec.Devices[len(got[1].Spec.Devices)-1].Attributes["resource.kubernetes.io/pcieRoot"]; root.StringValue == nil || *root.StringValue != "pci0108:00" {
 		t.Errorf("ib-mlx5-7 pcieRoot %v, want pci0108:00 read from the tree", root)

@@ -16,11 +16,15 @@ E2E_KEEP    ?=
 # go test -run filter for the scenarios: make e2e E2E_RUN=Scenario2
 E2E_RUN     ?= .
 E2E_TIMEOUT ?= 40m
+# kube-scheduler's klog level on the e2e node (its log is in
+# _output/e2e/logs): make e2e E2E_SCHEDULER_V=5
+E2E_SCHEDULER_V ?=
 
 IMAGE_TOOL_STAMP = $(shell cat $(TOOLS_DIR)/image/go.sum $(TOOLS_DIR)/image/*.go $(TOOLS_DIR)/image/pause/*.go | sha256sum | cut -c1-16)
 
 E2E_ENV = ROOT=$(ROOT) E2E_DIR=$(E2E_DIR) K8S_BIN=$(K8S_BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) \
-  IMAGES_DIR=$(IMAGES_DIR) KUBE_VERSION=$(KUBE_VERSION) HELM=$(HELM) BIN=$(BIN)
+  IMAGES_DIR=$(IMAGES_DIR) KUBE_VERSION=$(KUBE_VERSION) HELM=$(HELM) BIN=$(BIN) \
+  E2E_SCHEDULER_V=$(E2E_SCHEDULER_V)
 
 .PHONY: image-tool
 image-tool: ## Build the image writer (hack/tools/image) and the pause program.

@@ -1,10 +1,6 @@
 package discovery
 
 import (
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 
@@ -30,30 +26,14 @@ const zeroGID = "0000:0000:0000:0000:0000:0000:0000:0000"
 // indexes.
 func ReadGIDs(portDir string) ([]inventory.GIDEntry, string) {
 	var out []inventory.GIDEntry
-	for i := 0; i <= MaxGIDs; i++ {
-		idx := strconv.Itoa(i)
-		v, err := readAttr(filepath.Join(portDir, "gids", idx))
-		if errors.Is(err, fs.ErrNotExist) {
-			if i == 0 {
-				if _, serr := os.Stat(filepath.Join(portDir, "gids")); serr != nil {
-					return nil, "no GID table (gids): " + cause(serr)
-				}
-				return nil, "empty GID table (no gids/0)"
-			}
-			return out, ""
-		}
-		if i == MaxGIDs {
-			return nil, fmt.Sprintf("GID table longer than %d entries", MaxGIDs)
-		}
-		if err != nil {
-			return nil, fmt.Sprintf("cannot read gids/%d: %s", i, cause(err))
-		}
+	why := readTable(portDir, "gids", "GID table", MaxGIDs, func(i int, v string) error {
 		if _, err := ParseGID(v); err != nil {
-			return nil, fmt.Sprintf("gids/%d: %s", i, err)
+			return err
 		}
 		if v == zeroGID {
-			continue
+			return nil
 		}
+		idx := strconv.Itoa(i)
 		e := inventory.GIDEntry{Index: i, GID: v}
 		// A type or netdev that cannot be read leaves the entry without
 		// it: NCCL does the same (ncclIbRoceGetVersionNum skips on EINVAL).
@@ -64,6 +44,10 @@ func ReadGIDs(portDir string) ([]inventory.GIDEntry, string) {
 			e.Netdev = n
 		}
 		out = append(out, e)
+		return nil
+	})
+	if why != "" {
+		return nil, why
 	}
 	return out, ""
 }

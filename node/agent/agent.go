@@ -184,7 +184,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		srv = devicePlugins{deviceplugin.NewManager(deviceplugin.Options{
 			SocketDir: a.cfg.KubeletSocketDir, Logger: a.log.WithName("server"), Observer: a.metrics,
-			Holds: a.cfg.SharedHolds, Grants: a.cfg.SlotGrants,
+			Holds: a.cfg.SharedHolds, Grants: a.cfg.SlotGrants, HoldsPeriod: a.cfg.Agent.RescanPeriod.Duration,
 		}, specs)}
 	} else {
 		srv.Update(a.Model())

@@ -75,40 +75,16 @@ func TestMonitor(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	events := &fakeEvents{}
 	pods := &fakePods{byPod: map[string]map[string]string{"ml/quiet": {contract.AnnotationIdleWarning: "false"}}}
-	m, err := NewMonitor(MonitorConfig{
-		Reader: Reader{SysfsRoot: sys},
-		Source: fakeSource{twoHCAs()},
-		Lister: fakeLister{[]Container{
-			{Namespace: "ml", Pod: "rdma", Container: "c", Devices: map[string][]string{"rdma/ib": {"mlx5_0"}}},
-			{Namespace: "ml", Pod: "tcp", Container: "c", Devices: map[string][]string{"rdma/ib": {"mlx5_1"}}},
-			{Namespace: "ml", Pod: "quiet", Container: "c", Devices: map[string][]string{"rdma/ib": {"mlx5_1"}}},
-		}},
-		Pods:   pods,
-		Events: events,
-		Period: time.Minute,
-		Idle:   IdleRule{Window: 5 * time.Minute, MinBytes: 1 << 20},
-		Now:    func() time.Time { return now },
-	}, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(m)
-
-	// mlx5_0 starts at the fixture's 4004000 units each way and gains 1 MiB
-	// (262144 units) a minute in each direction.
-	xmit := uint64(4004000)
-	for i := 0; i <= 6; i++ {
-		if i > 0 {
-			xmit += 262144
-			writeCounter(t, sys, "mlx5_0", 1, "counters/"+XmitData, itoa(xmit))
-			now = now.Add(time.Minute)
-		}
+	m, reg := idleMonitor(t, sys, fakeSource{twoHCAs()}, fakeLister{[]Container{
+		{Namespace: "ml", Pod: "rdma", Container: "c", Devices: map[string][]string{"rdma/ib": {"mlx5_0"}}},
+		{Namespace: "ml", Pod: "tcp", Container: "c", Devices: map[string][]string{"rdma/ib": {"mlx5_1"}}},
+		{Namespace: "ml", Pod: "quiet", Container: "c", Devices: map[string][]string{"rdma/ib": {"mlx5_1"}}},
+	}}, pods, events, &now)
+	busyMinutes(t, sys, m, &now, func(i int) {
 		if i == 6 {
 			writeCounter(t, sys, "mlx5_1", 1, "counters/"+LinkDowned, "1")
 		}
-		m.Step(context.Background())
-	}
+	})
 
 	want := `
 # HELP ibkube_rdma_port_data_bytes_total Data bytes through an HCA port (sysfs port_xmit_data/port_rcv_data x 4), by direction (xmit, rcv); holder_namespace/holder_pod/holder_container name the holder of an exclusively allocated HCA and are empty otherwise.
@@ -150,3 +126,47 @@ ibkube_rdma_idle_containers 1
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// idleMonitor is a Monitor over the fixture sys with a minute's period and
+// a 5-minute, 1 MiB idle rule, its clock reading *now, registered in a
+// fresh registry.
+func idleMonitor(t *testing.T, sys string, src Source, l Lister, pods Pods, events *fakeEvents, now *time.Time) (*Monitor, *prometheus.Registry) {
+	t.Helper()
+	m, err := NewMonitor(MonitorConfig{
+		Reader: Reader{SysfsRoot: sys},
+		Source: src,
+		Lister: l,
+		Pods:   pods,
+		Events: events,
+		Period: time.Minute,
+		Idle:   IdleRule{Window: 5 * time.Minute, MinBytes: 1 << 20},
+		Now:    func() time.Time { return *now },
+	}, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	return m, reg
+}
+
+// busyMinutes steps m seven times a minute apart, calling before(i) ahead
+// of each step: mlx5_0 starts at the fixture's 4004000 units each way and,
+// from the second step on, sends 1 MiB (262144 units) a minute. It returns
+// mlx5_0's last xmit reading.
+func busyMinutes(t *testing.T, sys string, m *Monitor, now *time.Time, before func(i int)) uint64 {
+	t.Helper()
+	xmit := uint64(4004000)
+	for i := 0; i <= 6; i++ {
+		if i > 0 {
+			xmit += 262144
+			writeCounter(t, sys, "mlx5_0", 1, "counters/"+XmitData, itoa(xmit))
+			*now = now.Add(time.Minute)
+		}
+		if before != nil {
+			before(i)
+		}
+		m.Step(context.Background())
+	}
+	return xmit
+}

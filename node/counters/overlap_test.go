@@ -90,30 +90,8 @@ func TestMonitorDRAHolders(t *testing.T) {
 		{Namespace: "ml", Name: "tcp", Containers: []*podresourcesv1.ContainerResources{
 			{Name: "c", DynamicResources: []*podresourcesv1.DynamicResource{draClaim("tcp-claim", "ib-mlx5-1")}}}},
 	}
-	m, err := NewMonitor(MonitorConfig{
-		Reader: Reader{SysfsRoot: sys},
-		Source: attrSource{twoHCAs(), draAttribution()},
-		Lister: fakeLister{FromPodResources(pods)},
-		Pods:   &fakePods{},
-		Events: events,
-		Period: time.Minute,
-		Idle:   IdleRule{Window: 5 * time.Minute, MinBytes: 1 << 20},
-		Now:    func() time.Time { return now },
-	}, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(m)
-	xmit := uint64(4004000)
-	for i := 0; i <= 6; i++ {
-		if i > 0 {
-			xmit += 262144
-			writeCounter(t, sys, "mlx5_0", 1, "counters/"+XmitData, itoa(xmit))
-			now = now.Add(time.Minute)
-		}
-		m.Step(context.Background())
-	}
+	m, reg := idleMonitor(t, sys, attrSource{twoHCAs(), draAttribution()}, fakeLister{FromPodResources(pods)}, &fakePods{}, events, &now)
+	xmit := busyMinutes(t, sys, m, &now, nil)
 	want := `
 # HELP ibkube_rdma_container_idle 1 when a container holds RDMA devices, has held them longer than the idle window, and its HCAs moved less than the threshold in that window; 0 otherwise.
 # TYPE ibkube_rdma_container_idle gauge

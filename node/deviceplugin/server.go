@@ -22,6 +22,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +54,8 @@ type Pool interface {
 // allocation; *resource.Pool implements it.
 type SharedPool interface {
 	AllocateShared(ids []string, heldBy map[string]string) (resource.Grant, []string, error)
+	// SharedHCAs names the healthy HCAs heldBy leaves to sharers.
+	SharedHCAs(heldBy map[string]string) []string
 }
 
 // Holds says which HCAs containers hold exclusively on this node (the
@@ -95,8 +98,17 @@ type Options struct {
 	// Holds, when set, makes shared plugins leave out of a slot's
 	// allocation the HCAs other containers hold exclusively: the kubelet
 	// counts the shared and the exclusive resource apart and would let a
-	// shared container reach them. Nil: a slot gets every healthy HCA.
+	// shared container reach them. While every healthy HCA is held, the
+	// shared slots are advertised Unhealthy, so that the scheduler places
+	// no shared pod the slots would refuse. Nil: a slot gets every healthy
+	// HCA.
 	Holds Holds
+	// HoldsPeriod is how often shared plugins ask Holds between
+	// allocations (default 10s, the agent's rescan period): the kubelet
+	// tells a device plugin nothing when a container ends, so a slot
+	// advertised Unhealthy turns Healthy again within one period of an HCA
+	// coming free.
+	HoldsPeriod time.Duration
 	// Grants, when set, records what each shared slot was given.
 	Grants Grants
 }
@@ -111,6 +123,9 @@ type Manager struct {
 func NewManager(opts Options, specs []Spec) *Manager {
 	if opts.RetryPeriod == 0 {
 		opts.RetryPeriod = 5 * time.Second
+	}
+	if opts.HoldsPeriod == 0 {
+		opts.HoldsPeriod = 10 * time.Second
 	}
 	m := &Manager{opts: opts}
 	for _, s := range specs {
@@ -211,6 +226,13 @@ func (m *Manager) Run(ctx context.Context) error {
 			p.registrar(ctx, kubelet, m.opts.RetryPeriod)
 		}()
 		p.kickRegistration()
+		if p.guardsShared() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.watchHolds(ctx, m.opts.HoldsPeriod)
+			}()
+		}
 	}
 	if _, err := os.Stat(kubelet); err != nil {
 		log.Info("kubelet.sock not there yet; registering when it appears", "dir", m.opts.SocketDir)
@@ -292,6 +314,11 @@ type plugin struct {
 	pool    Pool
 	devices []*pluginapi.Device
 	changed chan struct{} // closed and replaced when devices change
+	// held is what Holds last answered (HCA to holder); allHeld says that
+	// it left sharers no healthy HCA, so the slots are advertised
+	// Unhealthy.
+	held    map[string]string
+	allHeld bool
 
 	srv  *grpc.Server  // owned by Manager.Run's goroutine
 	kick chan struct{} // asks the registrar to (re-)register now
@@ -355,16 +382,86 @@ func (p *plugin) registrar(ctx context.Context, kubeletSocket string, retryPerio
 var errNoKubelet = errors.New("kubelet.sock absent")
 
 func (p *plugin) setPool(pool Pool) {
-	devs := pool.Devices()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pool = pool
+	p.advertiseLocked()
+}
+
+// setHeld takes a new answer of Holds and advertises what follows.
+func (p *plugin) setHeld(held map[string]string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = held
+	p.advertiseLocked()
+}
+
+// advertiseLocked works out the device list from the pool and the holds
+// and, when it differs from the last one, hands it to the streams. A shared
+// pool whose every healthy HCA is held exclusively advertises its slots
+// Unhealthy: Allocate would refuse a slot (AllocateShared), and the kubelet
+// admits a pod only onto healthy devices, so the scheduler keeps shared
+// pods off the node instead of the kubelet failing them at admission.
+func (p *plugin) advertiseLocked() {
+	devs := p.pool.Devices()
+	allHeld := false
+	if shared, ok := p.pool.(SharedPool); ok && p.guardsShared() && len(p.held) > 0 {
+		allHeld = len(shared.SharedHCAs(p.held)) == 0 && slices.ContainsFunc(devs, func(d *pluginapi.Device) bool { return d.Health == pluginapi.Healthy })
+	}
+	if allHeld {
+		out := make([]*pluginapi.Device, 0, len(devs))
+		for _, d := range devs {
+			d = proto.CloneOf(d)
+			d.Health = pluginapi.Unhealthy
+			out = append(out, d)
+		}
+		devs = out
+	}
+	if allHeld != p.allHeld {
+		if allHeld {
+			p.log.Info("every healthy HCA is held exclusively; shared slots advertised Unhealthy until one is free", "held", p.held)
+		} else {
+			p.log.Info("an HCA is free for sharers again; shared slots advertised as their HCAs' health says")
+		}
+		p.allHeld = allHeld
+	}
 	if p.devices != nil && equalDevices(p.devices, devs) {
 		return
 	}
 	p.devices = devs
 	close(p.changed)
 	p.changed = make(chan struct{})
+}
+
+// guardsShared says whether this plugin serves shared slots that leave out
+// exclusively held HCAs.
+func (p *plugin) guardsShared() bool { return !p.exclusive && p.holds != nil }
+
+// watchHolds asks Holds every period until ctx ends. An answer that cannot
+// be had keeps the last one: a PodResources API that is briefly away
+// neither hides nor frees every slot.
+func (p *plugin) watchHolds(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	failing := false
+	for {
+		hctx, cancel := context.WithTimeout(ctx, holdsTimeout)
+		held, err := p.holds.ExclusiveHolders(hctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			p.log.Error(err, "cannot list exclusively held HCAs; the shared slots' health stays as it was")
+			failing = true
+		case err == nil:
+			failing = false
+			p.setHeld(held)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func equalDevices(a, b []*pluginapi.Device) bool {
@@ -578,6 +675,8 @@ func (p *plugin) allocate(ctx context.Context, pool Pool, ids []string) (resourc
 		cancel()
 		if err != nil {
 			p.log.Error(err, "cannot list exclusively held HCAs; the shared slot gets every healthy HCA", "devices", ids)
+		} else {
+			p.setHeld(h)
 		}
 		held = h
 	}

@@ -3,8 +3,10 @@ package deviceplugin
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/testr"
 	"github.com/google/go-cmp/cmp"
@@ -150,5 +152,92 @@ func TestSharedSlotLeavesOutExclusivelyHeldHCAs(t *testing.T) {
 		"slot-5": {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"},
 	}, grants["rdma/shared_ib"]); diff != "" {
 		t.Errorf("recorded grants (-want +got):\n%s", diff)
+	}
+}
+
+// While every healthy HCA is held exclusively, the shared slots are
+// advertised Unhealthy (the kubelet then admits no shared pod, and the
+// scheduler sees no allocatable rdma/shared_ib), and Healthy again once one
+// HCA is free; the kubelet says nothing when a container ends, so the
+// plugin asks PodResources every HoldsPeriod. The exclusive resource's list
+// is not touched.
+func TestSharedSlotsUnhealthyWhileEveryHCAIsHeld(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	stub, err := kubeletstub.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stub.Stop)
+	podres, err := kubeletstub.StartPodResources(filepath.Join(dir, "pod-resources.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(podres.Stop)
+	lister, err := counters.NewPodResourcesLister(filepath.Join(dir, "pod-resources.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lister.Close() })
+	model := resource.Build(config.Default(), testNode(), resource.Options{HostDevRoot: "/dev"})
+	attribution := func() counters.Attribution {
+		out := counters.Attribution{Pools: map[string]counters.PoolView{}}
+		for _, p := range model.Pools {
+			v := counters.PoolView{Exclusive: p.Exclusive()}
+			for _, h := range p.HCAs {
+				v.HCAs = append(v.HCAs, h.Name)
+			}
+			out.Pools[p.Resource] = v
+		}
+		return out
+	}
+	m := NewManager(Options{
+		SocketDir: dir, Logger: testr.New(t),
+		Holds:       counters.ExclusiveHolds{Lister: lister, Attribution: attribution},
+		HoldsPeriod: 20 * time.Millisecond,
+	}, specs(model))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	every := func(health string) func([]*pluginapi.Device) bool {
+		return func(devs []*pluginapi.Device) bool {
+			return len(devs) == config.DefaultSharedSlots && !slices.ContainsFunc(devs, func(d *pluginapi.Device) bool { return d.Health != health })
+		}
+	}
+	if _, err := stub.WaitList("rdma/shared_ib", wait, every(pluginapi.Healthy)); err != nil {
+		t.Fatalf("shared slots before any hold: %v", err)
+	}
+
+	first := kubeletstub.Pod("ml", "train-0", kubeletstub.Container("trainer", map[string][]string{"rdma/ib": {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}}))
+	second := kubeletstub.Pod("ml", "train-1", kubeletstub.Container("trainer", map[string][]string{"rdma/ib": {"mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"}}))
+	podres.Set(first)
+	// Half the HCAs held: the slots stay Healthy (a sharer gets the rest).
+	lists := podres.Lists()
+	for podres.Lists() < lists+2 {
+		time.Sleep(5 * time.Millisecond) // the plugin's own poll, seen by the stub; not a wait for the outcome
+	}
+	select {
+	case l := <-stub.Lists("rdma/shared_ib"):
+		t.Errorf("the shared slots changed with half the HCAs held: %v", l.Devices)
+	default:
+	}
+	podres.Set(first, second)
+	if _, err := stub.WaitList("rdma/shared_ib", wait, every(pluginapi.Unhealthy)); err != nil {
+		t.Fatalf("shared slots while every HCA is held exclusively: %v", err)
+	}
+	podres.Set(second)
+	if _, err := stub.WaitList("rdma/shared_ib", wait, every(pluginapi.Healthy)); err != nil {
+		t.Fatalf("shared slots once mlx5_0..3 are free: %v", err)
+	}
+	for n := len(stub.Lists("rdma/ib")); n > 0; n-- {
+		if l := <-stub.Lists("rdma/ib"); slices.ContainsFunc(l.Devices, func(d *pluginapi.Device) bool { return d.Health != pluginapi.Healthy }) {
+			t.Errorf("the exclusive resource advertised %v; its devices are healthy", l.Devices)
+		}
 	}
 }

@@ -314,6 +314,62 @@ func TestAllocatorExtendedResourceOneNUMANode(t *testing.T) {
 	}
 }
 
+// TestAllocatorOneNUMANodeBesideATaint: on an ND H100 v5 node whose
+// mlx5_1 (NUMA node 0) is down, `rdma/ib: 4` and then `rdma/ib: 3` land
+// where the device plugin's preferred allocation puts them
+// (resource.Pool.Preferred over the healthy HCAs still free, as the kubelet
+// asks it): four on NUMA node 1, the one that still holds four, then NUMA
+// node 0's three. In inventory order the allocator's first fit for four is
+// mlx5_0, mlx5_2, mlx5_3 and mlx5_4, across both sockets.
+func TestAllocatorOneNUMANodeBesideATaint(t *testing.T) {
+	t.Parallel()
+	h := newHost(t, fixture.NDv5, nil)
+	if err := fixture.SetPortState(h.dir, "mlx5_1", 1, "DOWN"); err != nil {
+		t.Fatal(err)
+	}
+	m := h.model(t)
+	pool := m.Pool(contract.ExtendedResourceIB)
+	if pool == nil {
+		t.Fatalf("the model has no %s pool", contract.ExtendedResourceIB)
+	}
+	free := map[string]bool{}
+	for _, hca := range pool.HCAs {
+		if ok, _ := pool.Health(hca); ok {
+			free[hca.Name] = true
+		}
+	}
+	s := newScheduler(t, h)
+	for i, n := range []int{4, 3} {
+		var available []string
+		for _, hca := range pool.HCAs {
+			if free[hca.Name] {
+				available = append(available, hca.Name)
+			}
+		}
+		want, err := pool.Preferred(available, nil, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(want)
+		a := s.allocate(extendedClaim(fmt.Sprintf("pod-%d", i), contract.DeviceClassIB, int64(n)))
+		if a == nil {
+			t.Fatalf("rdma/ib: %d does not fit", n)
+		}
+		got := s.hcasOf(a)
+		slices.Sort(got)
+		numa := sets.New[int64]()
+		for _, r := range a.Devices.Results {
+			numa.Insert(s.device(r.Device).numa)
+		}
+		if !slices.Equal(got, want) || numa.Len() != 1 {
+			t.Errorf("rdma/ib: %d with mlx5_1 down got %v on NUMA nodes %v; the device plugin prefers %v", n, got, sets.List(numa), want)
+		}
+		for _, hca := range got {
+			delete(free, hca)
+		}
+	}
+}
+
 // TestAllocatorSharersAndExclusivePack: sharers gather on the HCAs exclusive
 // pods reach last, so that exclusive pods still land on one NUMA node each
 // and never on a sharer's HCA.

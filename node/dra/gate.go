@@ -30,7 +30,7 @@ type SliceCreator interface {
 const gateCounterSet = "gate-check"
 
 func gateCounters() map[string]resourceapi.Counter {
-	return map[string]resourceapi.Counter{contract.DRACounterHCA: {Value: *apiresource.NewQuantity(1, apiresource.DecimalSI)}}
+	return map[string]resourceapi.Counter{gateCounterSet: {Value: *apiresource.NewQuantity(1, apiresource.DecimalSI)}}
 }
 
 // countersKept dry-runs a slice of shared counters (a slice holds devices

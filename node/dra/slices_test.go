@@ -2,6 +2,7 @@ package dra
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -53,11 +54,13 @@ func TestResourcesNDv5(t *testing.T) {
 	}
 	var sets []string
 	for _, cs := range pool.Slices[0].SharedCounters {
-		v := cs.Counters[contract.DRACounterHCA].Value
-		sets = append(sets, cs.Name+"="+v.String())
+		for _, name := range slices.Sorted(maps.Keys(cs.Counters)) {
+			v := cs.Counters[name].Value
+			sets = append(sets, cs.Name+"/"+name+"="+v.String())
+		}
 	}
-	if want := []string{"hca-mlx5-0=1", "hca-mlx5-1=1", "hca-mlx5-2=1", "hca-mlx5-3=1", "hca-mlx5-4=1", "hca-mlx5-5=1", "hca-mlx5-6=1", "hca-mlx5-7=1"}; !slices.Equal(sets, want) {
-		t.Errorf("counter sets %v, want %v (one per HCA, one unit for its one shared pool)", sets, want)
+	if want := []string{"hcas/mlx5-0=1", "hcas/mlx5-1=1", "hcas/mlx5-2=1", "hcas/mlx5-3=1", "hcas/mlx5-4=1", "hcas/mlx5-5=1", "hcas/mlx5-6=1", "hcas/mlx5-7=1"}; !slices.Equal(sets, want) {
+		t.Errorf("counters %v, want %v (one set, a counter per HCA, one unit for its one shared pool)", sets, want)
 	}
 	devs := map[string]resourceapi.Device{}
 	var order []string
@@ -73,7 +76,7 @@ func TestResourcesNDv5(t *testing.T) {
 	}
 	for name, d := range devs {
 		hca := strings.TrimPrefix(strings.TrimPrefix(name, "shared-"), "ib-")
-		want := []resourceapi.DeviceCounterConsumption{{CounterSet: "hca-" + hca, Counters: map[string]resourceapi.Counter{contract.DRACounterHCA: {Value: apiresource.MustParse("1")}}}}
+		want := []resourceapi.DeviceCounterConsumption{{CounterSet: contract.DRACounterSetHCAs, Counters: map[string]resourceapi.Counter{hca: {Value: apiresource.MustParse("1")}}}}
 		if diff := cmp.Diff(want, d.ConsumesCounters); diff != "" {
 			t.Errorf("%s consumes (-want +got):\n%s", name, diff)
 		}

@@ -56,8 +56,8 @@ func TestRunServesKubelet(t *testing.T) {
 			t.Errorf("slice %s: driver %s, pool %s, node %v; want %s, node-0, node-0", slice.Name, slice.Spec.Driver, slice.Spec.Pool.Name, slice.Spec.NodeName, contract.DRADriverName)
 		}
 	}
-	if len(pool.Devices) != 16 || len(pool.CounterSets) != 8 {
-		t.Errorf("pool: %d devices, %d counter sets; want 16 and 8 (one per HCA)", len(pool.Devices), len(pool.CounterSets))
+	if len(pool.Devices) != 16 || len(pool.CounterSets) != 1 || len(pool.CounterSets[0].Counters) != 8 {
+		t.Errorf("pool: %d devices, %d counter sets %v; want 16 and one set of 8 counters (one per HCA)", len(pool.Devices), len(pool.CounterSets), pool.CounterSets)
 	}
 
 	conn := dial(t, filepath.Join(sockets, "plugin", "dra.sock"))

@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/testing/servingcert"
 	"github.com/ibkube/ibkube/internal/testing/testenv"
 	"github.com/ibkube/ibkube/webhook/handler"
 	"github.com/ibkube/ibkube/webhook/mutate"
@@ -305,7 +306,7 @@ func TestAttacks(t *testing.T) {
 	if err := os.Mkdir(certDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	writeServingCert(t, certDir)
+	servingcert.Write(t, certDir)
 
 	var report strings.Builder
 	fmt.Fprintf(&report, "Binary %s, memory limit %d MiB, GOMEMLIMIT %d MiB, %s per attack, legitimate stream 20 reviews/s (timeout %s):\n\n",

@@ -99,6 +99,25 @@ func shippedManifests(t *testing.T) string {
 	return string(b)
 }
 
+// installedWithNodes starts an API server, installs manifests/ibkube.yaml
+// and creates the named Nodes, each with labels; the context ends after
+// three minutes or with the test.
+func installedWithNodes(t *testing.T, labels map[string]string, nodes ...string) (*rest.Config, *cluster, context.Context) {
+	t.Helper()
+	cfg := startAPIServer(t)
+	c := newCluster(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	c.installManifests(ctx, t)
+	for _, name := range nodes {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+		if _, err := c.cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cfg, c, ctx
+}
+
 // installManifests applies every object of manifests/ibkube.yaml for real,
 // as kubectl would.
 func (c *cluster) installManifests(ctx context.Context, t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -108,16 +107,7 @@ func TestAPIServerHelmInstallWithoutDRA(t *testing.T) {
 // device-plugin agent's cannot touch ResourceSlices. The agent acts with the
 // node-name extra a bound token of a pod on nd-0 carries.
 func TestAPIServerDRARBAC(t *testing.T) {
-	cfg := startAPIServer(t)
-	c := newCluster(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c.installManifests(ctx, t)
-	for _, n := range []string{"nd-0", "nd-1"} {
-		if _, err := c.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cfg, _, ctx := installedWithNodes(t, nil, "nd-0", "nd-1")
 	agent := testenv.Clientset(t, onNode(impersonate(cfg, namespace, "ibkube-node-agent-dra"), "nd-0"))
 	waitForAgentPolicy(ctx, t, agent)
 	if err := dra.CheckGates(ctx, agent.ResourceV1().DeviceClasses(), agent.ResourceV1().ResourceSlices(), "nd-0", true); err != nil {
@@ -149,16 +139,7 @@ func TestAPIServerDRARBAC(t *testing.T) {
 // (not a pod's bound token) writes no slice at all. An administrator is
 // not affected.
 func TestAPIServerDRAAgentLeastAuthority(t *testing.T) {
-	cfg := startAPIServer(t)
-	c := newCluster(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c.installManifests(ctx, t)
-	for _, n := range []string{"nd-0", "nd-1"} {
-		if _, err := c.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cfg, c, ctx := installedWithNodes(t, nil, "nd-0", "nd-1")
 	sa := impersonate(cfg, namespace, "ibkube-node-agent-dra")
 	agent := testenv.Clientset(t, onNode(sa, "nd-0"))
 	waitForAgentPolicy(ctx, t, agent)

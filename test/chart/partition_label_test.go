@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -24,17 +23,7 @@ import (
 // claim: it may set and remove the partition label of its own Node, and
 // nothing else: not another Node, not another label, not a taint.
 func TestAPIServerAgentLabelsOnlyItsNode(t *testing.T) {
-	cfg := startAPIServer(t)
-	c := newCluster(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c.installManifests(ctx, t)
-	for _, name := range []string{"nd-0", "nd-1"} {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.azure.com/agentpool": "nd"}}}
-		if _, err := c.cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cfg, c, ctx := installedWithNodes(t, map[string]string{"kubernetes.azure.com/agentpool": "nd"}, "nd-0", "nd-1")
 	agentOn := func(node string) kubernetes.Interface {
 		ac := impersonate(cfg, namespace, "ibkube-node-agent")
 		ac.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}

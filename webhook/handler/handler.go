@@ -17,6 +17,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
 
 	"github.com/ibkube/ibkube/contract"
@@ -153,25 +154,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (outcome, string
 // admit decides one request.
 func (h *Handler) admit(ctx context.Context, req *reviewRequest) (outcome, *admissionv1.AdmissionResponse, error) {
 	out := outcome{mode: modeNone, result: OutcomeSkipped}
-	if !isPodCreate(req) || h.protected(req.Namespace) {
-		return out, allowed(req.UID), nil
-	}
-	// The API server only sends real namespace names; anything else is a
-	// forged review, answered before any lookup is made with it.
-	if err := checkNamespaceName(req.Namespace); err != nil {
-		return out, nil, &httpError{http.StatusBadRequest, fmt.Errorf("AdmissionReview %s: %w", req.UID, err)}
-	}
-	ns, err := h.opts.Namespaces.Namespace(ctx, req.Namespace)
+	ns, in, err := h.optedIn(ctx, req)
 	if err != nil {
-		return out, nil, &httpError{http.StatusInternalServerError, err}
+		return out, nil, err
 	}
-	// The webhook configuration's namespaceSelector matches the opt-in label
-	// already; checked again so a misconfigured selector never mutates a
-	// namespace that did not opt in.
-	if ns.Labels[contract.LabelInject] != contract.InjectEnabled {
+	if !in {
 		return out, allowed(req.UID), nil
 	}
-
 	work, err := checkWork(req.Object, ns)
 	switch {
 	case err != nil:
@@ -183,10 +172,73 @@ func (h *Handler) admit(ctx context.Context, req *reviewRequest) (outcome, *admi
 		h.opts.Log.Info("pod refused", "uid", req.UID, "namespace", req.Namespace, "pod", clip(req.Name), "reason", work.refusal)
 		return out, denied(req.UID, work.refusal), nil
 	}
+	pod, err := decodePod(req)
+	if err != nil {
+		return out, nil, err
+	}
+	log := h.opts.Log.WithValues("uid", req.UID, "namespace", req.Namespace, "pod", podName(pod, req))
 
+	cfg := h.opts.Config()
+	res, err := h.opts.Mutate(pod, ns, cfg)
+	out.mode = modeLabel(res, pod)
+	if err != nil {
+		var refusal *mutate.Refusal
+		if errors.As(err, &refusal) {
+			out.result = OutcomeRefused
+			log.Info("pod refused", "reason", refusal.Error())
+			return out, denied(req.UID, refusal.Error()), nil
+		}
+		return out, nil, &httpError{http.StatusInternalServerError, fmt.Errorf("mutate pod: %w", err)}
+	}
+	if h.opts.Networks != nil {
+		msg, err := h.checkNetworks(ctx, pod, res, cfg)
+		if err != nil {
+			return out, nil, &httpError{http.StatusInternalServerError, err}
+		}
+		if msg != "" {
+			out.result = OutcomeRefused
+			log.Info("pod refused", "reason", msg)
+			return out, denied(req.UID, msg), nil
+		}
+	}
+	resp, err := patched(req.UID, res)
+	if err != nil {
+		return out, nil, err
+	}
+	out.result = OutcomeUnchanged
+	if resp.Patch != nil {
+		out.result = OutcomeInjected
+		log.V(1).Info("pod mutated", "mode", out.mode, "ops", len(res.Patch))
+	}
+	return out, resp, nil
+}
+
+// optedIn says whether the request is a pod create in a namespace that
+// opted in, with that namespace; anything else is allowed untouched.
+func (h *Handler) optedIn(ctx context.Context, req *reviewRequest) (mutate.Namespace, bool, error) {
+	if !isPodCreate(req) || h.protected(req.Namespace) {
+		return mutate.Namespace{}, false, nil
+	}
+	// The API server only sends real namespace names; anything else is a
+	// forged review, answered before any lookup is made with it.
+	if err := checkNamespaceName(req.Namespace); err != nil {
+		return mutate.Namespace{}, false, &httpError{http.StatusBadRequest, fmt.Errorf("AdmissionReview %s: %w", req.UID, err)}
+	}
+	ns, err := h.opts.Namespaces.Namespace(ctx, req.Namespace)
+	if err != nil {
+		return mutate.Namespace{}, false, &httpError{http.StatusInternalServerError, err}
+	}
+	// The webhook configuration's namespaceSelector matches the opt-in label
+	// already; checked again so a misconfigured selector never mutates a
+	// namespace that did not opt in.
+	return ns, ns.Labels[contract.LabelInject] == contract.InjectEnabled, nil
+}
+
+// decodePod decodes the request's pod, in the request's namespace.
+func decodePod(req *reviewRequest) (*corev1.Pod, error) {
 	var pod corev1.Pod
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object, &pod); err != nil {
-		return out, nil, &httpError{http.StatusBadRequest, fmt.Errorf("decode pod in AdmissionReview %s: %w", req.UID, err)}
+		return nil, &httpError{http.StatusBadRequest, fmt.Errorf("decode pod in AdmissionReview %s: %w", req.UID, err)}
 	}
 	switch pod.Namespace {
 	case "":
@@ -198,51 +250,27 @@ func (h *Handler) admit(ctx context.Context, req *reviewRequest) (outcome, *admi
 		// The API server refuses such a pod itself (the namespace of the
 		// object must match the request's); a forged review must not steer
 		// the network lookup into another namespace.
-		return out, nil, &httpError{http.StatusBadRequest, fmt.Errorf("AdmissionReview %s: pod namespace %q differs from the request's %q",
+		return nil, &httpError{http.StatusBadRequest, fmt.Errorf("AdmissionReview %s: pod namespace %q differs from the request's %q",
 			req.UID, clip(pod.Namespace), req.Namespace)}
 	}
-	log := h.opts.Log.WithValues("uid", req.UID, "namespace", req.Namespace, "pod", podName(&pod, req))
+	return &pod, nil
+}
 
-	cfg := h.opts.Config()
-	res, err := h.opts.Mutate(&pod, ns, cfg)
-	out.mode = modeLabel(res, &pod)
-	if err != nil {
-		var refusal *mutate.Refusal
-		if errors.As(err, &refusal) {
-			out.result = OutcomeRefused
-			log.Info("pod refused", "reason", refusal.Error())
-			return out, denied(req.UID, refusal.Error()), nil
-		}
-		return out, nil, &httpError{http.StatusInternalServerError, fmt.Errorf("mutate pod: %w", err)}
-	}
-
-	if h.opts.Networks != nil {
-		msg, err := h.checkNetworks(ctx, &pod, res, cfg)
-		if err != nil {
-			return out, nil, &httpError{http.StatusInternalServerError, err}
-		}
-		if msg != "" {
-			out.result = OutcomeRefused
-			log.Info("pod refused", "reason", msg)
-			return out, denied(req.UID, msg), nil
-		}
-	}
-
-	resp := allowed(req.UID)
+// patched is the allowed response for a mutation: its warnings, and its
+// JSON patch when it changes anything.
+func patched(uid types.UID, res mutate.Result) (*admissionv1.AdmissionResponse, error) {
+	resp := allowed(uid)
 	resp.Warnings = res.Warnings
 	if len(res.Patch) == 0 {
-		out.result = OutcomeUnchanged
-		return out, resp, nil
+		return resp, nil
 	}
 	patch, err := json.Marshal(res.Patch)
 	if err != nil {
-		return out, nil, &httpError{http.StatusInternalServerError, fmt.Errorf("encode patch: %w", err)}
+		return nil, &httpError{http.StatusInternalServerError, fmt.Errorf("encode patch: %w", err)}
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	resp.Patch, resp.PatchType = patch, &pt
-	out.result = OutcomeInjected
-	log.V(1).Info("pod mutated", "mode", out.mode, "ops", len(res.Patch))
-	return out, resp, nil
+	return resp, nil
 }
 
 func isPodCreate(req *reviewRequest) bool {

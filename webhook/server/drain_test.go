@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/ibkube/ibkube/internal/testing/servingcert"
 )
 
 // TestStopDrainsKeptAliveConnections: after the stop signal the server keeps
@@ -18,7 +20,7 @@ import (
 // instead of writing its next request into a socket the server closes.
 func TestStopDrainsKeptAliveConnections(t *testing.T) {
 	dir := t.TempDir()
-	writeServingCert(t, dir)
+	servingcert.Write(t, dir)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ package slice
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -48,22 +47,23 @@ type Device struct {
 	HCA  inventory.HCA
 }
 
-// Devices lists the model's devices: per pool in config order. An HCA in a
+// Devices lists the model's devices: per pool in config order, each pool's
+// HCAs by NUMA node (see Slices for the order the slices use). An HCA in a
 // shared and an exclusive pool is two devices, so a device's name is the
 // pool's slug before the HCA's ("ib-mlx5-0", "shared-ib-mlx5-0"): names
 // must be unique in the node's pool.
-//
-// The order is the scheduler's preference: its allocator takes the first
-// devices that fit, in slice order. Exclusive pools list their HCAs by NUMA
-// node (unknown last), so that `rdma/ib: N` on an empty node lands on one
-// NUMA node when one holds N, as the device plugin's preferred allocation
-// packs them. Shared pools list them in the reverse order, so that sharers
-// gather on the HCAs exclusive pods reach last.
 func Devices(m *resource.Model) []Device {
+	return ordered(m, func(*resource.Pool, inventory.HCA) bool { return true })
+}
+
+// ordered lists the devices per pool in config order. Exclusive pools list
+// their HCAs by NUMA node, the nodes with the most usable HCAs first (then
+// by number, unknown last); shared pools list them in the reverse order.
+func ordered(m *resource.Model, usable func(*resource.Pool, inventory.HCA) bool) []Device {
 	var out []Device
 	slugs := poolSlugs(m.Pools)
 	for i, p := range m.Pools {
-		hcas := byNUMA(p.HCAs)
+		hcas := byNUMA(p.HCAs, func(h inventory.HCA) bool { return usable(p, h) })
 		if !p.Exclusive() {
 			slices.Reverse(hcas)
 		}
@@ -74,17 +74,26 @@ func Devices(m *resource.Model) []Device {
 	return out
 }
 
-// byNUMA orders HCAs by NUMA node, unknown last, keeping inventory order
-// within a node.
-func byNUMA(hcas []inventory.HCA) []inventory.HCA {
+// byNUMA groups HCAs by NUMA node, keeping inventory order within a node:
+// the nodes with the most usable HCAs first, ties by node number, unknown
+// last.
+func byNUMA(hcas []inventory.HCA, usable func(inventory.HCA) bool) []inventory.HCA {
 	out := slices.Clone(hcas)
-	key := func(h inventory.HCA) int {
-		if h.NUMANode == inventory.UnknownNUMANode {
-			return math.MaxInt
+	n := map[int]int{}
+	for _, h := range hcas {
+		if usable(h) {
+			n[h.NUMANode]++
 		}
-		return h.NUMANode
 	}
-	slices.SortStableFunc(out, func(a, b inventory.HCA) int { return cmp.Compare(key(a), key(b)) })
+	slices.SortStableFunc(out, func(a, b inventory.HCA) int {
+		if ua, ub := a.NUMANode == inventory.UnknownNUMANode, b.NUMANode == inventory.UnknownNUMANode; ua != ub {
+			if ua {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Or(cmp.Compare(n[b.NUMANode], n[a.NUMANode]), cmp.Compare(a.NUMANode, b.NUMANode))
+	})
 	return out
 }
 
@@ -139,16 +148,28 @@ type Slice struct {
 // to a slice (every device consumes a counter, so the API allows 64, not
 // 128). A node without devices has one empty slice, which says so and
 // removes slices a previous run published.
+//
+// The device order is the scheduler's preference: its allocator takes the
+// first devices that fit, in slice order, and a claim for `rdma/ib: N` has
+// no constraint to say more. Exclusive pools list their HCAs by NUMA node,
+// the nodes with the most untainted HCAs first, so that `rdma/ib: N` lands
+// on one NUMA node when the first holds N, as the device plugin's preferred
+// allocation packs them; on a node with a tainted HCA that is the whole
+// other node (ND H100 v5, mlx5_1 down: `rdma/ib: 4` gets mlx5_4..7, not
+// mlx5_0,2,3,4). The order changes only with a taint, so in the same write.
+// Shared pools list them in the reverse order, so that sharers gather on
+// the HCAs exclusive pods reach last.
 func Slices(m *resource.Model, node NodeFacts) []Slice {
-	devs := Devices(m)
+	devs := ordered(m, func(p *resource.Pool, h inventory.HCA) bool { return !tainted(p, h, node) })
 	holds := hcaHolds(devs)
+	sets, refs := counterSets(m, holds)
 	var out []Slice
-	for chunk := range slices.Chunk(counterSets(m, holds), resourceapi.ResourceSliceMaxCounterSets) {
+	for chunk := range slices.Chunk(sets, resourceapi.ResourceSliceMaxCounterSets) {
 		out = append(out, Slice{SharedCounters: chunk})
 	}
 	var all []resourceapi.Device
 	for _, d := range devs {
-		all = append(all, sliceDevice(d, node, holds[d.HCA.Name]))
+		all = append(all, sliceDevice(d, node, holds[d.HCA.Name], refs[d.HCA.Name]))
 	}
 	for chunk := range slices.Chunk(all, resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures) {
 		out = append(out, Slice{Devices: chunk})
@@ -159,16 +180,16 @@ func Slices(m *resource.Model, node NodeFacts) []Slice {
 	return out
 }
 
-// An HCA's counter set holds one counter, contract.DRACounterHCA, which
-// every device of the HCA consumes, so that the scheduler's allocator can
-// never give the HCA to an exclusive claim and to sharers at once
-// (KEP-4815 shared counters). The allocator charges a multi-allocatable
-// device's counters once, when its first share is allocated, and frees them
-// with its last (k8s.io/dynamic-resource-allocation/structured,
-// allocateDevice: "an allow-multiple device in use ... must not charge them
-// again"). So the counter holds one unit per shared pool the HCA is in
-// (at least one), a shared device consumes one and an exclusive device all:
-// sharers of every shared pool fit together, an exclusive holder fits alone.
+// Each HCA has a shared counter (KEP-4815) which every device of the HCA
+// consumes, so that the scheduler's allocator can never give the HCA to an
+// exclusive claim and to sharers at once. The allocator charges a
+// multi-allocatable device's counters once, when its first share is
+// allocated, and frees them with its last (k8s.io/dynamic-resource-
+// allocation/structured, allocateDevice: "an allow-multiple device in use
+// ... must not charge them again"). So the counter holds one unit per
+// shared pool the HCA is in (at least one), a shared device consumes one
+// and an exclusive device all: sharers of every shared pool fit together,
+// an exclusive holder fits alone.
 func hcaHolds(devs []Device) map[string]int64 {
 	shared := map[string]int64{}
 	for _, d := range devs {
@@ -185,33 +206,54 @@ func hcaHolds(devs []Device) map[string]int64 {
 	return shared
 }
 
-// CounterSetName is the shared counter set of an HCA: "hca-mlx5-0".
-func CounterSetName(hca string) string {
-	n := "hca-" + slug(hca)
+// counterRef is where an HCA's counter is: its counter set and its name.
+type counterRef struct{ set, counter string }
+
+// CounterName is an HCA's counter in its counter set: "mlx5-0".
+func CounterName(hca string) string {
+	n := slug(hca)
 	if len(n) > maxDeviceName {
 		n = strings.TrimRight(n[:maxDeviceName], "-")
 	}
 	return n
 }
 
-// counterSets are the counter sets of the HCAs that have devices, in
-// inventory order.
-func counterSets(m *resource.Model, holds map[string]int64) []resourceapi.CounterSet {
-	var out []resourceapi.CounterSet
-	for _, st := range m.HCAs {
-		hold, ok := holds[st.HCA.Name]
-		if !ok {
-			continue
-		}
-		out = append(out, resourceapi.CounterSet{
-			Name:     CounterSetName(st.HCA.Name),
-			Counters: map[string]resourceapi.Counter{contract.DRACounterHCA: {Value: *apiresource.NewQuantity(hold, apiresource.DecimalSI)}},
-		})
+// counterSetName is the i-th counter set of the node's HCAs: "hcas",
+// "hcas-1", ...
+func counterSetName(i int) string {
+	if i == 0 {
+		return contract.DRACounterSetHCAs
 	}
-	return out
+	return contract.DRACounterSetHCAs + "-" + strconv.Itoa(i)
 }
 
-func sliceDevice(d Device, node NodeFacts, hold int64) resourceapi.Device {
+// counterSets are the counters of the HCAs that have devices, in inventory
+// order, ResourceSliceMaxCountersPerCounterSet to a set: one set for every
+// node ibkube knows (the allocator converts and checks each set and each
+// device's consumption on every scheduling attempt, so fewer sets are less
+// of its work than a set per HCA), and where each HCA's counter is.
+func counterSets(m *resource.Model, holds map[string]int64) ([]resourceapi.CounterSet, map[string]counterRef) {
+	var hcas []string
+	for _, st := range m.HCAs {
+		if _, ok := holds[st.HCA.Name]; ok {
+			hcas = append(hcas, st.HCA.Name)
+		}
+	}
+	var sets []resourceapi.CounterSet
+	refs := map[string]counterRef{}
+	for chunk := range slices.Chunk(hcas, resourceapi.ResourceSliceMaxCountersPerCounterSet) {
+		set := resourceapi.CounterSet{Name: counterSetName(len(sets)), Counters: map[string]resourceapi.Counter{}}
+		for _, h := range chunk {
+			name := CounterName(h)
+			set.Counters[name] = resourceapi.Counter{Value: *apiresource.NewQuantity(holds[h], apiresource.DecimalSI)}
+			refs[h] = counterRef{set: set.Name, counter: name}
+		}
+		sets = append(sets, set)
+	}
+	return sets, refs
+}
+
+func sliceDevice(d Device, node NodeFacts, hold int64, ref counterRef) resourceapi.Device {
 	h := d.HCA
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		contract.DRAAttrPool:       str(d.Pool.Resource),
@@ -256,8 +298,8 @@ func sliceDevice(d Device, node NodeFacts, hold int64) resourceapi.Device {
 		consume = 1
 	}
 	out := resourceapi.Device{Name: d.Name, Attributes: attrs, ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
-		CounterSet: CounterSetName(d.HCA.Name),
-		Counters:   map[string]resourceapi.Counter{contract.DRACounterHCA: {Value: *apiresource.NewQuantity(consume, apiresource.DecimalSI)}},
+		CounterSet: ref.set,
+		Counters:   map[string]resourceapi.Counter{ref.counter: {Value: *apiresource.NewQuantity(consume, apiresource.DecimalSI)}},
 	}}}
 	if !d.Pool.Exclusive() {
 		out.AllowMultipleAllocations = ptr.To(true)
@@ -274,13 +316,20 @@ func sliceDevice(d Device, node NodeFacts, hold int64) resourceapi.Device {
 			},
 		}
 	}
-	if ok, _ := d.Pool.Health(h); !ok || node.Held[h.Name] {
+	if tainted(d.Pool, h, node) {
 		// NoSchedule: no new claim gets the HCA, running pods keep it (the
 		// health service shows them the HCA's state). Without TimeAdded the
 		// API server stamps it and the slice controller keeps that stamp.
 		out.Taints = []resourceapi.DeviceTaint{{Key: contract.DRATaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 	}
 	return out
+}
+
+// tainted says whether the pool's device of h carries the unhealthy taint:
+// the pool counts h unhealthy, or h is held tainted after being so.
+func tainted(p *resource.Pool, h inventory.HCA, node NodeFacts) bool {
+	ok, _ := p.Health(h)
+	return !ok || node.Held[h.Name]
 }
 
 func str(s string) resourceapi.DeviceAttribute {

@@ -352,7 +352,8 @@ EOF
 # ---------------------------------------------------------------- control plane
 # control_plane_up PIDPREFIX NETNS: etcd, kube-apiserver (plus the arguments
 # in the array APISERVER_EXTRA), kube-controller-manager (plus
-# CONTROLLER_MANAGER_EXTRA) and kube-scheduler in NETNS. The controller
+# CONTROLLER_MANAGER_EXTRA) and kube-scheduler (at klog level
+# E2E_SCHEDULER_V when set, for reading its DRA allocator) in NETNS. The controller
 # manager runs without node IPAM (pod ranges are static); Kubernetes 1.37's
 # has no cloud controllers left to turn off, and refuses to start when
 # --controllers names one (cmd/kube-controller-manager/names).
@@ -385,7 +386,8 @@ control_plane_up() {
 		--profiling=false
 	start "${p}kube-scheduler" "$netns" - "$K8S_BIN/kube-scheduler" \
 		--kubeconfig="$KUBECONFIG_ADMIN" --authentication-kubeconfig="$KUBECONFIG_ADMIN" --authorization-kubeconfig="$KUBECONFIG_ADMIN" \
-		--bind-address=127.0.0.1 --leader-elect=false --profiling=false
+		--bind-address=127.0.0.1 --leader-elect=false --profiling=false \
+		${E2E_SCHEDULER_V:+--v="$E2E_SCHEDULER_V"}
 }
 
 node_ready() { # node-name
