@@ -105,7 +105,7 @@ up() {
 	stop_pid kube-scheduler
 	start kube-scheduler "$NETNS" - "$K8S_BIN/kube-scheduler" --config="$CONF/scheduler.yaml" \
 		--authentication-kubeconfig="$KUBECONFIG_ADMIN" --authorization-kubeconfig="$KUBECONFIG_ADMIN" \
-		--bind-address=127.0.0.1 --profiling=false
+		--bind-address=127.0.0.1 --profiling=false --v=2
 	start kwok "$NETNS" - "$KWOK" --kubeconfig="$KUBECONFIG_ADMIN" --config="$CONF/kwok.yaml" \
 		--manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
 		--cidr=198.19.0.0/16 --node-ip=198.18.16.20 --server-address=127.0.0.1:10247

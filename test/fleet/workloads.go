@@ -163,6 +163,11 @@ type throughputResult struct {
 	Seconds       float64
 	PodsPerSecond float64
 	Unbound       int
+	// FailedScheduling counts the scheduler's FailedScheduling events for
+	// the burst's pods (each one an attempt that found no node, as the
+	// event recorder aggregates them); Reasons holds a few distinct ones.
+	FailedScheduling int
+	Reasons          []string
 }
 
 // burst creates n pods made by pod (labelled app=fleet) in ns from 32
@@ -226,7 +231,42 @@ func (f *fleet) burst(t *testing.T, ns string, n int, pod func(i int) *corev1.Po
 	if got > 0 {
 		res.Seconds, res.PodsPerSecond = secs, float64(got)/secs
 	}
+	res.FailedScheduling, res.Reasons = f.failedScheduling(ns, start)
 	return res
+}
+
+// failedScheduling sums the FailedScheduling events in ns since start and
+// returns a few distinct messages.
+func (f *fleet) failedScheduling(ns string, since time.Time) (int, []string) {
+	evs, err := f.admin.CoreV1().Events(ns).List(f.ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
+	if err != nil {
+		return 0, []string{err.Error()}
+	}
+	n := 0
+	seen := map[string]bool{}
+	var reasons []string
+	for _, e := range evs.Items {
+		last := e.LastTimestamp.Time
+		if e.Series != nil {
+			last = e.Series.LastObservedTime.Time
+		}
+		if last.IsZero() {
+			last = e.EventTime.Time
+		}
+		if last.Before(since) {
+			continue
+		}
+		c := int(e.Count)
+		if e.Series != nil {
+			c = max(c, int(e.Series.Count))
+		}
+		n += max(1, c)
+		if !seen[e.Message] && len(reasons) < 3 {
+			seen[e.Message] = true
+			reasons = append(reasons, e.Message)
+		}
+	}
+	return n, reasons
 }
 
 // deletePods deletes the selected pods and waits until they and their
