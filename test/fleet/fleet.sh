@@ -137,9 +137,8 @@ webhook_start() {
 		--config="$E2E_DIR/webhook/config.yaml" --cert-dir="$E2E_DIR/webhook" \
 		--host="${WEBHOOK_IPS[$i]}" --port=9443 --namespace=ibkube-system --check-networks=false \
 		--cert-management=external --metrics-bind-address=0 --health-probe-bind-address="${WEBHOOK_IPS[$i]}:8081"
-	# The harness that calls this runs at the lowest priority (fleet.mk);
-	# the webhook is part of the control plane's admission path and runs at
-	# the API server's.
+	# The webhook is on the control plane's admission path: it runs at the
+	# API server's priority, whatever the caller's.
 	renice -n "$(ps -o ni= -p "$(cat "$PID_DIR/kube-apiserver.pid")")" -p "$(cat "$PID_DIR/webhook-$i.pid")" >/dev/null
 }
 

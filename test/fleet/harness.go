@@ -217,6 +217,10 @@ func (f *fleet) startAgents(t *testing.T) {
 			}
 		}
 		pub := seen.count()
+		if ready == len(f.nodes) && pub < len(f.nodes) {
+			f.publishedFromList(seen)
+			pub = seen.count()
+		}
 		return ready == len(f.nodes) && pub == len(f.nodes), fmt.Sprintf("%d Ready, %d published of %d", ready, pub, len(f.nodes))
 	})
 	seen.stop()
@@ -244,6 +248,7 @@ func (f *fleet) startAgents(t *testing.T) {
 		reqs += r.counter.total.Load()
 	}
 	f.report.StartupRequestsPerNode = float64(reqs) / float64(len(f.nodes))
+	f.report.PublishedFromList = seen.fromList
 	t.Logf("agents: all Ready and published in %s; DRA slices p50 %.1fs p99 %.1fs; capacity p50 %.1fs p99 %.1fs",
 		time.Since(start).Round(time.Second), pct(pubDRA).P50, pct(pubDRA).P99, pct(pubDP).P50, pct(pubDP).P99)
 	if f.report.ReadyBeforePublished > 0 {

@@ -296,6 +296,8 @@ type publishedWatch struct {
 	mu     sync.Mutex
 	first  map[string]time.Time
 	cancel context.CancelFunc
+	// fromList: nodes the watches missed, timed from the API's records.
+	fromList int
 }
 
 func (p *publishedWatch) count() int {
@@ -317,6 +319,47 @@ func (p *publishedWatch) mark(node string) {
 	defer p.mu.Unlock()
 	if _, ok := p.first[node]; !ok {
 		p.first[node] = time.Now()
+	}
+}
+
+// publishedFromList fills in the nodes the watches have not shown (a watch
+// the API server closed on a starved client, for instance) from what the
+// API server recorded: a DRA node's slices' creation time (its first
+// publication: the latest over its slices), a device-plugin node's last
+// status write by its agent (the one capacity patch of its start). Both have
+// a resolution of one second.
+func (f *fleet) publishedFromList(p *publishedWatch) {
+	slices, err := f.admin.ResourceV1().ResourceSlices().List(f.ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	created := map[string]time.Time{}
+	for _, s := range slices.Items {
+		if s.Spec.NodeName == nil || len(s.Spec.Devices) == 0 {
+			continue
+		}
+		if c := s.CreationTimestamp.Time; c.After(created[*s.Spec.NodeName]) {
+			created[*s.Spec.NodeName] = c
+		}
+	}
+	nodes, err := f.admin.CoreV1().Nodes().List(f.ctx, metav1.ListOptions{LabelSelector: labelMode + "=" + contract.AllocationDevicePlugin})
+	if err != nil {
+		return
+	}
+	for _, n := range nodes.Items {
+		for _, m := range n.ManagedFields {
+			if m.Subresource == "status" && strings.HasPrefix(m.Manager, "ibkube-node-agent") && m.Time != nil {
+				created[n.Name] = m.Time.Time
+			}
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name, at := range created {
+		if _, ok := p.first[name]; !ok {
+			p.first[name] = at
+			p.fromList++
+		}
 	}
 }
 
