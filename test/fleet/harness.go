@@ -212,7 +212,7 @@ func (f *fleet) startAgents(t *testing.T) {
 	f.waitFor(t, "every agent Ready and its devices published", 15*time.Minute, func() (bool, string) {
 		ready := 0
 		for _, r := range runs {
-			if r.readyAt.Load() != 0 && (r.driver == nil || r.devicesAtReady.Load() >= 0) {
+			if r.readyAt.Load() != 0 && (r.driver == nil || r.devicesAtReady.Load() != -1) {
 				ready++
 			}
 		}
@@ -232,7 +232,10 @@ func (f *fleet) startAgents(t *testing.T) {
 		if n.mode == contract.AllocationDRA {
 			readyDRA, pubDRA = append(readyDRA, rd), append(pubDRA, pd)
 			// Ready must never come before the API holds the slices.
-			if r.devicesAtReady.Load() <= 0 {
+			switch d := r.devicesAtReady.Load(); {
+			case d == -2:
+				f.report.ReadyCheckFailed++
+			case d <= 0:
 				f.report.ReadyBeforePublished++
 			}
 		} else {
@@ -248,7 +251,9 @@ func (f *fleet) startAgents(t *testing.T) {
 		reqs += r.counter.total.Load()
 	}
 	f.report.StartupRequestsPerNode = float64(reqs) / float64(len(f.nodes))
-	f.report.PublishedFromList = seen.fromList
+	seen.mu.Lock()
+	f.report.PublishedFromList, f.report.PublishedLate = seen.fromList, seen.late
+	seen.mu.Unlock()
 	t.Logf("agents: all Ready and published in %s; DRA slices p50 %.1fs p99 %.1fs; capacity p50 %.1fs p99 %.1fs",
 		time.Since(start).Round(time.Second), pct(pubDRA).P50, pct(pubDRA).P99, pct(pubDP).P50, pct(pubDP).P99)
 	if f.report.ReadyBeforePublished > 0 {

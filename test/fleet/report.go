@@ -15,7 +15,13 @@ type report struct {
 	ReadyBeforePublished   int
 	// PublishedFromList: nodes whose publication the harness's watches
 	// missed, timed from the API's records instead (1 s resolution).
-	PublishedFromList              int
+	PublishedFromList int
+	// PublishedLate: nodes whose first watch event came late (a reopened
+	// watch), timed from the API's records as well.
+	PublishedLate int
+	// ReadyCheckFailed: DRA agents whose slices the harness could not list
+	// when they turned Ready (neither a pass nor a violation).
+	ReadyCheckFailed               int
 	SteadyRequestsPerNodePerSecond float64
 	Throughput                     map[string]throughputResult
 	// PartitionAffinity: jobs through the webhook, which adds the

@@ -296,8 +296,9 @@ type publishedWatch struct {
 	mu     sync.Mutex
 	first  map[string]time.Time
 	cancel context.CancelFunc
-	// fromList: nodes the watches missed, timed from the API's records.
-	fromList int
+	// fromList: nodes the watches missed, timed from the API's records;
+	// late: nodes whose first event came late, timed the same way.
+	fromList, late int
 }
 
 func (p *publishedWatch) count() int {
@@ -314,12 +315,38 @@ func (p *publishedWatch) at(node string) time.Time {
 
 func (p *publishedWatch) stop() { p.cancel() }
 
-func (p *publishedWatch) mark(node string) {
+// mark notes node's devices as published at the API server's record of
+// it (recorded: a slice's creation, the agent's status write; 1 s
+// resolution) when the event comes more than lateAfter after it, as the
+// first events of a watch the API server closed and the harness reopened
+// do, else when the event came.
+func (p *publishedWatch) mark(node string, recorded time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.first[node]; !ok {
-		p.first[node] = time.Now()
+		at := time.Now()
+		if !recorded.IsZero() && at.Sub(recorded) > lateAfter {
+			at = recorded
+			p.late++
+		}
+		p.first[node] = at
 	}
+}
+
+// lateAfter: an event this long after the API's record of what it shows
+// came late (the record has a resolution of one second).
+const lateAfter = 2 * time.Second
+
+// agentStatusWrite is when the agent last wrote the Node's status (the
+// simulated kubelet's capacity patch, through the agent's client).
+func agentStatusWrite(n *corev1.Node) time.Time {
+	var at time.Time
+	for _, m := range n.ManagedFields {
+		if m.Subresource == "status" && strings.HasPrefix(m.Manager, "ibkube-node-agent") && m.Time != nil {
+			at = m.Time.Time
+		}
+	}
+	return at
 }
 
 // publishedFromList fills in the nodes the watches have not shown (a watch
@@ -346,11 +373,9 @@ func (f *fleet) publishedFromList(p *publishedWatch) {
 	if err != nil {
 		return
 	}
-	for _, n := range nodes.Items {
-		for _, m := range n.ManagedFields {
-			if m.Subresource == "status" && strings.HasPrefix(m.Manager, "ibkube-node-agent") && m.Time != nil {
-				created[n.Name] = m.Time.Time
-			}
+	for i := range nodes.Items {
+		if at := agentStatusWrite(&nodes.Items[i]); !at.IsZero() {
+			created[nodes.Items[i].Name] = at
 		}
 	}
 	p.mu.Lock()
@@ -376,7 +401,7 @@ func (f *fleet) watchPublished(since time.Time) *publishedWatch {
 			for ev := range w.ResultChan() {
 				s, ok := ev.Object.(*resourceapi.ResourceSlice)
 				if ok && ev.Type != watch.Deleted && s.Spec.NodeName != nil && len(s.Spec.Devices) > 0 {
-					p.mark(*s.Spec.NodeName)
+					p.mark(*s.Spec.NodeName, s.CreationTimestamp.Time)
 				}
 			}
 		}
@@ -395,7 +420,7 @@ func (f *fleet) watchPublished(since time.Time) *publishedWatch {
 				}
 				for r := range n.Status.Allocatable {
 					if strings.HasPrefix(string(r), "rdma/") {
-						p.mark(n.Name)
+						p.mark(n.Name, agentStatusWrite(n))
 						break
 					}
 				}
