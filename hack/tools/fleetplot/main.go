@@ -234,8 +234,8 @@ func requestsPlot(r report, _ []report) (*plot.Plot, error) {
 
 func faultsPlot(r report, _ []report) (*plot.Plot, error) {
 	a, c := r.Admission.Kill, r.Admission.Crash
-	return bars(fmt.Sprintf("Faults at %d nodes (goal 0 each)", r.Nodes), "pods",
-		[]string{"stranded (rollout)", "bound, agent down", "refused (deleted)", "unmutated (deleted)", "refused (SIGKILL)", "unmutated (SIGKILL)"},
+	return bars(fmt.Sprintf("Faults at %d nodes (goal 0 each): rollout; webhook replica deleted, SIGKILLed", r.Nodes), "pods",
+		[]string{"stranded", "bound, no agent", "refused, del.", "unmutated, del.", "refused, KILL", "unmutated, KILL"},
 		[]series{{"pods", []float64{float64(r.Rollout.Stranded), float64(r.Rollout.BoundWhileAgentDown),
 			float64(a.Refused), float64(a.Unmutated), float64(c.Refused), float64(c.Unmutated)}, blue}})
 }
