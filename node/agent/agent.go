@@ -251,17 +251,18 @@ loop:
 	return runErr
 }
 
-// publishWaiter is a Server that can tell when what it serves is visible
-// to the scheduler (the DRA driver: its ResourceSlices are in the API).
+// publishWaiter is a Server that can tell when what it serves is usable:
+// the DRA driver once its ResourceSlices are in the API, the device plugins
+// once the kubelet has been sent their device lists.
 type publishWaiter interface {
 	Published(ctx context.Context) error
 }
 
-// readyWhenPublished reports Ready at once for a server that cannot tell
-// (the device plugins: the kubelet publishes their capacity), else only once
-// the server's devices are published: a DaemonSet rollout counts a Ready pod
-// as available and moves on, and the scheduler cannot place pods on the
-// node's devices before.
+// readyWhenPublished reports Ready at once for a server that cannot tell,
+// else only once the server's devices are published: a DaemonSet rollout
+// counts a Ready pod as available and moves on, and pods placed on the
+// node's devices before would be refused (DRA: unschedulable; device
+// plugins: the kubelet still holds the old server's devices unhealthy).
 func (a *Agent) readyWhenPublished(ctx context.Context, srv Server, launch func(string, func(context.Context) error)) {
 	w, ok := srv.(publishWaiter)
 	if !ok {

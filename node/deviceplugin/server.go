@@ -139,11 +139,29 @@ func NewManager(opts Options, specs []Spec) *Manager {
 			grants:    opts.Grants,
 			changed:   make(chan struct{}),
 			kick:      make(chan struct{}, 1),
+			listed:    make(chan struct{}),
 		}
 		p.setPool(s.Pool)
 		m.plugins = append(m.plugins, p)
 	}
 	return m
+}
+
+// Published returns once the kubelet has been sent every plugin's device
+// list, or with ctx's error. Until then the node's capacity for these
+// resources is not the kubelet's to admit pods on: after an agent's
+// restart the kubelet holds the old server's devices as unhealthy, and a
+// pod placed meanwhile (the Node's allocatable still showing the old count)
+// is refused at admission with UnexpectedAdmissionError.
+func (m *Manager) Published(ctx context.Context) error {
+	for _, p := range m.plugins {
+		select {
+		case <-p.listed:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the kubelet to list %s: %w", p.resource, ctx.Err())
+		}
+	}
+	return nil
 }
 
 // SocketName is the stem of a resource's plugin socket names:
@@ -322,6 +340,12 @@ type plugin struct {
 
 	srv  *grpc.Server  // owned by Manager.Run's goroutine
 	kick chan struct{} // asks the registrar to (re-)register now
+
+	// listed is closed once a kubelet has been sent the device list
+	// (ListAndWatch's first answer): from then on its device manager
+	// admits pods onto these devices.
+	listed     chan struct{}
+	listedOnce sync.Once
 
 	// starts counts the servers start has opened; registered is the
 	// registration (kubelet.sock instance, server) the kubelet last
@@ -614,6 +638,7 @@ func (p *plugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[p
 		if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
 			return fmt.Errorf("send device list: %w", err)
 		}
+		p.listedOnce.Do(func() { close(p.listed) })
 		p.log.V(1).Info("sent device list", "devices", len(devs))
 		select {
 		case <-changed:

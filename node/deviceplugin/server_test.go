@@ -502,3 +502,38 @@ func TestIsSocketOf(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishedOnceTheKubeletHasTheLists: until a kubelet has been sent
+// every plugin's device list the manager is not published (the agent's
+// readiness waits on it); once the kubelet has them it is.
+func TestPublishedOnceTheKubeletHasTheLists(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m := NewManager(Options{SocketDir: dir, Logger: testr.New(t), RetryPeriod: time.Hour},
+		specs(resource.Build(config.Default(), testNode(), resource.Options{})))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	servingPlugins(t, dir)
+	gone, stop := context.WithCancel(context.Background())
+	stop()
+	if err := m.Published(gone); err == nil {
+		t.Fatal("published while no kubelet has been sent a device list")
+	}
+	stub, err := kubeletstub.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stub.Stop()
+	for _, r := range []string{"rdma/ib", "rdma/shared_ib"} {
+		if _, err := stub.WaitList(r, wait, func([]*pluginapi.Device) bool { return true }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	within, cancelWithin := context.WithTimeout(context.Background(), wait)
+	defer cancelWithin()
+	if err := m.Published(within); err != nil {
+		t.Errorf("the kubelet has both lists: %v", err)
+	}
+}

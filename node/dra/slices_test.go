@@ -15,8 +15,10 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/dra/slice"
+	"github.com/ibkube/ibkube/node/resource"
 )
 
 // TestResourcesGolden pins the ResourceSlice content of real machines: the
@@ -277,5 +279,51 @@ func TestRateGbps(t *testing.T) {
 		if got != want || ok != (want > 0) {
 			t.Errorf("RateGbps(%q) = %d, %v; want %d", in, got, ok, want)
 		}
+	}
+}
+
+// TestSlicesManyHCAs: a node with more HCAs than a counter set may hold
+// (32) gets further sets ("hcas-1"), every device consuming a counter of a
+// set that holds it, and slices within the API's limits.
+func TestSlicesManyHCAs(t *testing.T) {
+	t.Parallel()
+	var n inventory.Node
+	for i := range 40 {
+		n.HCAs = append(n.HCAs, inventory.HCA{
+			Name: fmt.Sprintf("mlx5_%d", i), VendorID: "15b3", NUMANode: i / 20, Healthy: true,
+			Ports:       []inventory.Port{{Number: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: "InfiniBand"}},
+			CharDevices: []inventory.CharDevice{{Name: fmt.Sprintf("uverbs%d", i), Present: true}},
+		})
+	}
+	n.RDMACM = &inventory.CharDevice{Name: "rdma_cm", Present: true}
+	m := resource.Build(config.Default(), n, resource.Options{HostDevRoot: "/dev"})
+	counters := map[string]map[string]bool{}
+	var devices int
+	for _, s := range slice.Slices(m, slice.NodeFacts{Name: "node-0"}) {
+		if len(s.SharedCounters) > resourceapi.ResourceSliceMaxCounterSets || len(s.Devices) > resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures {
+			t.Errorf("a slice has %d counter sets and %d devices", len(s.SharedCounters), len(s.Devices))
+		}
+		for _, cs := range s.SharedCounters {
+			if len(cs.Counters) > resourceapi.ResourceSliceMaxCountersPerCounterSet {
+				t.Errorf("counter set %s has %d counters", cs.Name, len(cs.Counters))
+			}
+			counters[cs.Name] = map[string]bool{}
+			for name := range cs.Counters {
+				counters[cs.Name][name] = true
+			}
+		}
+		for _, d := range s.Devices {
+			devices++
+			for _, c := range d.ConsumesCounters {
+				for name := range c.Counters {
+					if !counters[c.CounterSet][name] {
+						t.Errorf("%s consumes %s/%s, which no counter slice before it holds", d.Name, c.CounterSet, name)
+					}
+				}
+			}
+		}
+	}
+	if len(counters) != 2 || len(counters["hcas"]) != 32 || len(counters["hcas-1"]) != 8 || devices != 80 {
+		t.Errorf("counter sets %v, %d devices; want hcas (32) and hcas-1 (8), 80 devices", counters, devices)
 	}
 }

@@ -81,7 +81,9 @@ func (f *fleet) admission(t *testing.T) {
 	res.Webhook.AddedP99Ms = res.Webhook.LatencyMs.P99 - base.LatencyMs.P99
 	res.WebhookPaced = f.admitPaced(t, admitNS, "whp")
 	res.WebhookPaced.AddedP99Ms = res.WebhookPaced.LatencyMs.P99 - res.BaselinePaced.LatencyMs.P99
-	res.Kill = f.killReplicas(t)
+	f.partitionAffinity(t)
+	res.Kill = f.killReplicas(t, replicaDeleted)
+	res.Crash = f.killReplicas(t, replicaCrashed)
 	f.webhookDown(t)
 	f.policyUp(t)
 	res.Policy = f.admitBurst(t, admitNS, "pol")
@@ -91,16 +93,28 @@ func (f *fleet) admission(t *testing.T) {
 	f.report.Admission = res
 	t.Logf("admission bursts: baseline %.0f pods/s p99 %.1f ms; webhook %.0f pods/s +%.1f ms p99; policy %.0f pods/s +%.1f ms p99",
 		base.PodsPerSecond, base.LatencyMs.P99, res.Webhook.PodsPerSecond, res.Webhook.AddedP99Ms, res.Policy.PodsPerSecond, res.Policy.AddedP99Ms)
-	t.Logf("admission at %.0f pods/s: baseline p99 %.1f ms; webhook +%.1f ms p99; policy +%.1f ms p99; replica kills (%d): %d refused, %d unmutated of %d",
-		pacedRate, res.BaselinePaced.LatencyMs.P99, res.WebhookPaced.AddedP99Ms, res.PolicyPaced.AddedP99Ms,
-		res.Kill.Kills, res.Kill.Refused, res.Kill.Unmutated, res.Kill.Pods)
+	t.Logf("admission at %.0f pods/s: baseline p99 %.1f ms; webhook +%.1f ms p99; policy +%.1f ms p99",
+		pacedRate, res.BaselinePaced.LatencyMs.P99, res.WebhookPaced.AddedP99Ms, res.PolicyPaced.AddedP99Ms)
+	for _, k := range []killResult{res.Kill, res.Crash} {
+		t.Logf("webhook replica taken down every 30 s (%s, %d times): %d refused, %d unmutated of %d; %v",
+			k.Fault, k.Kills, k.Refused, k.Unmutated, k.Pods, k.Errors)
+	}
 	for name, b := range map[string]burstResult{"webhook": res.Webhook, "policy": res.Policy, "webhook paced": res.WebhookPaced, "policy paced": res.PolicyPaced} {
 		if b.Refused+b.Unmutated > 0 {
 			t.Errorf("%s burst: %d refused, %d unmutated of %d", name, b.Refused, b.Unmutated, b.Pods)
 		}
 	}
 	if res.Kill.Refused+res.Kill.Unmutated > 0 {
-		t.Errorf("while webhook replicas were killed: %d refused, %d unmutated of %d (goal 0)", res.Kill.Refused, res.Kill.Unmutated, res.Kill.Pods)
+		t.Errorf("while webhook replicas were deleted: %d refused, %d unmutated of %d (goal 0)", res.Kill.Refused, res.Kill.Unmutated, res.Kill.Pods)
+	}
+	// A SIGKILLed replica refuses the admissions the API server sends it
+	// before its address leaves the endpoints: the API server does not
+	// retry a webhook call whose connection was refused or reset
+	// (k8s.io/apiserver admission/plugin/webhook/mutating dispatcher), and
+	// the chart's failurePolicy is Fail. The figure is reported; a pod
+	// admitted unmutated would be ibkube's fault and fails the run.
+	if res.Crash.Unmutated > 0 {
+		t.Errorf("while webhook replicas were SIGKILLed: %d of %d pods admitted unmutated (goal 0)", res.Crash.Unmutated, res.Crash.Pods)
 	}
 }
 
@@ -111,7 +125,8 @@ type admissionResult struct {
 	// Paced: pacedRate pods per second, what admission adds to one create.
 	PacedRate                                float64
 	BaselinePaced, WebhookPaced, PolicyPaced burstResult
-	Kill                                     killResult
+	// Kill: replicas deleted as pods are; Crash: replicas SIGKILLed.
+	Kill, Crash killResult
 }
 
 // pacedRate is well below what this control plane takes in a burst.
@@ -167,6 +182,7 @@ type burstResult struct {
 }
 
 type killResult struct {
+	Fault                           string
 	Pods, Refused, Unmutated, Kills int
 	Seconds                         float64
 	Errors                          []string
@@ -283,14 +299,44 @@ func (f *fleet) waitMutated(t *testing.T) {
 	f.deletePods(t, admitNS, "app=admit")
 }
 
-// killReplicas: a steady stream of annotated pods while one replica at a
-// time is deleted every 30 s as the kubelet deletes a pod: its address
-// leaves the Endpoints and the process gets SIGTERM at the same moment;
-// the new replica joins the Endpoints once its /readyz answers.
-func (f *fleet) killReplicas(t *testing.T) killResult {
+// replicaFault is how killReplicas takes a webhook replica down.
+type replicaFault int
+
+const (
+	// replicaDeleted: the replica's pod is deleted (a rollout, a drain,
+	// an eviction): its address leaves the Endpoints and the process gets
+	// SIGTERM at the same moment; the webhook drains for 5 s (the chart's
+	// preStop sleep and its own shutdown grace).
+	replicaDeleted replicaFault = iota
+	// replicaCrashed: the process dies at once (SIGKILL: an OOM kill, a
+	// node's kernel, a crash). Its address stays in the Endpoints until
+	// the kubelet notices the container is gone (crashNotice) and the
+	// pod turns NotReady; the kubelet then restarts the container.
+	replicaCrashed
+)
+
+func (k replicaFault) String() string {
+	if k == replicaCrashed {
+		return "SIGKILL"
+	}
+	return "pod deleted"
+}
+
+// crashNotice stands for the time from a container's death to its pod's
+// address leaving the Service's endpoints: the kubelet's PLEG relists
+// containers every second (pkg/kubelet/pleg/generic.go, relist period 1 s),
+// its status manager then writes the pod NotReady and the endpoints
+// controller drops the address; the harness's own Endpoints update adds
+// that write's latency on top.
+const crashNotice = time.Second
+
+// killReplicas: a steady stream of annotated pods (10 per second) while one
+// replica at a time is taken down every 30 s as fault says; the new
+// replica joins the Endpoints once its /readyz answers.
+func (f *fleet) killReplicas(t *testing.T, fault replicaFault) killResult {
 	ctx, cancel := context.WithTimeout(f.ctx, f.s.webhookStream)
 	defer cancel()
-	var res killResult
+	res := killResult{Fault: fault.String()}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -310,8 +356,14 @@ func (f *fleet) killReplicas(t *testing.T) killResult {
 					rest = append(rest, ip)
 				}
 			}
-			go f.setEndpoints(t, rest)
-			f.script(t, "webhook-stop", fmt.Sprint(i))
+			if fault == replicaCrashed {
+				f.script(t, "webhook-stop", fmt.Sprint(i), "KILL")
+				time.Sleep(crashNotice)
+				f.setEndpoints(t, rest)
+			} else {
+				go f.setEndpoints(t, rest)
+				f.script(t, "webhook-stop", fmt.Sprint(i))
+			}
 			f.script(t, "webhook-start", fmt.Sprint(i))
 			if err := f.replicaReady(i, time.Minute); err != nil {
 				t.Errorf("webhook replica %d after its restart: %v", i, err)
@@ -338,7 +390,7 @@ func (f *fleet) killReplicas(t *testing.T) killResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, err := f.admin.CoreV1().Pods(admitNS).Create(f.ctx, admitPod(fmt.Sprintf("kill-%05d", i)), metav1.CreateOptions{})
+			got, err := f.admin.CoreV1().Pods(admitNS).Create(f.ctx, admitPod(fmt.Sprintf("kill-%d-%05d", fault, i)), metav1.CreateOptions{})
 			mu.Lock()
 			defer mu.Unlock()
 			res.Pods++

@@ -4,6 +4,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -100,7 +102,8 @@ type agentRun struct {
 	started time.Time
 	readyAt atomic.Int64 // unix nanos, 0 until Ready
 	// devicesAtReady: the devices the API held for the node when the
-	// agent became Ready (DRA), -1 until then.
+	// agent became Ready (DRA), -1 until then, -2 if the API could not be
+	// asked.
 	devicesAtReady atomic.Int64
 }
 
@@ -163,6 +166,20 @@ func (l nodeLabels) NodeLabels(ctx context.Context, name string) (map[string]str
 	return n.Labels, nil
 }
 
+// PatchNodeLabels is the agent's partition label write through its own
+// client, as cmd/ibkube-node-agent does it: a JSON merge patch of the
+// labels alone.
+func (l nodeLabels) PatchNodeLabels(ctx context.Context, node string, set map[string]*string) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": set}})
+	if err != nil {
+		return err
+	}
+	if _, err := l.cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ibkube-node-agent"}); err != nil {
+		return fmt.Errorf("label node %s: %w", node, err)
+	}
+	return nil
+}
+
 // startAgent starts an agent for n as its DaemonSet pod would: its own
 // client, the gate check and the DRA driver in DRA mode, the device plugin
 // side (simulated kubelet included) otherwise.
@@ -183,7 +200,7 @@ func (f *fleet) startAgent(n *simNode, podUID string) (*agentRun, error) {
 	scanner := noHints{discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(n.dir), DevRoot: fixture.DevRoot(n.dir), PortPoll: -1, Logger: log})}
 	acfg := agent.Config{
 		Agent: f.agentConfig, Scanner: scanner, SysfsRoot: fixture.SysfsRoot(n.dir),
-		StateDir: filepath.Join(n.dir, "state"), NodeName: n.name, Nodes: nodeLabels{cs},
+		StateDir: filepath.Join(n.dir, "state"), NodeName: n.name, Nodes: nodeLabels{cs}, Labels: nodeLabels{cs},
 	}
 	if n.mode == contract.AllocationDRA {
 		if err := dra.CheckGates(ctx, cs.ResourceV1().DeviceClasses(), cs.ResourceV1().ResourceSlices(), n.name, true); err != nil {
@@ -225,14 +242,23 @@ func (f *fleet) startAgent(n *simNode, podUID string) (*agentRun, error) {
 		if r.driver != nil {
 			// What the scheduler sees the moment the agent says Ready.
 			sel := fields.Set{resourceapi.ResourceSliceSelectorNodeName: n.name, resourceapi.ResourceSliceSelectorDriver: contract.DRADriverName}
-			list, err := f.admin.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
-			devices := 0
-			if err == nil {
-				for _, s := range list.Items {
-					devices += len(s.Spec.Devices)
+			// A failed list says nothing about the slices: it is retried,
+			// and one that keeps failing is recorded as unknown (-2), not
+			// as a node without devices.
+			devices := int64(-2)
+			for try := 0; try < 5 && ctx.Err() == nil; try++ {
+				list, err := f.admin.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
+				if err != nil {
+					time.Sleep(200 * time.Millisecond)
+					continue
 				}
+				devices = 0
+				for _, s := range list.Items {
+					devices += int64(len(s.Spec.Devices))
+				}
+				break
 			}
-			r.devicesAtReady.Store(int64(devices))
+			r.devicesAtReady.Store(devices)
 		}
 	}()
 	n.mu.Lock()
@@ -256,17 +282,41 @@ func (r *agentRun) stop() error {
 	return err
 }
 
-// fixtures builds every node's fixture tree (a copy per node, since ports
-// flap per node).
-func buildFixture(n *simNode) error {
+// buildFixture builds a node's fixture tree (a copy per node, since ports
+// flap per node) and gives its InfiniBand ports the tenant key of the node's
+// scale set (partitionKey) besides the default partition, as Azure does
+// ("Discover partition keys": each VM's ports hold the default key and the
+// one key of its scale set or availability set).
+func buildFixture(n *simNode, nodes int) error {
 	if err := os.RemoveAll(n.dir); err != nil {
 		return err
 	}
 	if err := fixture.Build(n.dir, n.machine.fixture); err != nil {
 		return fmt.Errorf("fixture %s for %s: %w", n.machine.fixture, n.name, err)
 	}
+	ps, err := ports(n)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if p.port.LinkLayer != inventory.LinkLayerInfiniBand {
+			continue
+		}
+		if err := fixture.SetPKeys(n.dir, p.hca.Name, p.port.Number, partitionKey(n.index, nodes), "0x7fff"); err != nil {
+			return fmt.Errorf("partition key of %s: %w", n.name, err)
+		}
+	}
 	return os.MkdirAll(filepath.Join(n.dir, "state"), 0o755)
 }
+
+// partitionKey is the tenant key of node i's scale set: the fleet is ten
+// scale sets of consecutive nodes (at least ten nodes each), each of the
+// machine mix.
+func partitionKey(i, nodes int) string {
+	return fmt.Sprintf("0x%04x", 0x8001+i/partitionSize(nodes))
+}
+
+func partitionSize(nodes int) int { return max(10, nodes/10) }
 
 // ports lists the node's HCA ports (device, port number) as its fixture
 // has them.

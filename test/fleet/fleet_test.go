@@ -49,10 +49,14 @@ func TestFleet(t *testing.T) {
 	go f.kubelet.run(ctx, workNS)
 	// Each phase's figures are written as soon as it ends, so a run cut
 	// short keeps what it measured.
-	for _, phase := range []func(*testing.T){
+	phases := []func(*testing.T){
 		f.measureSteady, func(t *testing.T) { f.measureStorage(t, "agents") },
-		f.throughput, f.flapStorm, f.rollout, f.admission,
-	} {
+		f.surgeCheck, f.throughput, f.flapStorm, f.rollout, f.admission,
+	}
+	if s.startupOnly {
+		phases = phases[:2]
+	}
+	for _, phase := range phases {
 		f.report.APIServerRSSAfter = apiserverRSS(s.dir)
 		f.writeReport(t)
 		phase(t)

@@ -65,9 +65,17 @@ type report struct {
 		Baseline, Webhook, Policy                burst
 		PacedRate                                float64
 		BaselinePaced, WebhookPaced, PolicyPaced burst
-		Kill                                     struct{ Pods, Refused, Unmutated, Kills int }
+		Kill, Crash                              struct{ Pods, Refused, Unmutated, Kills int }
+	}
+	PartitionAffinity struct {
+		Pods                                     int
+		Seconds, PodsPerSecond                   float64
+		Unbound                                  int
+		Jobs, JobSize, Partitions, LabelledNodes int
+		SplitJobs, WithoutAffinity               int
 	}
 	ReadyBeforePublished int
+	PublishedFromList    int
 	Storage              []struct {
 		When        string
 		Slices      int
@@ -187,8 +195,10 @@ func throughputPlot(r report, _ []report) (*plot.Plot, error) {
 		got = append(got, r.Throughput[w].PodsPerSecond)
 		up = append(up, upstream[w])
 	}
+	got = append(got, r.PartitionAffinity.PodsPerSecond)
+	up = append(up, 0)
 	return bars(fmt.Sprintf("Scheduler throughput at %d nodes (pods/s)", r.Nodes), "pods/s",
-		[]string{"device plugin", "DRA extendedResourceName", "DRA claim", "claim + matchAttribute numaNode"},
+		[]string{"device plugin", "DRA ext. resource", "DRA claim", "claim + numaNode", "partition affinity"},
 		[]series{{"this fleet", got, blue}, {"upstream, 500 nodes", up, grey}})
 }
 
@@ -223,10 +233,11 @@ func requestsPlot(r report, _ []report) (*plot.Plot, error) {
 }
 
 func faultsPlot(r report, _ []report) (*plot.Plot, error) {
-	a := r.Admission.Kill
-	return bars(fmt.Sprintf("Faults at %d nodes (goal 0 each)", r.Nodes), "pods",
-		[]string{"stranded (rollout)", "bound, agent down", "refused (kills)", "unmutated (kills)"},
-		[]series{{"pods", []float64{float64(r.Rollout.Stranded), float64(r.Rollout.BoundWhileAgentDown), float64(a.Refused), float64(a.Unmutated)}, blue}})
+	a, c := r.Admission.Kill, r.Admission.Crash
+	return bars(fmt.Sprintf("Faults at %d nodes (goal 0 each): rollout; webhook replica deleted, SIGKILLed", r.Nodes), "pods",
+		[]string{"stranded", "bound, no agent", "refused, del.", "unmutated, del.", "refused, KILL", "unmutated, KILL"},
+		[]series{{"pods", []float64{float64(r.Rollout.Stranded), float64(r.Rollout.BoundWhileAgentDown),
+			float64(a.Refused), float64(a.Unmutated), float64(c.Refused), float64(c.Unmutated)}, blue}})
 }
 
 func admissionPlot(r report, _ []report) (*plot.Plot, error) {
@@ -277,8 +288,13 @@ func table(w io.Writer, r report, rs []report) {
 	ro := r.Rollout
 	fmt.Fprintf(w, "| rollout of every agent (batches of %d) under a pod stream | %d stranded, %d bound while their agent was down, %d prepared (delay p99 %.1f s), %.0f s | 0 stranded |\n",
 		ro.BatchSize, ro.Stranded, ro.BoundWhileAgentDown, ro.PodsPrepared, ro.PrepareDelay.P99, ro.Seconds)
+	pa := r.PartitionAffinity
+	fmt.Fprintf(w, "| scheduler throughput, jobs of %d pods with the webhook's partition affinity (%d partitions) | %.0f pods/s (%d pods in %.1f s); %d jobs split, %d pods unbound | 0 split |\n",
+		pa.JobSize, pa.Partitions, pa.PodsPerSecond, pa.Pods, pa.Seconds, pa.SplitJobs, pa.Unbound)
 	k := r.Admission.Kill
-	fmt.Fprintf(w, "| webhook replica killed every 30 s (%d kills) | %d refused, %d unmutated of %d | 0 |\n", k.Kills, k.Refused, k.Unmutated, k.Pods)
+	fmt.Fprintf(w, "| webhook replica deleted every 30 s (%d times, 10 pods/s) | %d refused, %d unmutated of %d | 0 |\n", k.Kills, k.Refused, k.Unmutated, k.Pods)
+	c := r.Admission.Crash
+	fmt.Fprintf(w, "| webhook replica SIGKILLed every 30 s (%d times, 10 pods/s) | %d refused, %d unmutated of %d | 0 |\n", c.Kills, c.Refused, c.Unmutated, c.Pods)
 	ad := r.Admission
 	fmt.Fprintf(w, "| admission at %.0f pods/s, webhook | p99 %.1f ms (+%.1f ms over no admission) | — |\n", ad.PacedRate, ad.WebhookPaced.LatencyMs.P99, ad.WebhookPaced.AddedP99Ms)
 	fmt.Fprintf(w, "| admission at %.0f pods/s, policy mode | p99 %.1f ms (+%.1f ms) | ≤ 5 ms added |\n", ad.PacedRate, ad.PolicyPaced.LatencyMs.P99, ad.PolicyPaced.AddedP99Ms)
@@ -286,6 +302,9 @@ func table(w io.Writer, r report, rs []report) {
 	fmt.Fprintf(w, "| admission burst, webhook | %.0f pods/s, p99 %.1f ms (+%.1f ms) | — |\n", ad.Webhook.PodsPerSecond, ad.Webhook.LatencyMs.P99, ad.Webhook.AddedP99Ms)
 	fmt.Fprintf(w, "| admission burst, policy mode | %.0f pods/s, p99 %.1f ms (+%.1f ms) | — |\n", ad.Policy.PodsPerSecond, ad.Policy.LatencyMs.P99, ad.Policy.AddedP99Ms)
 	fmt.Fprintf(w, "| DRA agents Ready before their slices were in the API | %d | 0 |\n", r.ReadyBeforePublished)
+	if r.PublishedFromList > 0 {
+		fmt.Fprintf(w, "| nodes the harness's watches missed at start, timed from the API's records (1 s resolution) | %d | — |\n", r.PublishedFromList)
+	}
 	for _, x := range rs {
 		for _, st := range x.Storage {
 			if st.When == "agents" {
