@@ -53,10 +53,10 @@ fleet: fleet-tools ## The fleet: FLEET_NODES (1000) KWOK nodes with real agents 
 	$(call fleet_run,$(FLEET_NODES),,$(FLEET_DIR)/report-$(FLEET_NODES).json)
 
 .PHONY: fleet-smoke
-fleet-smoke: fleet-tools ## make fleet's phases at 20 nodes, shortened (~3 min), checking the goals.
+fleet-smoke: fleet-tools ## make fleet's phases at 20 nodes, shortened (~5 min), checking the goals.
 	$(call fleet_run,20,1,$(FLEET_DIR)/report-smoke.json)
 
-# In `make test`: the smoke fleet, ~3 min once the tools are built.
+# In `make test`: the smoke fleet, ~5 min once the tools are built.
 TEST_TARGETS += fleet-smoke
 
 # The plots of docs/fleet.md, drawn by hack/tools/fleetplot (gonum/plot from
