@@ -36,10 +36,6 @@ fleet-down: ## Stop the fleet's control plane, KWOK and webhook replicas; delete
 
 # fleet_run NODES SMOKE REPORT: under the e2e lock (one e2e or fleet per
 # machine), a fresh control plane, the harness, the control plane down.
-# The harness (every simulated node's agent, the simulated kubelets, the
-# workload clients) runs at the lowest priority: on one machine it shares
-# the CPUs with the control plane it measures, which a real fleet's nodes
-# never do.
 define fleet_run
 	@exec 9>$(E2E_LOCK); flock 9; \
 	  $(FLEET_ENV) $(ROOT)/test/fleet/fleet.sh down >/dev/null 2>&1 || true; \
@@ -47,7 +43,7 @@ define fleet_run
 	  rc=0; cd $(ROOT)/test/fleet && $(FLEET_ENV) FLEET_KUBECONFIG=$(FLEET_DIR)/kubeconfig FLEET_DIR=$(FLEET_DIR) \
 	    FLEET_SCRIPT=$(ROOT)/test/fleet/fleet.sh FLEET_REPORT=$(3) FLEET_NODES=$(1) FLEET_SMOKE=$(2) \
 	    FLEET_CHART=$(ROOT)/charts/ibkube HELM=$(HELM) IBKUBE=$(BIN)/ibkube KUBECTL=$(KUBECTL) \
-	    nice -n 19 $(FLEET_TEST_BIN) -test.v -test.count=1 -test.timeout $(FLEET_TIMEOUT) -test.run '^TestFleet$$' || rc=$$?; \
+	    $(FLEET_TEST_BIN) -test.v -test.count=1 -test.timeout $(FLEET_TIMEOUT) -test.run '^TestFleet$$' || rc=$$?; \
 	  $(FLEET_ENV) $(ROOT)/test/fleet/fleet.sh down; \
 	  exit $$rc
 endef
@@ -57,10 +53,10 @@ fleet: fleet-tools ## The fleet: FLEET_NODES (1000) KWOK nodes with real agents 
 	$(call fleet_run,$(FLEET_NODES),,$(FLEET_DIR)/report-$(FLEET_NODES).json)
 
 .PHONY: fleet-smoke
-fleet-smoke: fleet-tools ## make fleet's phases at 20 nodes, shortened (~3 min), checking the goals.
+fleet-smoke: fleet-tools ## make fleet's phases at 20 nodes, shortened (~5 min), checking the goals.
 	$(call fleet_run,20,1,$(FLEET_DIR)/report-smoke.json)
 
-# In `make test`: the smoke fleet, ~3 min once the tools are built.
+# In `make test`: the smoke fleet, ~5 min once the tools are built.
 TEST_TARGETS += fleet-smoke
 
 # The plots of docs/fleet.md, drawn by hack/tools/fleetplot (gonum/plot from

@@ -30,7 +30,7 @@ import (
 // on the host (bound at /dev/ibk-e2e-fixture inside the node).
 const (
 	ndNode  = "ibkc-nd"  // ND H100 v5: 8 InfiniBand HCAs, 8 (fake) GPUs
-	hbNode  = "ibkc-hb"  // HB120rs_v3: 1 InfiniBand HCA, no GPU
+	hbNode  = "ibkc-hb"  // HB120rs_v3: 1 InfiniBand HCA, no GPU (hb2 is another)
 	ociNode = "ibkc-oci" // BM.GPU.H100.8: 16 RoCE ports (+2 front-end), 8 (fake) GPUs
 
 	roceRes = corev1.ResourceName("rdma/roce")
@@ -41,13 +41,14 @@ const (
 
 // clusterAllocatable is what each node must advertise, from the fixtures:
 // ndv5 has 8 InfiniBand VFs and one Ethernet VF (not a RoCE pool member:
-// device 101a); hb one InfiniBand VF; oci-h100 16 RoCE ConnectX-7 ports and
+// device 101a); hb and hb2 one InfiniBand VF each; oci-h100 16 RoCE ConnectX-7 ports and
 // two front-end ports the rdma/roce selector excludes by name. The HB node
 // runs the DRA agent, so it advertises in its ResourceSlice
 // (harness.advertised).
 var clusterAllocatable = map[string]map[corev1.ResourceName]int64{
 	ndNode:  {exclusiveRes: 8, roceRes: 0},
 	hbNode:  {exclusiveRes: 1, roceRes: 0},
+	hb2Node: {exclusiveRes: 1, roceRes: 0},
 	ociNode: {exclusiveRes: 0, roceRes: 16},
 }
 
@@ -92,6 +93,14 @@ func TestCluster(t *testing.T) {
 		{"c8-node-lost", false, 8 * time.Minute, testNodeLost},
 		{"c9-modes-side-by-side", true, 5 * time.Minute, testModesSideBySide},
 		{"c10-exclusive-left-out", true, 5 * time.Minute, testExclusiveLeftOut},
+		{"c11-partition-labels", true, time.Minute, testPartitionLabels},
+		{"c12-job-one-partition", true, 6 * time.Minute, testJobOnePartition},
+		{"c13-jobset-one-partition", true, 6 * time.Minute, testJobSetOnePartition},
+		{"c14-job-no-partition-fits", true, 6 * time.Minute, testJobNoPartitionFits},
+		{"c15-job-split-event", true, 5 * time.Minute, testJobSplitEvent},
+		{"c16-own-affinity-left-alone", true, 2 * time.Minute, testOwnAffinityLeftAlone},
+		{"c17-label-follows-fixture", true, 4 * time.Minute, testLabelFollowsFixture},
+		{"c18-scheduling-32-pods", true, 15 * time.Minute, testScheduling32},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			r := h.scenario(t, sc.name)
@@ -110,8 +119,10 @@ func (x *harness) helmCluster(ctx context.Context, args ...string) (string, erro
 	return run(ctx, x.helm, append(base, args...)...)
 }
 
-// c1: the chart on three nodes: webhook Ready, one agent per node, each node
-// advertising exactly its own fixture's pools.
+// c1: the chart on four nodes: webhook Ready, one agent per node, each node
+// advertising exactly its own fixture's pools, and labelled with its
+// partition (the figure: agent start to label, from a Node watch opened
+// before the install).
 func testClusterInstall(t *testing.T, st *clusterState) {
 	r := h.scenario(t, "c1-install")
 	ctx := ctxT(t, 8*time.Minute)
@@ -121,6 +132,7 @@ func testClusterInstall(t *testing.T, st *clusterState) {
 			skip(t, r, "%s", st.why)
 		}
 	}
+	labels := startLabelWatch(ctx)
 	start := time.Now()
 	if _, err := h.helmCluster(ctx); err != nil {
 		diag, _ := h.kubectlRun(ctx, "-n", releaseNS, "get", "pods,events", "-o", "wide")
@@ -131,8 +143,9 @@ func testClusterInstall(t *testing.T, st *clusterState) {
 	st.installed = true
 	// helm --wait may return before the DaemonSet's status counts every
 	// node's agent Ready.
-	// The device-plugin agent's DaemonSet on ND and OCI, the DRA agent's on
-	// HB (labelled infiniband.azure.com/allocation=dra by cluster.sh).
+	// The device-plugin agent's DaemonSet on ND, hb2 and OCI, the DRA
+	// agent's on HB (labelled infiniband.azure.com/allocation=dra by
+	// cluster.sh).
 	ready := map[string]int32{}
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		ds, err := h.cs.AppsV1().DaemonSets(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node-agent"})
@@ -142,10 +155,10 @@ func testClusterInstall(t *testing.T, st *clusterState) {
 		for _, d := range ds.Items {
 			ready[d.Labels["infiniband.azure.com/allocation"]] = d.Status.NumberReady
 		}
-		return ready["deviceplugin"] == 2 && ready["dra"] == 1, nil
+		return ready["deviceplugin"] == 3 && ready["dra"] == 1, nil
 	})
 	r.Figures["agents_ready"] = float64(ready["deviceplugin"] + ready["dra"])
-	check(t, r, err == nil, "agent DaemonSets: device plugin ready on %d of 2 nodes, DRA on %d of 1", ready["deviceplugin"], ready["dra"])
+	check(t, r, err == nil, "agent DaemonSets: device plugin ready on %d of 3 nodes, DRA on %d of 1", ready["deviceplugin"], ready["dra"])
 	ok := true
 	for node, want := range clusterAllocatable {
 		for res, n := range want {
@@ -158,12 +171,13 @@ func testClusterInstall(t *testing.T, st *clusterState) {
 			}
 		}
 	}
-	for _, node := range []string{ndNode, hbNode} {
+	for _, node := range []string{ndNode, hbNode, hb2Node} {
 		s, _ := h.advertised(ctx, node, sharedRes)
 		check(t, r, s > 0, "node %s allocatable %s is 0", node, sharedRes)
 	}
 	s, _ := h.nodeAllocatable(ctx, ociNode, sharedRes)
 	check(t, r, s == 0, "RoCE node %s advertises %s = %d (its pool selects InfiniBand ports)", ociNode, sharedRes, s)
+	partitionLabelFigures(ctx, t, r, labels)
 	st.agents = ok
 	if !ok {
 		st.why = "node allocatable does not match the fixtures"
@@ -194,10 +208,10 @@ func testPlacement(ctx context.Context, t *testing.T, r *Result) {
 		reason string
 	}{
 		{placementPod("ib-2", map[corev1.ResourceName]int64{exclusiveRes: 2}, nil), []string{ndNode}, "2 InfiniBand HCAs: only the ND node has more than one"},
-		{placementPod("ib-1", map[corev1.ResourceName]int64{exclusiveRes: 1}, nil), []string{ndNode, hbNode}, "1 InfiniBand HCA: ND (device plugin) or HB (DRA)"},
+		{placementPod("ib-1", map[corev1.ResourceName]int64{exclusiveRes: 1}, nil), []string{ndNode, hbNode, hb2Node}, "1 InfiniBand HCA: ND or hb2 (device plugin) or HB (DRA)"},
 		{placementPod("roce-4", map[corev1.ResourceName]int64{roceRes: 4}, nil), []string{ociNode}, "RoCE: only OCI"},
 		{placementPod("roce-gpu", map[corev1.ResourceName]int64{roceRes: 8, gpuRes: 8}, nil), []string{ociNode}, "RoCE with 8 GPUs: only OCI"},
-		{placementPod("shared", map[corev1.ResourceName]int64{sharedRes: 1}, nil), []string{ndNode, hbNode}, "the shared InfiniBand pool: ND (device plugin) or HB (DRA)"},
+		{placementPod("shared", map[corev1.ResourceName]int64{sharedRes: 1}, nil), []string{ndNode, hbNode, hb2Node}, "the shared InfiniBand pool: ND or hb2 (device plugin) or HB (DRA)"},
 		{placementPod("ib-9", map[corev1.ResourceName]int64{exclusiveRes: 9}, nil), nil, "9 InfiniBand HCAs: no node has them"},
 		{placementPod("ib-gpu", map[corev1.ResourceName]int64{exclusiveRes: 1, gpuRes: 1}, nil), []string{ndNode}, "InfiniBand with a GPU: only ND (HB has no GPU)"},
 	}

@@ -272,7 +272,7 @@ func (x *harness) binaryExists(cmd string) bool {
 	return err == nil && st.Mode().IsRegular()
 }
 
-// clusterSh runs test/e2e/node/cluster.sh CMD (the three-node harness) with
+// clusterSh runs test/e2e/node/cluster.sh CMD (the four-node harness) with
 // the harness environment.
 func (x *harness) clusterSh(ctx context.Context, args ...string) (string, error) {
 	return run(ctx, x.root+"/test/e2e/node/cluster.sh", args...)

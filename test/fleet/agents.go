@@ -102,7 +102,8 @@ type agentRun struct {
 	started time.Time
 	readyAt atomic.Int64 // unix nanos, 0 until Ready
 	// devicesAtReady: the devices the API held for the node when the
-	// agent became Ready (DRA), -1 until then.
+	// agent became Ready (DRA), -1 until then, -2 if the API could not be
+	// asked.
 	devicesAtReady atomic.Int64
 }
 
@@ -241,14 +242,23 @@ func (f *fleet) startAgent(n *simNode, podUID string) (*agentRun, error) {
 		if r.driver != nil {
 			// What the scheduler sees the moment the agent says Ready.
 			sel := fields.Set{resourceapi.ResourceSliceSelectorNodeName: n.name, resourceapi.ResourceSliceSelectorDriver: contract.DRADriverName}
-			list, err := f.admin.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
-			devices := 0
-			if err == nil {
-				for _, s := range list.Items {
-					devices += len(s.Spec.Devices)
+			// A failed list says nothing about the slices: it is retried,
+			// and one that keeps failing is recorded as unknown (-2), not
+			// as a node without devices.
+			devices := int64(-2)
+			for try := 0; try < 5 && ctx.Err() == nil; try++ {
+				list, err := f.admin.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
+				if err != nil {
+					time.Sleep(200 * time.Millisecond)
+					continue
 				}
+				devices = 0
+				for _, s := range list.Items {
+					devices += int64(len(s.Spec.Devices))
+				}
+				break
 			}
-			r.devicesAtReady.Store(int64(devices))
+			r.devicesAtReady.Store(devices)
 		}
 	}()
 	n.mu.Lock()

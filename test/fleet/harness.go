@@ -212,11 +212,15 @@ func (f *fleet) startAgents(t *testing.T) {
 	f.waitFor(t, "every agent Ready and its devices published", 15*time.Minute, func() (bool, string) {
 		ready := 0
 		for _, r := range runs {
-			if r.readyAt.Load() != 0 && (r.driver == nil || r.devicesAtReady.Load() >= 0) {
+			if r.readyAt.Load() != 0 && (r.driver == nil || r.devicesAtReady.Load() != -1) {
 				ready++
 			}
 		}
 		pub := seen.count()
+		if ready == len(f.nodes) && pub < len(f.nodes) {
+			f.publishedFromList(seen)
+			pub = seen.count()
+		}
 		return ready == len(f.nodes) && pub == len(f.nodes), fmt.Sprintf("%d Ready, %d published of %d", ready, pub, len(f.nodes))
 	})
 	seen.stop()
@@ -228,7 +232,10 @@ func (f *fleet) startAgents(t *testing.T) {
 		if n.mode == contract.AllocationDRA {
 			readyDRA, pubDRA = append(readyDRA, rd), append(pubDRA, pd)
 			// Ready must never come before the API holds the slices.
-			if r.devicesAtReady.Load() <= 0 {
+			switch d := r.devicesAtReady.Load(); {
+			case d == -2:
+				f.report.ReadyCheckFailed++
+			case d <= 0:
 				f.report.ReadyBeforePublished++
 			}
 		} else {
@@ -244,6 +251,9 @@ func (f *fleet) startAgents(t *testing.T) {
 		reqs += r.counter.total.Load()
 	}
 	f.report.StartupRequestsPerNode = float64(reqs) / float64(len(f.nodes))
+	seen.mu.Lock()
+	f.report.PublishedFromList, f.report.PublishedLate = seen.fromList, seen.late
+	seen.mu.Unlock()
 	t.Logf("agents: all Ready and published in %s; DRA slices p50 %.1fs p99 %.1fs; capacity p50 %.1fs p99 %.1fs",
 		time.Since(start).Round(time.Second), pct(pubDRA).P50, pct(pubDRA).P99, pct(pubDP).P50, pct(pubDP).P99)
 	if f.report.ReadyBeforePublished > 0 {

@@ -9,10 +9,19 @@ type report struct {
 	Smoke   bool
 	Machine machineInfo
 
-	NodesReadySeconds              float64
-	Startup                        map[string]percentiles
-	StartupRequestsPerNode         float64
-	ReadyBeforePublished           int
+	NodesReadySeconds      float64
+	Startup                map[string]percentiles
+	StartupRequestsPerNode float64
+	ReadyBeforePublished   int
+	// PublishedFromList: nodes whose publication the harness's watches
+	// missed, timed from the API's records instead (1 s resolution).
+	PublishedFromList int
+	// PublishedLate: nodes whose first watch event came late (a reopened
+	// watch), timed from the API's records as well.
+	PublishedLate int
+	// ReadyCheckFailed: DRA agents whose slices the harness could not list
+	// when they turned Ready (neither a pass nor a violation).
+	ReadyCheckFailed               int
 	SteadyRequestsPerNodePerSecond float64
 	Throughput                     map[string]throughputResult
 	// PartitionAffinity: jobs through the webhook, which adds the

@@ -163,6 +163,11 @@ type throughputResult struct {
 	Seconds       float64
 	PodsPerSecond float64
 	Unbound       int
+	// FailedScheduling counts the scheduler's FailedScheduling events for
+	// the burst's pods (each one an attempt that found no node, as the
+	// event recorder aggregates them); Reasons holds a few distinct ones.
+	FailedScheduling int
+	Reasons          []string
 }
 
 // burst creates n pods made by pod (labelled app=fleet) in ns from 32
@@ -226,7 +231,42 @@ func (f *fleet) burst(t *testing.T, ns string, n int, pod func(i int) *corev1.Po
 	if got > 0 {
 		res.Seconds, res.PodsPerSecond = secs, float64(got)/secs
 	}
+	res.FailedScheduling, res.Reasons = f.failedScheduling(ns, start)
 	return res
+}
+
+// failedScheduling sums the FailedScheduling events in ns since start and
+// returns a few distinct messages.
+func (f *fleet) failedScheduling(ns string, since time.Time) (int, []string) {
+	evs, err := f.admin.CoreV1().Events(ns).List(f.ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
+	if err != nil {
+		return 0, []string{err.Error()}
+	}
+	n := 0
+	seen := map[string]bool{}
+	var reasons []string
+	for _, e := range evs.Items {
+		last := e.LastTimestamp.Time
+		if e.Series != nil {
+			last = e.Series.LastObservedTime.Time
+		}
+		if last.IsZero() {
+			last = e.EventTime.Time
+		}
+		if last.Before(since) {
+			continue
+		}
+		c := int(e.Count)
+		if e.Series != nil {
+			c = max(c, int(e.Series.Count))
+		}
+		n += max(1, c)
+		if !seen[e.Message] && len(reasons) < 3 {
+			seen[e.Message] = true
+			reasons = append(reasons, e.Message)
+		}
+	}
+	return n, reasons
 }
 
 // deletePods deletes the selected pods and waits until they and their
@@ -256,6 +296,9 @@ type publishedWatch struct {
 	mu     sync.Mutex
 	first  map[string]time.Time
 	cancel context.CancelFunc
+	// fromList: nodes the watches missed, timed from the API's records;
+	// late: nodes whose first event came late, timed the same way.
+	fromList, late int
 }
 
 func (p *publishedWatch) count() int {
@@ -272,11 +315,76 @@ func (p *publishedWatch) at(node string) time.Time {
 
 func (p *publishedWatch) stop() { p.cancel() }
 
-func (p *publishedWatch) mark(node string) {
+// mark notes node's devices as published at the API server's record of
+// it (recorded: a slice's creation, the agent's status write; 1 s
+// resolution) when the event comes more than lateAfter after it, as the
+// first events of a watch the API server closed and the harness reopened
+// do, else when the event came.
+func (p *publishedWatch) mark(node string, recorded time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.first[node]; !ok {
-		p.first[node] = time.Now()
+		at := time.Now()
+		if !recorded.IsZero() && at.Sub(recorded) > lateAfter {
+			at = recorded
+			p.late++
+		}
+		p.first[node] = at
+	}
+}
+
+// lateAfter: an event this long after the API's record of what it shows
+// came late (the record has a resolution of one second).
+const lateAfter = 2 * time.Second
+
+// agentStatusWrite is when the agent last wrote the Node's status (the
+// simulated kubelet's capacity patch, through the agent's client).
+func agentStatusWrite(n *corev1.Node) time.Time {
+	var at time.Time
+	for _, m := range n.ManagedFields {
+		if m.Subresource == "status" && strings.HasPrefix(m.Manager, "ibkube-node-agent") && m.Time != nil {
+			at = m.Time.Time
+		}
+	}
+	return at
+}
+
+// publishedFromList fills in the nodes the watches have not shown (a watch
+// the API server closed on a starved client, for instance) from what the
+// API server recorded: a DRA node's slices' creation time (its first
+// publication: the latest over its slices), a device-plugin node's last
+// status write by its agent (the one capacity patch of its start). Both have
+// a resolution of one second.
+func (f *fleet) publishedFromList(p *publishedWatch) {
+	slices, err := f.admin.ResourceV1().ResourceSlices().List(f.ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	created := map[string]time.Time{}
+	for _, s := range slices.Items {
+		if s.Spec.NodeName == nil || len(s.Spec.Devices) == 0 {
+			continue
+		}
+		if c := s.CreationTimestamp.Time; c.After(created[*s.Spec.NodeName]) {
+			created[*s.Spec.NodeName] = c
+		}
+	}
+	nodes, err := f.admin.CoreV1().Nodes().List(f.ctx, metav1.ListOptions{LabelSelector: labelMode + "=" + contract.AllocationDevicePlugin})
+	if err != nil {
+		return
+	}
+	for i := range nodes.Items {
+		if at := agentStatusWrite(&nodes.Items[i]); !at.IsZero() {
+			created[nodes.Items[i].Name] = at
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name, at := range created {
+		if _, ok := p.first[name]; !ok {
+			p.first[name] = at
+			p.fromList++
+		}
 	}
 }
 
@@ -293,7 +401,7 @@ func (f *fleet) watchPublished(since time.Time) *publishedWatch {
 			for ev := range w.ResultChan() {
 				s, ok := ev.Object.(*resourceapi.ResourceSlice)
 				if ok && ev.Type != watch.Deleted && s.Spec.NodeName != nil && len(s.Spec.Devices) > 0 {
-					p.mark(*s.Spec.NodeName)
+					p.mark(*s.Spec.NodeName, s.CreationTimestamp.Time)
 				}
 			}
 		}
@@ -312,7 +420,7 @@ func (f *fleet) watchPublished(since time.Time) *publishedWatch {
 				}
 				for r := range n.Status.Allocatable {
 					if strings.HasPrefix(string(r), "rdma/") {
-						p.mark(n.Name)
+						p.mark(n.Name, agentStatusWrite(n))
 						break
 					}
 				}

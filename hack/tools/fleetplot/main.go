@@ -75,6 +75,7 @@ type report struct {
 		SplitJobs, WithoutAffinity               int
 	}
 	ReadyBeforePublished int
+	PublishedFromList    int
 	Storage              []struct {
 		When        string
 		Slices      int
@@ -233,8 +234,8 @@ func requestsPlot(r report, _ []report) (*plot.Plot, error) {
 
 func faultsPlot(r report, _ []report) (*plot.Plot, error) {
 	a, c := r.Admission.Kill, r.Admission.Crash
-	return bars(fmt.Sprintf("Faults at %d nodes (goal 0 each)", r.Nodes), "pods",
-		[]string{"stranded (rollout)", "bound, agent down", "refused (deleted)", "unmutated (deleted)", "refused (SIGKILL)", "unmutated (SIGKILL)"},
+	return bars(fmt.Sprintf("Faults at %d nodes (goal 0 each): rollout; webhook replica deleted, SIGKILLed", r.Nodes), "pods",
+		[]string{"stranded", "bound, no agent", "refused, del.", "unmutated, del.", "refused, KILL", "unmutated, KILL"},
 		[]series{{"pods", []float64{float64(r.Rollout.Stranded), float64(r.Rollout.BoundWhileAgentDown),
 			float64(a.Refused), float64(a.Unmutated), float64(c.Refused), float64(c.Unmutated)}, blue}})
 }
@@ -301,6 +302,9 @@ func table(w io.Writer, r report, rs []report) {
 	fmt.Fprintf(w, "| admission burst, webhook | %.0f pods/s, p99 %.1f ms (+%.1f ms) | — |\n", ad.Webhook.PodsPerSecond, ad.Webhook.LatencyMs.P99, ad.Webhook.AddedP99Ms)
 	fmt.Fprintf(w, "| admission burst, policy mode | %.0f pods/s, p99 %.1f ms (+%.1f ms) | — |\n", ad.Policy.PodsPerSecond, ad.Policy.LatencyMs.P99, ad.Policy.AddedP99Ms)
 	fmt.Fprintf(w, "| DRA agents Ready before their slices were in the API | %d | 0 |\n", r.ReadyBeforePublished)
+	if r.PublishedFromList > 0 {
+		fmt.Fprintf(w, "| nodes the harness's watches missed at start, timed from the API's records (1 s resolution) | %d | — |\n", r.PublishedFromList)
+	}
 	for _, x := range rs {
 		for _, st := range x.Storage {
 			if st.When == "agents" {

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # cluster.sh up|down|status|stop-node N|start-node N|restart-kubelet N :
-# a three-node Kubernetes on one machine for the multi-node e2e scenarios
+# a four-node Kubernetes on one machine for the multi-node e2e scenarios
 # (make e2e-cluster). See docs/e2e.md ("The cluster") for the layout and why
 # each piece is the way it is; node.sh is the single-node harness.
 #
-# One control plane in the network namespace ibkc-cp and three nodes, each a
-# different simulated host, each with its own kubelet, containerd and
+# One control plane in the network namespace ibkc-cp and four nodes, each a
+# simulated host, each with its own kubelet, containerd and
 # kube-proxy in a network namespace AND a mount namespace of its own: the
 # kubelet always uses /var/lib/kubelet/device-plugins/kubelet.sock and
 # containerd /run/containerd and /var/run/nri/nri.sock whatever their other
@@ -33,17 +33,24 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # (a fake nvidia.com/gpu capacity, for placement only) and the stand-in for
 # the fixture's IPoIB netdev (a veth on the "fabric" bridge; this kernel has
 # no IPoIB).
-NODES=(nd hb oci)
-declare -A FIXTURE=([nd]=ndv5 [hb]=hb [oci]=oci-h100)
-declare -A INSTANCE=([nd]=Standard_ND96isr_H100_v5 [hb]=Standard_HB120rs_v3 [oci]=BM.GPU.H100.8)
-declare -A NODE_IP=([nd]=198.18.8.11 [hb]=198.18.8.12 [oci]=198.18.8.13)
-declare -A POD_CIDR=([nd]=198.19.1.0/24 [hb]=198.19.2.0/24 [oci]=198.19.3.0/24)
-declare -A GPUS=([nd]=8 [hb]=0 [oci]=8)
-declare -A IPOIB_IF=([nd]=ibP257p0s0 [hb]=ib0)
+#
+# InfiniBand partitions (docs/partitions.md): hb and hb2 are two VMs of one
+# HB scale set, so both fixtures hold the tenant key 0x8014; nd is another
+# scale set's VM with 0x800b. Two InfiniBand nodes on one partition and one
+# on another, each HB node holding a single HCA: an rdma-exclusive pod of
+# one HCA fills it, so where a job's second pod goes is a real choice.
+NODES=(nd hb hb2 oci)
+declare -A FIXTURE=([nd]=ndv5 [hb]=hb [hb2]=hb [oci]=oci-h100)
+declare -A INSTANCE=([nd]=Standard_ND96isr_H100_v5 [hb]=Standard_HB120rs_v3 [hb2]=Standard_HB120rs_v3 [oci]=BM.GPU.H100.8)
+declare -A NODE_IP=([nd]=198.18.8.11 [hb]=198.18.8.12 [oci]=198.18.8.13 [hb2]=198.18.8.14)
+declare -A POD_CIDR=([nd]=198.19.1.0/24 [hb]=198.19.2.0/24 [oci]=198.19.3.0/24 [hb2]=198.19.4.0/24)
+declare -A GPUS=([nd]=8 [hb]=0 [hb2]=0 [oci]=8)
+declare -A IPOIB_IF=([nd]=ibP257p0s0 [hb]=ib0 [hb2]=ib0)
 # How each node hands out HCAs: the label infiniband.azure.com/allocation
 # moves a node to the chart's DRA agent (docs/dra.md); the others run the
-# device plugin, so placement covers both modes side by side.
-declare -A ALLOCATION=([nd]=deviceplugin [hb]=dra [oci]=deviceplugin)
+# device plugin, so placement covers both modes side by side, and the
+# 0x8014 partition spans both (hb DRA, hb2 device plugin).
+declare -A ALLOCATION=([nd]=deviceplugin [hb]=dra [hb2]=deviceplugin [oci]=deviceplugin)
 CP_NS=ibkc-cp
 CP_IP=198.18.8.10
 HOST_IP=198.18.8.1
@@ -470,6 +477,14 @@ status() {
 	done
 }
 
+# scheduler_metrics: the kube-scheduler's Prometheus text, read inside the
+# control plane's namespace (it serves on 127.0.0.1 there) with the admin
+# client certificate, which its delegated authorization allows.
+scheduler_metrics() {
+	nsenter --net="/run/netns/$CP_NS" curl -sS --fail --max-time 10 -k \
+		--cert "$PKI/admin.crt" --key "$PKI/admin.key" https://127.0.0.1:10259/metrics
+}
+
 need_node() {
 	[[ -n ${FIXTURE[${1:-}]:-} ]] || die "want a node: ${NODES[*]}"
 }
@@ -481,7 +496,8 @@ status) status ;;
 pod-pid) need_node "${2:-}" && pod_pid "$2" "${3:?container id}" ;;
 net-probe) need_node "${2:-}" && need_node "${5:-}" && net_probe "$2" "${3:?}" "${4:?}" "$5" "${6:?}" "${7:?}" ;;
 restart-kubelet) need_node "${2:-}" && restart_kubelet "$2" ;;
+scheduler-metrics) scheduler_metrics ;;
 stop-node) need_node "${2:-}" && stop_node "$2" ;;
 start-node) need_node "${2:-}" && start_node "$2" ;;
-*) die "usage: cluster.sh up|down|status|restart-kubelet NODE|stop-node NODE|start-node NODE|pod-pid NODE CID|net-probe NODE CID IP NODE CID IP (NODE: ${NODES[*]})" ;;
+*) die "usage: cluster.sh up|down|status|scheduler-metrics|restart-kubelet NODE|stop-node NODE|start-node NODE|pod-pid NODE CID|net-probe NODE CID IP NODE CID IP (NODE: ${NODES[*]})" ;;
 esac

@@ -1,4 +1,4 @@
-# lib.sh: what the single-node harness (node.sh) and the three-node cluster
+# lib.sh: what the single-node harness (node.sh) and the four-node cluster
 # (cluster.sh) do alike. Sourced, never run, once E2E_DIR and K8S_BIN are
 # set. The sourcing script then sets:
 #   LOG_TAG        the prefix of its log lines
