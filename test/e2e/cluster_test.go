@@ -211,7 +211,7 @@ func testPlacement(ctx context.Context, t *testing.T, r *Result) {
 		{placementPod("ib-1", map[corev1.ResourceName]int64{exclusiveRes: 1}, nil), []string{ndNode, hbNode, hb2Node}, "1 InfiniBand HCA: ND or hb2 (device plugin) or HB (DRA)"},
 		{placementPod("roce-4", map[corev1.ResourceName]int64{roceRes: 4}, nil), []string{ociNode}, "RoCE: only OCI"},
 		{placementPod("roce-gpu", map[corev1.ResourceName]int64{roceRes: 8, gpuRes: 8}, nil), []string{ociNode}, "RoCE with 8 GPUs: only OCI"},
-		{placementPod("shared", map[corev1.ResourceName]int64{sharedRes: 1}, nil), []string{ndNode, hbNode, hb2Node}, "the shared InfiniBand pool: ND or hb2 (device plugin) or HB (DRA)"},
+		{notOn(placementPod("shared", map[corev1.ResourceName]int64{sharedRes: 1}, nil), hb2Node), []string{ndNode, hbNode}, "the shared InfiniBand pool: ND (device plugin) or HB (DRA)"},
 		{placementPod("ib-9", map[corev1.ResourceName]int64{exclusiveRes: 9}, nil), nil, "9 InfiniBand HCAs: no node has them"},
 		{placementPod("ib-gpu", map[corev1.ResourceName]int64{exclusiveRes: 1, gpuRes: 1}, nil), []string{ndNode}, "InfiniBand with a GPU: only ND (HB has no GPU)"},
 	}
@@ -272,6 +272,19 @@ func testPlacement(ctx context.Context, t *testing.T, r *Result) {
 		check(t, r, n == 4, "roce-4 sees %d uverbs devices (%v), want 4", n, rep.devicePaths())
 	}
 	_ = h.cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
+}
+
+// notOn keeps a pod off node. c2's shared pod stays off hb2: ib-1 may hold
+// hb2's only HCA exclusively, and a device-plugin node refuses a shared
+// container when every HCA is held (node/resource's shared grant), which
+// the scheduler cannot see.
+func notOn(p *corev1.Pod, node string) *corev1.Pod {
+	p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+			Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpNotIn, Values: []string{node},
+		}}}},
+	}}}
+	return p
 }
 
 func nodeOf(p *corev1.Pod) string {
