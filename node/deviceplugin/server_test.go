@@ -451,6 +451,12 @@ func TestRestartIsNeverRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The old stream must be open before its socket goes: the stub, unlike
+	// the kubelet, waits for a server to come ready before it opens
+	// ListAndWatch, and would wait on a removed socket for ever.
+	if _, err := stub.WaitList("rdma/ib", wait, func([]*pluginapi.Device) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
 	release := stub.HoldTeardown()
 	defer release()
 	old := filepath.Join(filepath.Dir(stub.Socket()), first.Request.Endpoint)

@@ -193,8 +193,10 @@ func cordon(ctx context.Context, on bool, nodes ...string) error {
 }
 
 // cordonFor cordons nodes and uncordons them when the scenario ends,
-// whatever happens to it.
-func cordonFor(ctx context.Context, t *testing.T, r *Result, nodes ...string) {
+// whatever happens to it. It returns once the scheduler has seen the
+// cordon: a probe pod that may only go to those nodes is found
+// Unschedulable because they "were unschedulable".
+func cordonFor(ctx context.Context, t *testing.T, r *Result, ns string, nodes ...string) {
 	t.Helper()
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -206,6 +208,31 @@ func cordonFor(ctx context.Context, t *testing.T, r *Result, nodes ...string) {
 	if err := cordon(ctx, true, nodes...); err != nil {
 		fail(t, r, "%v", err)
 	}
+	probe := reportPod("cordon-probe", nil)
+	probe.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+			Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: nodes,
+		}}}},
+	}}}
+	if _, err := h.cs.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{}); err != nil {
+		fail(t, r, "create %s: %v", probe.Name, err)
+	}
+	msg := ""
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := h.cs.CoreV1().Pods(ns).Get(ctx, probe.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if p.Spec.NodeName != "" {
+			return false, fmt.Errorf("the probe was placed on cordoned %s", p.Spec.NodeName)
+		}
+		msg = unschedulableMsg(p)
+		return strings.Contains(msg, "were unschedulable"), nil
+	})
+	if err != nil {
+		fail(t, r, "the scheduler has not seen %v cordoned: %v (%q)", nodes, err, msg)
+	}
+	_ = h.cs.CoreV1().Pods(ns).Delete(ctx, probe.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 }
 
 // exclusiveAnnos: an rdma-exclusive pod of one HCA, the whole of an HB node.
@@ -340,7 +367,7 @@ func sameSide(node string) []string {
 func testJobOnePartition(ctx context.Context, t *testing.T, r *Result) {
 	const ns, name = "c12-job", "train"
 	partitionNamespace(ctx, t, ns)
-	cordonFor(ctx, t, r, ndNode)
+	cordonFor(ctx, t, r, ns, ndNode)
 	tmpl := reportPod("", exclusiveAnnos())
 	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
 	job := &batchv1.Job{
@@ -471,7 +498,7 @@ func jobSetPod(jobset, rjob string, idx int) *corev1.Pod {
 func testJobSetOnePartition(ctx context.Context, t *testing.T, r *Result) {
 	const ns = "c13-jobset"
 	partitionNamespace(ctx, t, ns)
-	cordonFor(ctx, t, r, hbNode, hb2Node)
+	cordonFor(ctx, t, r, ns, hbNode, hb2Node)
 	sel := map[string]string{"jobset.sigs.k8s.io/jobset-name": "js"}
 	if _, err := h.cs.CoreV1().Pods(ns).Create(ctx, jobSetPod("js", "workers", 0), metav1.CreateOptions{}); err != nil {
 		fail(t, r, "create: %v", err)
