@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -65,6 +67,9 @@ func Parse(s string) (uint64, error) {
 	if strings.EqualFold(v, "unlimited") {
 		return Unlimited, nil
 	}
+	if problem, ok := extremeExponent(v); ok {
+		return 0, &Error{Value: s, Problem: problem}
+	}
 	q, err := resource.ParseQuantity(v)
 	if err != nil {
 		return 0, &Error{Value: s, Problem: NotQuantity}
@@ -84,12 +89,66 @@ func Parse(s string) (uint64, error) {
 	return uint64(n.Int64()), nil
 }
 
-// wholeBytes returns q as an integer, and false when q has a fractional part.
+// plainNumber and decimalExponent are a quantity's number and its
+// decimal-exponent suffix (resource.Quantity's grammar: <signedNumber> then
+// "e" or "E" and a signed whole number).
+var (
+	plainNumber     = regexp.MustCompile(`^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)$`)
+	decimalExponent = regexp.MustCompile(`^[+-]?[0-9]+$`)
+)
+
+// extremeExponent decides a value whose decimal exponent reaches beyond
+// its own digits by more than 8Ei's 19 without building the number:
+// resource.ParseQuantity rounds "1e-99999999" to its nano scale for about
+// a minute of CPU, and the value is a fraction of a byte (or past any
+// rlimit, for a large positive exponent) whatever its digits. ok is false
+// for every other value, which Parse reads in full.
+func extremeExponent(v string) (problem string, ok bool) {
+	i := strings.LastIndexAny(v, "eE")
+	if i <= 0 || !plainNumber.MatchString(v[:i]) || !decimalExponent.MatchString(v[i+1:]) {
+		return "", false
+	}
+	// The exponent's size without its sign and leading zeros; more than 18
+	// digits is past any bound.
+	digits := strings.TrimLeft(strings.TrimLeft(v[i+1:], "+-"), "0")
+	if len(digits) <= 18 {
+		if exp, _ := strconv.ParseInt("0"+digits, 10, 64); exp <= int64(len(v))+19 {
+			return "", false
+		}
+	}
+	m, err := resource.ParseQuantity(v[:i])
+	switch {
+	case err != nil:
+		return NotQuantity, true
+	case m.Sign() <= 0:
+		return NotPositive, true
+	case !strings.HasPrefix(v[i+1:], "-"):
+		return TooLarge, true
+	default:
+		return NotWhole, true
+	}
+}
+
+// tooLargeScale is the decimal exponent from which a positive value is
+// 10^19 or more, past 8Ei whatever its digits.
+const tooLargeScale = -19
+
+// wholeBytes returns q as an integer, and false when q has a fractional
+// part. The power of ten it divides or multiplies by is bounded by the
+// digits written: a quantity such as "1e99999999" would otherwise cost a
+// minute of CPU building 10^99999999. A scale of tooLargeScale or below is
+// past any rlimit (returned as a number no int64 holds), and one with more
+// fractional digits than digits at all is a positive value below one byte.
 func wholeBytes(q resource.Quantity) (*big.Int, bool) {
 	dec := q.AsDec()
 	n := new(big.Int).Set(dec.UnscaledBig())
 	scale := int64(dec.Scale())
-	if scale <= 0 {
+	switch {
+	case scale <= tooLargeScale:
+		return new(big.Int).Lsh(big.NewInt(1), 64), true
+	case scale > int64(len(n.String())):
+		return big.NewInt(0), false
+	case scale <= 0:
 		return n.Mul(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(-scale), nil)), true
 	}
 	quo, rem := new(big.Int).QuoRem(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(scale), nil), new(big.Int))

@@ -30,6 +30,18 @@ func TestParse(t *testing.T) {
 		{in: "9223372036854775808", problem: TooLarge},
 		{in: "8Ei", problem: TooLarge},
 		{in: "1e99", problem: TooLarge},
+		// Exponents that would cost minutes as powers of ten: decided from
+		// the scale alone.
+		{in: "1e99999999", problem: TooLarge},
+		{in: "1e-99999999", problem: NotWhole},
+		{in: "0.000001e19", want: 10_000_000_000_000},
+		{in: "1e18", want: 1_000_000_000_000_000_000},
+		{in: "1e19", problem: TooLarge},
+		{in: "-1e-99999999", problem: NotPositive},
+		{in: "0e99999999", problem: NotPositive},
+		{in: "1e-99999999999999999999999", problem: NotWhole},
+		{in: "1e+00000000000000000000003", want: 1000},
+		{in: "1Ke99999999", problem: NotQuantity},
 		{in: "99999999999999999999999Ei", problem: TooLarge},
 		{in: "", problem: NotQuantity},
 		{in: "lots", problem: NotQuantity},
