@@ -318,16 +318,9 @@ func servingPlugins(t *testing.T, dir string) {
 
 func TestRegistersWhenKubeletAppearsLater(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
 	// A retry period beyond the test's patience: only kubelet.sock's
 	// creation event can bring the registration.
-	m := NewManager(Options{SocketDir: dir, Logger: testr.New(t), RetryPeriod: time.Hour},
-		specs(resource.Build(config.Default(), testNode(), resource.Options{})))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	servingPlugins(t, dir)
+	dir, _ := servingBeforeKubelet(t)
 	stub, err := kubeletstub.Start(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -514,14 +507,7 @@ func TestIsSocketOf(t *testing.T) {
 // readiness waits on it); once the kubelet has them it is.
 func TestPublishedOnceTheKubeletHasTheLists(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	m := NewManager(Options{SocketDir: dir, Logger: testr.New(t), RetryPeriod: time.Hour},
-		specs(resource.Build(config.Default(), testNode(), resource.Options{})))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	servingPlugins(t, dir)
+	dir, m := servingBeforeKubelet(t)
 	gone, stop := context.WithCancel(context.Background())
 	stop()
 	if err := m.Published(gone); err == nil {
@@ -542,4 +528,20 @@ func TestPublishedOnceTheKubeletHasTheLists(t *testing.T) {
 	if err := m.Published(within); err != nil {
 		t.Errorf("the kubelet has both lists: %v", err)
 	}
+}
+
+// servingBeforeKubelet runs a Manager over the default pools in a fresh
+// socket dir where no kubelet is yet, its retry period beyond any test's
+// patience, and returns once every plugin serves; it stops with the test.
+func servingBeforeKubelet(t *testing.T) (string, *Manager) {
+	t.Helper()
+	dir := t.TempDir()
+	m := NewManager(Options{SocketDir: dir, Logger: testr.New(t), RetryPeriod: time.Hour},
+		specs(resource.Build(config.Default(), testNode(), resource.Options{})))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	servingPlugins(t, dir)
+	return dir, m
 }

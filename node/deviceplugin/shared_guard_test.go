@@ -26,21 +26,7 @@ import (
 // an overlap naming the sharer.
 func TestSharedSlotLeavesOutExclusivelyHeldHCAs(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	stub, err := kubeletstub.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stub.Stop)
-	podres, err := kubeletstub.StartPodResources(filepath.Join(dir, "pod-resources.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lister, err := counters.NewPodResourcesLister(filepath.Join(dir, "pod-resources.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lister.Close() })
+	dir, stub, podres, lister := kubeletWithPodResources(t)
 
 	model := resource.Build(config.Default(), testNode(), resource.Options{HostDevRoot: "/dev"})
 	grantsPath := filepath.Join(dir, "state", GrantsFileName)
@@ -163,22 +149,7 @@ func TestSharedSlotLeavesOutExclusivelyHeldHCAs(t *testing.T) {
 // is not touched.
 func TestSharedSlotsUnhealthyWhileEveryHCAIsHeld(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	stub, err := kubeletstub.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stub.Stop)
-	podres, err := kubeletstub.StartPodResources(filepath.Join(dir, "pod-resources.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(podres.Stop)
-	lister, err := counters.NewPodResourcesLister(filepath.Join(dir, "pod-resources.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lister.Close() })
+	dir, stub, podres, lister := kubeletWithPodResources(t)
 	model := resource.Build(config.Default(), testNode(), resource.Options{HostDevRoot: "/dev"})
 	attribution := func() counters.Attribution {
 		out := counters.Attribution{Pools: map[string]counters.PoolView{}}
@@ -240,4 +211,29 @@ func TestSharedSlotsUnhealthyWhileEveryHCAIsHeld(t *testing.T) {
 			t.Errorf("the exclusive resource advertised %v; its devices are healthy", l.Devices)
 		}
 	}
+}
+
+// kubeletWithPodResources starts a kubelet stub in a fresh socket dir, with
+// a PodResources server beside it and the agent's own lister of it, all
+// stopped with the test.
+func kubeletWithPodResources(t *testing.T) (string, *kubeletstub.Stub, *kubeletstub.PodResources, *counters.PodResourcesLister) {
+	t.Helper()
+	dir := t.TempDir()
+	stub, err := kubeletstub.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stub.Stop)
+	socket := filepath.Join(dir, "pod-resources.sock")
+	podres, err := kubeletstub.StartPodResources(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(podres.Stop)
+	lister, err := counters.NewPodResourcesLister(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lister.Close() })
+	return dir, stub, podres, lister
 }
