@@ -82,6 +82,14 @@ func start(t *testing.T, node inventory.Node) (*kubeletstub.Stub, *Manager, *cou
 	obs := newCounter()
 	m := NewManager(Options{SocketDir: dir, Logger: testr.New(t), Observer: obs},
 		specs(resource.Build(config.Default(), node, resource.Options{HostDevRoot: "/dev"})))
+	runForTest(t, m)
+	return stub, m, obs
+}
+
+// runForTest runs m until the test ends and fails the test if Run fails;
+// the context returned ends with the test.
+func runForTest(t *testing.T, m *Manager) context.Context {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
@@ -91,7 +99,7 @@ func start(t *testing.T, node inventory.Node) (*kubeletstub.Stub, *Manager, *cou
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return stub, m, obs
+	return ctx
 }
 
 func healthOf(devs []*pluginapi.Device, id string) string {
@@ -538,10 +546,7 @@ func servingBeforeKubelet(t *testing.T) (string, *Manager) {
 	dir := t.TempDir()
 	m := NewManager(Options{SocketDir: dir, Logger: testr.New(t), RetryPeriod: time.Hour},
 		specs(resource.Build(config.Default(), testNode(), resource.Options{})))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runForTest(t, m)
 	servingPlugins(t, dir)
 	return dir, m
 }

@@ -1,7 +1,6 @@
 package deviceplugin
 
 import (
-	"context"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -35,30 +34,14 @@ func TestSharedSlotLeavesOutExclusivelyHeldHCAs(t *testing.T) {
 		if err != nil {
 			t.Errorf("grants: %v", err)
 		}
-		out := counters.Attribution{Pools: map[string]counters.PoolView{}}
-		for _, p := range model.Pools {
-			v := counters.PoolView{Exclusive: p.Exclusive(), Grants: grants[p.Resource]}
-			for _, h := range p.HCAs {
-				v.HCAs = append(v.HCAs, h.Name)
-			}
-			out.Pools[p.Resource] = v
-		}
-		return out
+		return poolsAttribution(model, grants)
 	}
 	m := NewManager(Options{
 		SocketDir: dir, Logger: testr.New(t),
 		Holds:  counters.ExclusiveHolds{Lister: lister, Attribution: attribution},
 		Grants: &GrantsFile{Path: grantsPath},
 	}, specs(model))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	ctx := runForTest(t, m)
 	if _, err := stub.WaitRegistration("rdma/shared_ib", wait); err != nil {
 		t.Fatal(err)
 	}
@@ -151,31 +134,13 @@ func TestSharedSlotsUnhealthyWhileEveryHCAIsHeld(t *testing.T) {
 	t.Parallel()
 	dir, stub, podres, lister := kubeletWithPodResources(t)
 	model := resource.Build(config.Default(), testNode(), resource.Options{HostDevRoot: "/dev"})
-	attribution := func() counters.Attribution {
-		out := counters.Attribution{Pools: map[string]counters.PoolView{}}
-		for _, p := range model.Pools {
-			v := counters.PoolView{Exclusive: p.Exclusive()}
-			for _, h := range p.HCAs {
-				v.HCAs = append(v.HCAs, h.Name)
-			}
-			out.Pools[p.Resource] = v
-		}
-		return out
-	}
+	attribution := func() counters.Attribution { return poolsAttribution(model, nil) }
 	m := NewManager(Options{
 		SocketDir: dir, Logger: testr.New(t),
 		Holds:       counters.ExclusiveHolds{Lister: lister, Attribution: attribution},
 		HoldsPeriod: 20 * time.Millisecond,
 	}, specs(model))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runForTest(t, m)
 	every := func(health string) func([]*pluginapi.Device) bool {
 		return func(devs []*pluginapi.Device) bool {
 			return len(devs) == config.DefaultSharedSlots && !slices.ContainsFunc(devs, func(d *pluginapi.Device) bool { return d.Health != health })
@@ -189,9 +154,9 @@ func TestSharedSlotsUnhealthyWhileEveryHCAIsHeld(t *testing.T) {
 	second := kubeletstub.Pod("ml", "train-1", kubeletstub.Container("trainer", map[string][]string{"rdma/ib": {"mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"}}))
 	podres.Set(first)
 	// Half the HCAs held: the slots stay Healthy (a sharer gets the rest).
-	lists := podres.Lists()
-	for podres.Lists() < lists+2 {
-		time.Sleep(5 * time.Millisecond) // the plugin's own poll, seen by the stub; not a wait for the outcome
+	// Two of the plugin's own polls seen by the stub: the second saw the hold.
+	if err := podres.WaitLists(podres.Lists()+2, wait); err != nil {
+		t.Fatal(err)
 	}
 	select {
 	case l := <-stub.Lists("rdma/shared_ib"):
@@ -236,4 +201,19 @@ func kubeletWithPodResources(t *testing.T) (string, *kubeletstub.Stub, *kubelets
 	}
 	t.Cleanup(func() { _ = lister.Close() })
 	return dir, stub, podres, lister
+}
+
+// poolsAttribution is the agent's view of the model's pools for the
+// counters (which HCAs each pool serves), with the shared slots' recorded
+// grants by resource.
+func poolsAttribution(model *resource.Model, grants SlotGrants) counters.Attribution {
+	out := counters.Attribution{Pools: map[string]counters.PoolView{}}
+	for _, p := range model.Pools {
+		v := counters.PoolView{Exclusive: p.Exclusive(), Grants: grants[p.Resource]}
+		for _, h := range p.HCAs {
+			v.HCAs = append(v.HCAs, h.Name)
+		}
+		out.Pools[p.Resource] = v
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -21,6 +22,8 @@ type PodResources struct {
 	mu    sync.Mutex
 	pods  []*podresourcesv1.PodResources
 	lists int
+	// listed is closed and replaced at every List answered.
+	listed chan struct{}
 }
 
 // StartPodResources serves the API on socket until Stop.
@@ -29,7 +32,7 @@ func StartPodResources(socket string) (*PodResources, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", socket, err)
 	}
-	s := &PodResources{srv: grpc.NewServer()}
+	s := &PodResources{srv: grpc.NewServer(), listed: make(chan struct{})}
 	podresourcesv1.RegisterPodResourcesListerServer(s.srv, s)
 	go func() { _ = s.srv.Serve(lis) }()
 	return s, nil
@@ -49,6 +52,25 @@ func (s *PodResources) Lists() int {
 	return s.lists
 }
 
+// WaitLists returns once n List calls were answered in all, or with an
+// error after timeout.
+func (s *PodResources) WaitLists(n int, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for {
+		s.mu.Lock()
+		got, listed := s.lists, s.listed
+		s.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-listed:
+		case <-deadline:
+			return fmt.Errorf("%d List calls answered within %s, want %d", got, timeout, n)
+		}
+	}
+}
+
 // Stop stops serving.
 func (s *PodResources) Stop() { s.srv.Stop() }
 
@@ -57,6 +79,8 @@ func (s *PodResources) List(context.Context, *podresourcesv1.ListPodResourcesReq
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lists++
+	close(s.listed)
+	s.listed = make(chan struct{})
 	resp := &podresourcesv1.ListPodResourcesResponse{}
 	for _, p := range s.pods {
 		resp.PodResources = append(resp.PodResources, proto.Clone(p).(*podresourcesv1.PodResources))
