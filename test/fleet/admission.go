@@ -140,9 +140,7 @@ func (f *fleet) admitPaced(t *testing.T, ns, prefix string) burstResult {
 		secs = 10
 	}
 	n := int(pacedRate) * secs
-	var mu sync.Mutex
-	var lat []float64
-	var refused, unmutated atomic.Int64
+	var tally admissionTally
 	var wg sync.WaitGroup
 	tick := time.NewTicker(time.Duration(float64(time.Second) / pacedRate))
 	defer tick.Stop()
@@ -152,26 +150,45 @@ func (f *fleet) admitPaced(t *testing.T, ns, prefix string) burstResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t0 := time.Now()
-			got, err := f.admin.CoreV1().Pods(ns).Create(f.ctx, admitPod(fmt.Sprintf("%s-%05d", prefix, i)), metav1.CreateOptions{})
-			d := time.Since(t0)
-			if err != nil {
-				refused.Add(1)
-				return
-			}
-			if ns == admitNS && got.Annotations[contract.AnnotationInjected] == "" {
-				unmutated.Add(1)
-			}
-			mu.Lock()
-			lat = append(lat, float64(d.Microseconds())/1000)
-			mu.Unlock()
+			tally.create(f, ns, fmt.Sprintf("%s-%05d", prefix, i))
 		}()
 	}
 	wg.Wait()
 	el := time.Since(start).Seconds()
 	f.deletePods(t, ns, "app=admit")
-	return burstResult{Pods: n, Refused: int(refused.Load()), Unmutated: int(unmutated.Load()), Seconds: el,
-		PodsPerSecond: float64(n) / el, LatencyMs: pct(lat)}
+	return tally.result(n, el)
+}
+
+// admissionTally counts what the API server made of admission pods
+// created concurrently: each create's latency when admitted, the refused,
+// and in the admission namespace the admitted but unmutated.
+type admissionTally struct {
+	mu                 sync.Mutex
+	lat                []float64
+	refused, unmutated atomic.Int64
+}
+
+// create creates one admission pod and counts the outcome.
+func (a *admissionTally) create(f *fleet, ns, name string) {
+	t0 := time.Now()
+	got, err := f.admin.CoreV1().Pods(ns).Create(f.ctx, admitPod(name), metav1.CreateOptions{})
+	d := time.Since(t0)
+	if err != nil {
+		a.refused.Add(1)
+		return
+	}
+	if ns == admitNS && got.Annotations[contract.AnnotationInjected] == "" {
+		a.unmutated.Add(1)
+	}
+	a.mu.Lock()
+	a.lat = append(a.lat, float64(d.Microseconds())/1000)
+	a.mu.Unlock()
+}
+
+// result is the tally of n creates over secs seconds.
+func (a *admissionTally) result(n int, secs float64) burstResult {
+	return burstResult{Pods: n, Refused: int(a.refused.Load()), Unmutated: int(a.unmutated.Load()), Seconds: secs,
+		PodsPerSecond: float64(n) / secs, LatencyMs: pct(a.lat)}
 }
 
 type burstResult struct {
@@ -195,9 +212,7 @@ func (f *fleet) admitBurst(t *testing.T, ns, prefix string) burstResult {
 	if f.s.smoke {
 		n = 100
 	}
-	var mu sync.Mutex
-	var lat []float64
-	var refused, unmutated atomic.Int64
+	var tally admissionTally
 	sem := make(chan struct{}, 32)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -207,26 +222,13 @@ func (f *fleet) admitBurst(t *testing.T, ns, prefix string) burstResult {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			t0 := time.Now()
-			got, err := f.admin.CoreV1().Pods(ns).Create(f.ctx, admitPod(fmt.Sprintf("%s-%05d", prefix, i)), metav1.CreateOptions{})
-			d := time.Since(t0)
-			if err != nil {
-				refused.Add(1)
-				return
-			}
-			if ns == admitNS && got.Annotations[contract.AnnotationInjected] == "" {
-				unmutated.Add(1)
-			}
-			mu.Lock()
-			lat = append(lat, float64(d.Microseconds())/1000)
-			mu.Unlock()
+			tally.create(f, ns, fmt.Sprintf("%s-%05d", prefix, i))
 		}()
 	}
 	wg.Wait()
 	secs := time.Since(start).Seconds()
 	f.deletePods(t, ns, "app=admit")
-	return burstResult{Pods: n, Refused: int(refused.Load()), Unmutated: int(unmutated.Load()), Seconds: secs,
-		PodsPerSecond: float64(n) / secs, LatencyMs: pct(lat)}
+	return tally.result(n, secs)
 }
 
 // webhookUp: serving certificates, the webhook's config, its Service and
