@@ -34,14 +34,14 @@ fleet-up: fleet-tools ## Bring the fleet's control plane and KWOK up in netns ib
 fleet-down: ## Stop the fleet's control plane, KWOK and webhook replicas; delete netns ibkf.
 	@$(FLEET_ENV) $(ROOT)/test/fleet/fleet.sh down
 
-# fleet_run NODES SMOKE REPORT: under the e2e lock (one e2e or fleet per
+# fleet_run NODES SMOKE REPORT [PHASES]: under the e2e lock (one e2e or fleet per
 # machine), a fresh control plane, the harness, the control plane down.
 define fleet_run
 	@exec 9>$(E2E_LOCK); flock 9; \
 	  $(FLEET_ENV) $(ROOT)/test/fleet/fleet.sh down >/dev/null 2>&1 || true; \
 	  $(FLEET_ENV) $(ROOT)/test/fleet/fleet.sh up || { $(FLEET_ENV) $(ROOT)/test/fleet/fleet.sh down; exit 1; }; \
 	  rc=0; cd $(ROOT)/test/fleet && $(FLEET_ENV) FLEET_KUBECONFIG=$(FLEET_DIR)/kubeconfig FLEET_DIR=$(FLEET_DIR) \
-	    FLEET_SCRIPT=$(ROOT)/test/fleet/fleet.sh FLEET_REPORT=$(3) FLEET_NODES=$(1) FLEET_SMOKE=$(2) \
+	    FLEET_SCRIPT=$(ROOT)/test/fleet/fleet.sh FLEET_REPORT=$(3) FLEET_NODES=$(1) FLEET_SMOKE=$(2) $(if $(4),FLEET_PHASES=$(4)) \
 	    FLEET_CHART=$(ROOT)/charts/ibkube HELM=$(HELM) IBKUBE=$(BIN)/ibkube KUBECTL=$(KUBECTL) \
 	    $(FLEET_TEST_BIN) -test.v -test.count=1 -test.timeout $(FLEET_TIMEOUT) -test.run '^TestFleet$$' || rc=$$?; \
 	  $(FLEET_ENV) $(ROOT)/test/fleet/fleet.sh down; \
@@ -51,6 +51,10 @@ endef
 .PHONY: fleet
 fleet: fleet-tools ## The fleet: FLEET_NODES (1000) KWOK nodes with real agents against the real control plane; report in _output/fleet/report-N.json (docs/fleet.md).
 	$(call fleet_run,$(FLEET_NODES),,$(FLEET_DIR)/report-$(FLEET_NODES).json)
+
+.PHONY: fleet-admission
+fleet-admission: fleet-tools ## make fleet's admission phase alone, no nodes (~12 min): webhook against policy mode; FLEET_PROFILE=1 adds API server CPU profiles.
+	$(call fleet_run,10,,$(FLEET_DIR)/report-admission.json,admission)
 
 .PHONY: fleet-smoke
 fleet-smoke: fleet-tools ## make fleet's phases at 20 nodes, shortened (~5 min), checking the goals.
@@ -70,4 +74,4 @@ fleetplot: ## Build the fleet report plotter (hack/tools/fleetplot) into $(FLEET
 
 .PHONY: fleet-plots
 fleet-plots: fleetplot ## Redraw docs/fleet/*.png from _output/fleet/report-*.json and print the table for docs/fleet.md.
-	$(FLEETPLOT) -out $(ROOT)/docs/fleet $(filter-out %-smoke.json,$(wildcard $(FLEET_DIR)/report-*.json))
+	$(FLEETPLOT) -out $(ROOT)/docs/fleet $(filter-out %-smoke.json %-admission.json,$(wildcard $(FLEET_DIR)/report-*.json))

@@ -38,6 +38,9 @@ APISERVER_EXTRA=()
 # the scheduler, would set the pace of the DRA workloads. scheduler_perf runs
 # it unthrottled; so does the fleet.
 CONTROLLER_MANAGER_EXTRA=(--kube-api-qps=1000 --kube-api-burst=2000)
+# make fleet FLEET_PROFILE=1: the harness profiles the API server during the
+# admission bursts through its /debug/pprof (off otherwise, as in the e2e).
+if [[ -n "${FLEET_PROFILE:-}" ]]; then APISERVER_PROFILING=true; fi
 
 network_up() {
 	ip netns list | grep -qw "^$NETNS" || ip netns add "$NETNS"

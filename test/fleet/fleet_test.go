@@ -43,6 +43,11 @@ func TestFleet(t *testing.T) {
 	f.report.APIServerRSSBefore = apiserverRSS(s.dir)
 
 	f.setup(t)
+	if s.admissionOnly {
+		f.report.Nodes = 0
+		f.admission(t)
+		return
+	}
 	f.createNodes(t)
 	f.startAgents(t)
 	f.kubelet = newDRAKubelet(f)

@@ -44,6 +44,13 @@ type settings struct {
 	// startupOnly: nodes, agents, steady state and storage only
 	// (FLEET_PHASES=startup), for fleets too large for the rest here.
 	startupOnly bool
+	// admissionOnly: the admission phase alone, without nodes or agents
+	// (FLEET_PHASES=admission): webhook against policy mode, in minutes.
+	admissionOnly bool
+	// profile: a CPU profile of the API server during each admission
+	// burst, written beside the report (FLEET_PROFILE=1; fleet.sh then
+	// serves the API server's /debug/pprof).
+	profile bool
 	// phase lengths
 	steady, flap, flapPeriod, webhookStream time.Duration
 	pods                                    int // pods per throughput workload
@@ -60,7 +67,7 @@ func loadSettings(t *testing.T) settings {
 	s := settings{
 		kubeconfig: get("FLEET_KUBECONFIG", ""), dir: get("FLEET_DIR", ""), script: get("FLEET_SCRIPT", ""),
 		report: get("FLEET_REPORT", ""), helm: get("HELM", ""), ibkube: get("IBKUBE", ""),
-		smoke: get("FLEET_SMOKE", "") != "",
+		smoke: get("FLEET_SMOKE", "") != "", profile: get("FLEET_PROFILE", "") != "",
 	}
 	if s.kubeconfig == "" || s.dir == "" || s.script == "" || s.report == "" {
 		t.Fatal("FLEET_KUBECONFIG, FLEET_DIR, FLEET_SCRIPT and FLEET_REPORT must be set: run make fleet or make fleet-smoke")
@@ -81,13 +88,19 @@ func loadSettings(t *testing.T) settings {
 	case "all":
 	case "startup":
 		s.startupOnly = true
+	case "admission":
+		s.admissionOnly = true
 	default:
-		t.Fatalf("FLEET_PHASES=%q: want all (the default) or startup (nodes, agents, steady state, storage)", v)
+		t.Fatalf("FLEET_PHASES=%q: want all (the default), startup (nodes, agents, steady state, storage) or admission (the admission phase alone)", v)
 	}
 	if v := os.Getenv("FLEET_FLAP"); v != "" {
 		if s.flap, err = time.ParseDuration(v); err != nil {
 			t.Fatalf("FLEET_FLAP=%q: want a duration such as 10m", v)
 		}
+	}
+	if s.admissionOnly {
+		// Bursts the size of the 1,000-node run's, on a fleet of none.
+		s.pods = 1000
 	}
 	if v := os.Getenv("FLEET_PODS"); v != "" {
 		if s.pods, err = strconv.Atoi(v); err != nil {

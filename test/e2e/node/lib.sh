@@ -353,7 +353,9 @@ EOF
 # control_plane_up PIDPREFIX NETNS: etcd, kube-apiserver (plus the arguments
 # in the array APISERVER_EXTRA), kube-controller-manager (plus
 # CONTROLLER_MANAGER_EXTRA) and kube-scheduler (at klog level
-# E2E_SCHEDULER_V when set, for reading its DRA allocator) in NETNS. The controller
+# E2E_SCHEDULER_V when set, for reading its DRA allocator) in NETNS; the API
+# server's /debug/pprof only with APISERVER_PROFILING=true (make fleet
+# FLEET_PROFILE=1 profiles it during the admission bursts). The controller
 # manager runs without node IPAM (pod ranges are static); Kubernetes 1.37's
 # has no cloud controllers left to turn off, and refuses to start when
 # --controllers names one (cmd/kube-controller-manager/names).
@@ -375,7 +377,7 @@ control_plane_up() {
 		--authorization-mode=Node,RBAC --allow-privileged=true \
 		"${APISERVER_EXTRA[@]}" \
 		--enable-aggregator-routing=true \
-		--profiling=false --v=1
+		--profiling="${APISERVER_PROFILING:-false}" --v=1
 	wait_for "kube-apiserver" 120 "${KUBECTL[@]}" get --raw /readyz
 	start "${p}kube-controller-manager" "$netns" - "$K8S_BIN/kube-controller-manager" \
 		--kubeconfig="$KUBECONFIG_ADMIN" --authentication-kubeconfig="$KUBECONFIG_ADMIN" --authorization-kubeconfig="$KUBECONFIG_ADMIN" \
