@@ -41,6 +41,18 @@ CONTROLLER_MANAGER_EXTRA=(--kube-api-qps=1000 --kube-api-burst=2000)
 # make fleet FLEET_PROFILE=1: the harness profiles the API server during the
 # admission bursts through its /debug/pprof (off otherwise, as in the e2e).
 if [[ -n "${FLEET_PROFILE:-}" ]]; then APISERVER_PROFILING=true; fi
+# The nodes' Lease duration, 40 s as a kubelet's, renewed every quarter of
+# it. FLEET_LEASE_SECONDS=200 slows the heartbeats fivefold (and the node
+# lifecycle controller's grace with them) for a fleet whose 500 renewals a
+# second the machine at hand cannot carry beside the control plane: at 5,000
+# nodes on 2 cores, KWOK fell behind and the controller marked half the
+# nodes Unknown (docs/fleet.md).
+LEASE_SECONDS=${FLEET_LEASE_SECONDS:-40}
+[[ $LEASE_SECONDS =~ ^[0-9]+$ && $LEASE_SECONDS -ge 40 ]] ||
+	die "FLEET_LEASE_SECONDS=$LEASE_SECONDS: want a whole number of seconds, 40 (a kubelet's, the default) or more"
+if ((LEASE_SECONDS != 40)); then
+	CONTROLLER_MANAGER_EXTRA+=(--node-monitor-grace-period="$((LEASE_SECONDS * 5 / 4))s")
+fi
 
 network_up() {
 	ip netns list | grep -qw "^$NETNS" || ip netns add "$NETNS"
@@ -93,6 +105,7 @@ kwok_config() {
 		kind: KwokConfiguration
 		options:
 		  nodeLeaseParallelism: 64
+		  nodeLeaseDurationSeconds: $LEASE_SECONDS
 		  nodePlayStageParallelism: 16
 		  podPlayStageParallelism: 16
 		---

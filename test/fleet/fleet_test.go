@@ -41,6 +41,7 @@ func TestFleet(t *testing.T) {
 	}
 	defer f.writeReport(t)
 	f.report.APIServerRSSBefore = apiserverRSS(s.dir)
+	f.report.NodeLeaseSeconds = s.leaseSeconds
 
 	f.setup(t)
 	if s.admissionOnly {

@@ -54,6 +54,7 @@ type settings struct {
 	// phase lengths
 	steady, flap, flapPeriod, webhookStream time.Duration
 	pods                                    int // pods per throughput workload
+	leaseSeconds                            int // the nodes' Lease duration, as fleet.sh gave KWOK
 	streamRate                              float64
 }
 
@@ -97,6 +98,9 @@ func loadSettings(t *testing.T) settings {
 		if s.flap, err = time.ParseDuration(v); err != nil {
 			t.Fatalf("FLEET_FLAP=%q: want a duration such as 10m", v)
 		}
+	}
+	if s.leaseSeconds, err = strconv.Atoi(get("FLEET_LEASE_SECONDS", "40")); err != nil {
+		t.Fatalf("FLEET_LEASE_SECONDS=%q: want a whole number of seconds", os.Getenv("FLEET_LEASE_SECONDS"))
 	}
 	if s.admissionOnly {
 		// Bursts the size of the 1,000-node run's, on a fleet of none.

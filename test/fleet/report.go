@@ -8,6 +8,9 @@ type report struct {
 	Nodes   int
 	Smoke   bool
 	Machine machineInfo
+	// NodeLeaseSeconds is the nodes' Lease duration (fleet.sh
+	// FLEET_LEASE_SECONDS; 40, a kubelet's, unless slowed for the machine).
+	NodeLeaseSeconds int
 
 	NodesReadySeconds      float64
 	Startup                map[string]percentiles
