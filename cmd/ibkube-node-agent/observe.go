@@ -110,13 +110,7 @@ func (s agentSource) Attribution() counters.Attribution {
 	if err != nil {
 		s.log.V(1).Info("shared slots' HCAs unknown; each is taken to reach every HCA", "error", err.Error())
 	}
-	for _, p := range model.Pools {
-		v := counters.PoolView{Exclusive: p.Exclusive(), Grants: grants[p.Resource]}
-		for _, h := range p.HCAs {
-			v.HCAs = append(v.HCAs, h.Name)
-		}
-		out.Pools[p.Resource] = v
-	}
+	out.Pools = counters.PoolViews(model, grants)
 	return out
 }
 

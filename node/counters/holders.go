@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/ibkube/ibkube/node/resource"
 )
 
 // Container is one container as the kubelet's PodResources API lists it,
@@ -44,6 +46,22 @@ type PoolView struct {
 	// (it leaves out HCAs held exclusively); a slot missing here is
 	// taken to reach every HCA of the pool.
 	Grants map[string][]string
+}
+
+// PoolViews is the device plugins' side of an Attribution: for each pool
+// of model, by its resource name, whether it is exclusive, the HCAs it
+// serves and grants[resource], the shared slots' recorded grants (nil:
+// unknown, each slot taken to reach every HCA).
+func PoolViews(model *resource.Model, grants map[string]map[string][]string) map[string]PoolView {
+	out := make(map[string]PoolView, len(model.Pools))
+	for _, p := range model.Pools {
+		v := PoolView{Exclusive: p.Exclusive(), Grants: grants[p.Resource]}
+		for _, h := range p.HCAs {
+			v.HCAs = append(v.HCAs, h.Name)
+		}
+		out[p.Resource] = v
+	}
+	return out
 }
 
 // DRADevice is a device the agent's DRA driver publishes: one HCA, given

@@ -204,16 +204,7 @@ func kubeletWithPodResources(t *testing.T) (string, *kubeletstub.Stub, *kubelets
 }
 
 // poolsAttribution is the agent's view of the model's pools for the
-// counters (which HCAs each pool serves), with the shared slots' recorded
-// grants by resource.
+// counters, as the agent builds it (counters.PoolViews).
 func poolsAttribution(model *resource.Model, grants SlotGrants) counters.Attribution {
-	out := counters.Attribution{Pools: map[string]counters.PoolView{}}
-	for _, p := range model.Pools {
-		v := counters.PoolView{Exclusive: p.Exclusive(), Grants: grants[p.Resource]}
-		for _, h := range p.HCAs {
-			v.HCAs = append(v.HCAs, h.Name)
-		}
-		out.Pools[p.Resource] = v
-	}
-	return out
+	return counters.Attribution{Pools: counters.PoolViews(model, grants)}
 }
