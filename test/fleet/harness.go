@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -335,6 +336,25 @@ func (f *fleet) waitFor(t *testing.T, what string, within time.Duration, cond fu
 			t.Fatalf("timed out after %s waiting for %s: %s", within, what, state)
 		}
 		time.Sleep(time.Second)
+	}
+}
+
+// rewatch hands every event of the watch open opens to handle until ctx
+// ends, opening it again whenever it closes (the API server ends watches at
+// its timeout and closes those whose client falls behind) or fails to open
+// (retried each second). A reopened watch replays the current objects as
+// Added, so handle must take an object twice.
+func rewatch(ctx context.Context, open func(context.Context) (watch.Interface, error), handle func(watch.Event)) {
+	for ctx.Err() == nil {
+		w, err := open(ctx)
+		if err != nil {
+			time.Sleep(time.Second)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			handle(ev)
+		}
+		w.Stop()
 	}
 }
 

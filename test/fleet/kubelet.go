@@ -137,21 +137,13 @@ func newDRAKubelet(f *fleet) *draKubelet {
 func (k *draKubelet) run(ctx context.Context, namespace string) {
 	go k.wipeLoop(ctx)
 	go k.prepareLoop(ctx)
-	for ctx.Err() == nil {
-		w, err := k.f.admin.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
-		if err != nil {
-			time.Sleep(time.Second)
-			continue
-		}
-		for ev := range w.ResultChan() {
-			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
+	rewatch(ctx, func(ctx context.Context) (watch.Interface, error) {
+		return k.f.admin.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
+	}, func(ev watch.Event) {
+		if pod, ok := ev.Object.(*corev1.Pod); ok {
 			k.observe(ctx, ev.Type, pod)
 		}
-		w.Stop()
-	}
+	})
 }
 
 func (k *draKubelet) observe(ctx context.Context, t watch.EventType, pod *corev1.Pod) {

@@ -391,42 +391,28 @@ func (f *fleet) publishedFromList(p *publishedWatch) {
 func (f *fleet) watchPublished(since time.Time) *publishedWatch {
 	ctx, cancel := context.WithCancel(f.ctx)
 	p := &publishedWatch{first: map[string]time.Time{}, cancel: cancel}
-	go func() {
-		for ctx.Err() == nil {
-			w, err := f.admin.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{})
-			if err != nil {
-				time.Sleep(time.Second)
-				continue
-			}
-			for ev := range w.ResultChan() {
-				s, ok := ev.Object.(*resourceapi.ResourceSlice)
-				if ok && ev.Type != watch.Deleted && s.Spec.NodeName != nil && len(s.Spec.Devices) > 0 {
-					p.mark(*s.Spec.NodeName, s.CreationTimestamp.Time)
-				}
+	go rewatch(ctx, func(ctx context.Context) (watch.Interface, error) {
+		return f.admin.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{})
+	}, func(ev watch.Event) {
+		s, ok := ev.Object.(*resourceapi.ResourceSlice)
+		if ok && ev.Type != watch.Deleted && s.Spec.NodeName != nil && len(s.Spec.Devices) > 0 {
+			p.mark(*s.Spec.NodeName, s.CreationTimestamp.Time)
+		}
+	})
+	go rewatch(ctx, func(ctx context.Context) (watch.Interface, error) {
+		return f.admin.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: labelMode + "=" + contract.AllocationDevicePlugin})
+	}, func(ev watch.Event) {
+		n, ok := ev.Object.(*corev1.Node)
+		if !ok {
+			return
+		}
+		for r := range n.Status.Allocatable {
+			if strings.HasPrefix(string(r), "rdma/") {
+				p.mark(n.Name, agentStatusWrite(n))
+				return
 			}
 		}
-	}()
-	go func() {
-		for ctx.Err() == nil {
-			w, err := f.admin.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: labelMode + "=" + contract.AllocationDevicePlugin})
-			if err != nil {
-				time.Sleep(time.Second)
-				continue
-			}
-			for ev := range w.ResultChan() {
-				n, ok := ev.Object.(*corev1.Node)
-				if !ok {
-					continue
-				}
-				for r := range n.Status.Allocatable {
-					if strings.HasPrefix(string(r), "rdma/") {
-						p.mark(n.Name, agentStatusWrite(n))
-						break
-					}
-				}
-			}
-		}
-	}()
+	})
 	return p
 }
 
