@@ -359,10 +359,6 @@ const floorAnnotation = "ibkube.io/fleet-policy-floor"
 // decoding the result), which ibkube's policy pays too; the rest of policy
 // mode's figure is ibkube's CEL.
 func (f *fleet) policyFloorUp(t *testing.T) {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNS}}
-	if _, err := f.admin.CoreV1().Namespaces().Create(f.ctx, ns, metav1.CreateOptions{}); err != nil && !isExists(err) {
-		t.Fatal(err)
-	}
 	mp := &admissionv1.MutatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: floorNS},
 		Spec: admissionv1.MutatingAdmissionPolicySpec{

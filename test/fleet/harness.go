@@ -142,6 +142,7 @@ func (f *fleet) setup(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: workNS}},
 		{ObjectMeta: metav1.ObjectMeta{Name: admitNS, Labels: map[string]string{contract.LabelInject: contract.InjectEnabled}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: baselineNS}},
+		{ObjectMeta: metav1.ObjectMeta{Name: floorNS}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "ibkube-system"}},
 	} {
 		if _, err := f.admin.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !isExists(err) {
