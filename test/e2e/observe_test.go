@@ -37,12 +37,24 @@ const (
 )
 
 // setCounterValues sets the chart's agent.counters period and idle window
-// with helm upgrade and waits for the agent DaemonSet's rollout.
+// with helm upgrade and waits for the agent DaemonSet's rollout. Helm's
+// --wait alone has returned while the old agent was still stopping (its
+// device plugins' ListAndWatch ended in the kubelet's log a moment before),
+// and pods created next met the kubelet with no plugin serving ("no healthy
+// devices present"). kubectl rollout status waits until the DaemonSet
+// controller has seen the new spec and the new agent is available, which
+// it is once the kubelet has its device lists.
 func setCounterValues(ctx context.Context, period, window string) error {
 	_, err := run(ctx, h.helm, "upgrade", release, filepath.Join(h.root, "charts/ibkube"), "--namespace", releaseNS,
 		"--reuse-values", "--set", "agent.counters.period="+period, "--set", "agent.counters.idleWindow="+window,
 		"--wait", "--timeout", "3m")
-	return err
+	if err != nil {
+		return err
+	}
+	if out, err := h.kubectlRun(ctx, "-n", releaseNS, "rollout", "status", "daemonset", "-l", "app.kubernetes.io/component=node-agent", "--timeout=3m"); err != nil {
+		return fmt.Errorf("agent rollout: %w: %s", err, out)
+	}
+	return nil
 }
 
 // counterValues reads the release's agent.counters period and idle window.
