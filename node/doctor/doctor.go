@@ -1,5 +1,5 @@
 // Package doctor checks a node for the RDMA problems users hit most (no
-// devices, ports down, IPoIB down, nvidia_peermem missing, no NRI, a low
+// devices, ports down, IPoIB down, no GPUDirect RDMA path, no NRI, a low
 // runtime memlock, nothing to advertise) and says how to fix each.
 //
 // Check is pure: it turns Facts into a Report. Gather (gather.go) reads the
@@ -54,10 +54,9 @@ type Facts struct {
 	ScanError string
 	// Netdevs maps interface names to their operstate ("up", "down", ...).
 	Netdevs map[string]string
-	// NVIDIADriver is true when the nvidia module is loaded; Peermem when
-	// nvidia_peermem is.
-	NVIDIADriver, Peermem bool
-	NRI                   NRIFacts
+	// GPUDirect is what the node shows of the GPUDirect RDMA paths.
+	GPUDirect GPUDirectFacts
+	NRI       NRIFacts
 	// Runtime is the container runtime's memlock, nil when unknown;
 	// RuntimeError says why.
 	Runtime      *memlock.RuntimeLimit
@@ -101,7 +100,7 @@ const (
 	CheckDevices   = "rdma-devices"
 	CheckPorts     = "ports"
 	CheckNetdevs   = "ipoib"
-	CheckPeermem   = "nvidia-peermem"
+	CheckGPUDirect = "gpudirect"
 	CheckNRI       = "nri"
 	CheckMemlock   = "runtime-memlock"
 	CheckAdvertise = "advertise"
@@ -112,7 +111,7 @@ const (
 // Check turns facts into a report.
 func Check(f Facts) Report {
 	r := Report{Results: []Result{
-		checkDevices(f), checkPorts(f), checkPartition(f), checkNetdevs(f), checkPeermem(f),
+		checkDevices(f), checkPorts(f), checkPartition(f), checkNetdevs(f), checkGPUDirect(f),
 		checkNRI(f), checkMemlock(f), checkAdvertise(f), checkGID(f), checkOtherPlugins(f), checkLinkErrors(f),
 		checkExclusive(f),
 	}}
@@ -350,21 +349,6 @@ func checkNetdevs(f Facts) Result {
 		res.Fix = "bring them up (ip link set <if> up) and check their port is ACTIVE; pods on the ibkube-ipoib network get no traffic through a down parent"
 	default:
 		res.Status, res.Message = Pass, fmt.Sprintf("IPoIB up: %s", strings.Join(up, ", "))
-	}
-	return res
-}
-
-func checkPeermem(f Facts) Result {
-	res := Result{Name: CheckPeermem}
-	switch {
-	case f.Peermem:
-		res.Status, res.Message = Pass, "nvidia_peermem loaded: GPUDirect RDMA available"
-	case f.NVIDIADriver:
-		res.Status, res.Message = Fail, "NVIDIA driver loaded but nvidia_peermem is not: NCCL cannot use GPUDirect RDMA and copies through host memory"
-		res.Fix = "modprobe nvidia_peermem (with AKS-managed GPU drivers it is not loaded by default: aks-rdma-infiniband issue 50); check NCCL_NET_GDR_LEVEL in the job log"
-	default:
-		res.Status, res.Message = Warn, "no NVIDIA driver loaded: GPUDirect RDMA not available (fine for CPU-only RDMA)"
-		res.Fix = "on GPU nodes, install the GPU driver and load nvidia_peermem"
 	}
 	return res
 }

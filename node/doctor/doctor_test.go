@@ -33,11 +33,72 @@ type host struct {
 	// lists, and grants the agent's record of shared slots' HCAs.
 	podResources []*podresourcesv1.PodResources
 	grants       deviceplugin.SlotGrants
+	gpu          gpuHost
+}
+
+// gpuHost is what a node shows of its GPU driver and kernel: the first
+// line of /proc/driver/nvidia/version, /sys/module/nvidia/taint, the
+// kernel release and the symbols /proc/kallsyms lists.
+type gpuHost struct {
+	nvidiaVersion, taint, kernel string
+	symbols                      []string
+}
+
+// The GPU sides the fixtures use. h200VM is the H200 VM of
+// ../shared/hosts/h200-vm.md: the open module on an inbox RDMA core.
+// aksOFED is an AKS GPU node with the proprietary driver and DOCA-OFED (its
+// RDMA core has the peer memory API); aksInbox the same without OFED.
+var (
+	h200VM = gpuHost{
+		nvidiaVersion: "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AF03-09-1)",
+		taint:         "O", kernel: "6.18.44-fc-v657-gpu",
+		symbols: []string{"dma_buf_get", "ib_umem_dmabuf_get", "ib_umem_dmabuf_get_pinned", "mlx5_ib_reg_user_mr_dmabuf"},
+	}
+	aksOFED = gpuHost{
+		nvidiaVersion: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 03:22:07 UTC 2024",
+		taint:         "POE", kernel: "5.15.0-1079-azure",
+		symbols: []string{"dma_buf_get", "ib_umem_dmabuf_get", "ib_register_peer_memory_client"},
+	}
+	aksInbox = gpuHost{nvidiaVersion: aksOFED.nvidiaVersion, taint: aksOFED.taint, kernel: aksOFED.kernel,
+		symbols: []string{"dma_buf_get", "ib_umem_dmabuf_get"}}
+)
+
+// writeGPUHost writes h's modules and GPU facts under the proc and sysfs
+// roots: a loaded module has /sys/module/<name>/version, which is where
+// NCCL looks for nvidia_peermem.
+func writeGPUHost(t *testing.T, procRoot, sysfsRoot string, h host) {
+	t.Helper()
+	for _, m := range h.modules {
+		dir := filepath.Join(sysfsRoot, "module", m)
+		must(t, os.MkdirAll(dir, 0o755))
+		must(t, os.WriteFile(filepath.Join(dir, "version"), []byte("1.0\n"), 0o644))
+	}
+	g := h.gpu
+	if g.kernel == "" {
+		return
+	}
+	must(t, os.MkdirAll(filepath.Join(procRoot, "sys", "kernel"), 0o755))
+	must(t, os.WriteFile(filepath.Join(procRoot, "sys", "kernel", "osrelease"), []byte(g.kernel+"\n"), 0o644))
+	var syms strings.Builder
+	for _, s := range g.symbols {
+		fmt.Fprintf(&syms, "0000000000000000 T %s\n", s)
+	}
+	must(t, os.WriteFile(filepath.Join(procRoot, "kallsyms"), []byte(syms.String()), 0o644))
+	if g.nvidiaVersion != "" {
+		must(t, os.MkdirAll(filepath.Join(procRoot, "driver", "nvidia"), 0o755))
+		must(t, os.WriteFile(filepath.Join(procRoot, "driver", "nvidia", "version"), []byte(g.nvidiaVersion+"\nGCC version:  gcc version 12.3.0\n"), 0o644))
+	}
+	if g.taint != "" {
+		must(t, os.MkdirAll(filepath.Join(sysfsRoot, "module", "nvidia"), 0o755))
+		must(t, os.WriteFile(filepath.Join(sysfsRoot, "module", "nvidia", "taint"), []byte(g.taint+"\n"), 0o644))
+	}
 }
 
 var (
-	goodHost = host{modules: []string{"nvidia", "nvidia_peermem", "mlx5_ib"}, runtimeMemlock: "unlimited unlimited", nriListening: true}
-	badHost  = host{modules: []string{"nvidia", "mlx5_ib"}, runtimeMemlock: "65536 8388608"}
+	goodHost = host{modules: []string{"nvidia", "nvidia_peermem", "mlx5_ib"}, runtimeMemlock: "unlimited unlimited", nriListening: true, gpu: aksOFED}
+	badHost  = host{modules: []string{"nvidia", "mlx5_ib"}, runtimeMemlock: "65536 8388608", gpu: aksInbox}
+	// h200Host is the H200 VM: nvidia and nvidia_uvm loaded, no peermem.
+	h200Host = host{modules: []string{"nvidia", "nvidia_uvm"}, runtimeMemlock: "unlimited unlimited", nriListening: true, gpu: h200VM}
 )
 
 func writeHost(t *testing.T, root string, h host) Options {
@@ -101,6 +162,12 @@ func TestDoctorGolden(t *testing.T) {
 		tc{name: "ndv5-no-nri-low-memlock-no-peermem", fixture: fixture.NDv5, host: badHost},
 		tc{name: "ndv5-nri-disabled-no-runtime", fixture: fixture.NDv5, host: host{}, nriOff: true},
 		tc{name: "no-devices", host: goodHost},
+		// GPUDirect passes by DMA-BUF on the H200 VM's facts, although
+		// nvidia_peermem is not (and cannot be) loaded there.
+		tc{name: "h200-vm-dmabuf", host: h200Host},
+		// The proprietary module without peermem, with and without the
+		// peer memory API: the fix offered must be one that can work.
+		tc{name: "ndv5-proprietary-ofed-no-peermem", fixture: fixture.NDv5, host: host{modules: []string{"nvidia", "mlx5_ib"}, runtimeMemlock: "unlimited unlimited", nriListening: true, gpu: aksOFED}},
 		tc{name: "ndv5-rdma-shared-dev-plugin", fixture: fixture.NDv5, host: host{modules: goodHost.modules, runtimeMemlock: goodHost.runtimeMemlock, nriListening: true, rdmaSharedDevPlugin: true}},
 		// ml/late was admitted exclusively on mlx5_0 after dev/old got a
 		// slot reaching every HCA; dev/new's slot left mlx5_0 out.
@@ -127,6 +194,7 @@ func TestDoctorGolden(t *testing.T) {
 			}
 			o.SysfsRoot = fixture.SysfsRoot(filepath.Join(root, "node"))
 			o.DevRoot = fixture.DevRoot(filepath.Join(root, "node"))
+			writeGPUHost(t, o.ProcRoot, o.SysfsRoot, c.host)
 			r := Check(Gather(context.Background(), o))
 
 			var text, js bytes.Buffer
@@ -210,6 +278,7 @@ func TestDoctorHostileTree(t *testing.T) {
 	must(t, unix.Mkfifo(state, 0o644))
 	must(t, os.Symlink("mlx5_0", filepath.Join(ib, "mlx5_\x1b]0;owned\x07")))
 	o.SysfsRoot, o.DevRoot = fixture.SysfsRoot(node), fixture.DevRoot(node)
+	writeGPUHost(t, o.ProcRoot, o.SysfsRoot, goodHost)
 
 	done := make(chan Report, 1)
 	go func() { done <- Check(Gather(context.Background(), o)) }()

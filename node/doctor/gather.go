@@ -89,8 +89,7 @@ func Gather(ctx context.Context, o Options) Facts {
 		}
 	}
 
-	f.NVIDIADriver = moduleLoaded(o.ProcRoot, o.SysfsRoot, "nvidia")
-	f.Peermem = moduleLoaded(o.ProcRoot, o.SysfsRoot, "nvidia_peermem")
+	f.GPUDirect = gatherGPUDirect(o.ProcRoot, o.SysfsRoot)
 
 	peer := 0
 	if o.NRI {
