@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -37,12 +38,14 @@ func runPolicy(_ context.Context, args []string, s stdio) error {
 		fmt.Fprint(s.err, policyUsage)
 		fs.PrintDefaults()
 	}
+	var names policy.Names
 	if done, err := parse("policy", fs, args, func() error {
 		if fs.NArg() > 0 {
 			fs.Usage()
 			return fmt.Errorf("unexpected argument %q; accepted: flags only", fs.Arg(0))
 		}
-		return nil
+		names = policy.Names{Prefix: *prefix, Namespace: *release, ExcludeNamespaces: splitList(*exclude)}
+		return flagError(names.Validate())
 	}); done {
 		return err
 	}
@@ -58,12 +61,6 @@ func runPolicy(_ context.Context, args []string, s stdio) error {
 	if err != nil {
 		return err
 	}
-	names := policy.Names{Prefix: *prefix, Namespace: *release}
-	if *exclude != "" {
-		for _, n := range strings.Split(*exclude, ",") {
-			names.ExcludeNamespaces = append(names.ExcludeNamespaces, strings.TrimSpace(n))
-		}
-	}
 	objs, err := policy.Render(cfg, names)
 	if err != nil {
 		return fmt.Errorf("policy: %w", err)
@@ -74,4 +71,27 @@ func runPolicy(_ context.Context, args []string, s stdio) error {
 	}
 	_, err = s.out.Write(out)
 	return err
+}
+
+// splitList is a comma-separated flag value's items, trimmed; an empty
+// value has none, and an empty item stays, to be refused by name.
+func splitList(v string) []string {
+	if strings.TrimSpace(v) == "" {
+		return nil
+	}
+	items := strings.Split(v, ",")
+	for i := range items {
+		items[i] = strings.TrimSpace(items[i])
+	}
+	return items
+}
+
+// flagError names the flag behind a policy.Names refusal.
+func flagError(err error) error {
+	var ne *policy.NameError
+	if !errors.As(err, &ne) {
+		return err
+	}
+	flag := map[string]string{"Namespace": "--release-namespace", "Prefix": "--prefix", "ExcludeNamespaces": "--exclude-namespaces"}[ne.Field]
+	return fmt.Errorf("%s: %w", flag, err)
 }

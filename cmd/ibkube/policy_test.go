@@ -54,6 +54,53 @@ func TestRunPolicy(t *testing.T) {
 	}
 }
 
+// TestRunPolicyRefusesBadNames: a flag the API server would refuse on one
+// object (a binding) but not another stops the command with exit status 2,
+// naming the flag and what it accepts, and writes nothing to apply.
+func TestRunPolicyRefusesBadNames(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr []string
+	}{
+		{"upper-case excluded namespace", []string{"--exclude-namespaces", "ci,Monitoring"},
+			[]string{"--exclude-namespaces", `excluded namespace 2 "Monitoring"`, "accepted: namespace names"}},
+		{"stray comma in excluded namespaces", []string{"--exclude-namespaces", "ci,,monitoring"},
+			[]string{"--exclude-namespaces", `excluded namespace 2 ""`}},
+		{"prefix with an underscore", []string{"--prefix", "my_ibkube"},
+			[]string{"--prefix", `prefix "my_ibkube"`, "accepted: the start of an object name"}},
+		{"empty prefix", []string{"--prefix", ""}, []string{"--prefix"}},
+		{"prefix too long", []string{"--prefix", strings.Repeat("a", 237)}, []string{"--prefix", "237 characters", "at most 236 characters"}},
+		{"release namespace with a dot", []string{"--release-namespace", "ibkube.system"},
+			[]string{"--release-namespace", `release namespace "ibkube.system"`, "accepted: a namespace name"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			err := runPolicy(context.Background(), tc.args, stdio{out: &out, err: &errOut})
+			if err == nil {
+				t.Fatalf("runPolicy(%q) succeeded; want a refusal", tc.args)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %v, want it to contain %q", err, w)
+				}
+			}
+			if got := exitStatus(&errOut, err); got != 2 {
+				t.Errorf("exit status %d, want 2 (usage)", got)
+			}
+			if out.Len() > 0 {
+				t.Errorf("wrote %d bytes to apply after a refusal", out.Len())
+			}
+		})
+	}
+	// The longest prefix accepted still renders.
+	if err := runPolicy(context.Background(), []string{"--prefix", strings.Repeat("a", 236)}, stdio{out: &bytes.Buffer{}, err: &bytes.Buffer{}}); err != nil {
+		t.Errorf("prefix of 236 characters: %v", err)
+	}
+}
+
 // TestRunPolicyChartData: --chart-data writes what the chart ships.
 func TestRunPolicyChartData(t *testing.T) {
 	t.Parallel()

@@ -16,6 +16,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -62,10 +63,50 @@ type Objects struct {
 	ValidatingBinding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
 }
 
+// longestSuffix is the longest of the suffixes the object names add to
+// Prefix (Params).
+const longestSuffix = len("-admission-params")
+
+// NameError is a Names field the API server would refuse; Field is the
+// field's name in Names.
+type NameError struct {
+	Field string
+	Err   error
+}
+
+func (e *NameError) Error() string { return e.Err.Error() }
+func (e *NameError) Unwrap() error { return e.Err }
+
+// Validate refuses names the API server would refuse on one object but not
+// another: applied as one stream, a bad binding would leave the policies
+// installed and bound to nothing, so no pod would be admitted through them.
+func (n Names) Validate() error {
+	if errs := validation.IsDNS1123Label(n.Namespace); len(errs) > 0 {
+		return &NameError{"Namespace", fmt.Errorf("release namespace %q: %s; accepted: a namespace name (a lower-case DNS label of at most 63 characters)",
+			n.Namespace, strings.Join(errs, "; "))}
+	}
+	errs := validation.IsDNS1123Subdomain(n.Prefix)
+	max := validation.DNS1123SubdomainMaxLength - longestSuffix
+	if len(errs) == 0 && len(n.Prefix) > max {
+		errs = []string{fmt.Sprintf("%d characters", len(n.Prefix))}
+	}
+	if len(errs) > 0 {
+		return &NameError{"Prefix", fmt.Errorf("prefix %q: %s; accepted: the start of an object name (lower-case letters, digits, '-' and '.', "+
+			"beginning and ending with a letter or digit, at most %d characters)", n.Prefix, strings.Join(errs, "; "), max)}
+	}
+	for i, ns := range n.ExcludeNamespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return &NameError{"ExcludeNamespaces", fmt.Errorf("excluded namespace %d %q: %s; accepted: namespace names (lower-case DNS labels of at most 63 characters)",
+				i+1, ns, strings.Join(errs, "; "))}
+		}
+	}
+	return nil
+}
+
 // Render renders the policies and their parameters for cfg.
 func Render(cfg *config.Config, n Names) (*Objects, error) {
-	if n.Prefix == "" || n.Namespace == "" {
-		return nil, fmt.Errorf("policy names: prefix %q and namespace %q must both be set", n.Prefix, n.Namespace)
+	if err := n.Validate(); err != nil {
+		return nil, fmt.Errorf("policy names: %w", err)
 	}
 	data, err := Params(cfg)
 	if err != nil {
