@@ -461,3 +461,52 @@ func TestAllocatorEveryHCASurvivesATaint(t *testing.T) {
 		t.Errorf("allocated for request %q, want hcas/all-but-one", r)
 	}
 }
+
+// TestAllocatorAdminAccess pins what an adminAccess request (a monitoring
+// claim) gets from kube-scheduler's v1.37.2 allocator over the published
+// slices. The allocator lets it past "device in use" but still charges the
+// HCA's shared counter (allocateDevice calls checkAvailableCounters for
+// admin requests too), so it reaches a free HCA and, through the shared
+// class, an HCA sharers use (a further share is not charged again), but
+// no HCA an exclusive claim holds, nor an exclusive device of a shared
+// HCA. What it gets it does not hold: the workload's claims still fit
+// beside it. docs/dra.md, "Admin access", says the same.
+func TestAllocatorAdminAccess(t *testing.T) {
+	t.Parallel()
+	admin := func(name, class, hca string) *resourceapi.ResourceClaim {
+		c := hcaClaim(name, class, hca)
+		c.Spec.Devices.Requests[0].Exactly.AdminAccess = ptr.To(true)
+		return c
+	}
+	for _, tc := range []struct {
+		name      string
+		holder    string // class of the workload claim on mlx5_0, "" for none
+		admin     string // class of the admin claim on mlx5_0
+		adminFits bool
+	}{
+		{"free HCA, exclusive class", "", contract.DeviceClassIB, true},
+		{"free HCA, shared class", "", contract.DeviceClassSharedIB, true},
+		{"HCA held exclusively, exclusive class", contract.DeviceClassIB, contract.DeviceClassIB, false},
+		{"HCA held exclusively, shared class", contract.DeviceClassIB, contract.DeviceClassSharedIB, false},
+		{"HCA sharers use, shared class", contract.DeviceClassSharedIB, contract.DeviceClassSharedIB, true},
+		{"HCA sharers use, exclusive class", contract.DeviceClassSharedIB, contract.DeviceClassIB, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newScheduler(t, newHost(t, fixture.NDv5, nil))
+			if tc.holder != "" && s.allocate(hcaClaim("workload", tc.holder, "mlx5_0")) == nil {
+				t.Fatalf("%s on an empty node's mlx5_0 does not fit", tc.holder)
+			}
+			a := s.allocate(admin("monitor", tc.admin, "mlx5_0"))
+			if got := a != nil; got != tc.adminFits {
+				t.Fatalf("an adminAccess claim of %s on mlx5_0 fits: %v, want %v", tc.admin, got, tc.adminFits)
+			}
+			if a != nil && !ptr.Deref(a.Devices.Results[0].AdminAccess, false) {
+				t.Errorf("the admin claim's result %+v is not marked adminAccess", a.Devices.Results[0])
+			}
+			if tc.holder == "" && s.allocate(hcaClaim("after", contract.DeviceClassIB, "mlx5_0")) == nil {
+				t.Error("an exclusive claim on mlx5_0 does not fit beside an admin claim; admin access must hold nothing")
+			}
+		})
+	}
+}
