@@ -1,6 +1,8 @@
 package dra
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,11 +11,14 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/ibkube/ibkube/contract"
@@ -46,7 +51,39 @@ const (
 	// wrote: the exclusive devices by name ("ib-mlx5-0"). Still read, so
 	// that an upgraded agent keeps the holds of running pods.
 	annotationLegacyExclusive = contract.DRADriverName + "/exclusive-devices"
+	// annotationAllocation is the fingerprint of the allocation the spec
+	// was written for (AllocationFingerprint): a claim UID can be prepared
+	// again after a new allocation (the claim deallocated and allocated
+	// anew while a spec stayed behind), and only the spec of the same
+	// allocation may be reused as it is.
+	annotationAllocation = contract.DRADriverName + "/allocation"
 )
+
+// AllocationFingerprint identifies this driver's part of a claim's
+// allocation: each result's request, pool, device, share and admin access,
+// in any order. Two allocations that hand out the same devices the same
+// way have the same fingerprint.
+func AllocationFingerprint(results []resourceapi.DeviceRequestAllocationResult) string {
+	lines := make([]string, 0, len(results))
+	for _, r := range results {
+		lines = append(lines, strings.Join([]string{
+			r.Request, r.Driver, r.Pool, r.Device,
+			string(ptr.Deref(r.ShareID, "")), strconv.FormatBool(ptr.Deref(r.AdminAccess, false)),
+		}, "\x00"))
+	}
+	slices.Sort(lines)
+	sum := sha256.Sum256([]byte(strings.Join(lines, "\n")))
+	return "sha256:" + hex.EncodeToString(sum[:16])
+}
+
+// sameAllocation says whether spec was written for the allocation whose
+// fingerprint is fp. A spec of an agent before fingerprints has none and
+// counts as the same: the kubelet asks again for every running claim after
+// an upgrade, and the agent may not have its model yet to rewrite it.
+func sameAllocation(spec *cdispec.Spec, fp string) bool {
+	got, ok := spec.Annotations[annotationAllocation]
+	return !ok || got == fp
+}
 
 // Request is one request of a claim with the devices allocated to it.
 type Request struct {

@@ -265,28 +265,21 @@ func (d *Driver) prepare(m *resource.Model, c *resourceapi.ResourceClaim) ([]kub
 	if len(results) == 0 {
 		return answer, nil // nothing of this driver's: no spec to write
 	}
+	fingerprint := AllocationFingerprint(results)
 	existing, err := d.store.read(c.UID)
 	if err != nil {
 		return nil, err
 	}
-	if existing != nil {
+	if existing != nil && sameAllocation(existing, fingerprint) {
 		return answer, nil
 	}
-	var reqs []Request
-	for _, r := range results {
-		if r.Pool != d.cfg.NodeName {
-			return nil, fmt.Errorf("claim %s: device %s is in pool %q; this node's pool is %q", claimRef(c), r.Device, r.Pool, d.cfg.NodeName)
-		}
-		dev, err := lookup(m, r.Device)
-		if err != nil {
-			return nil, fmt.Errorf("claim %s: %w", claimRef(c), err)
-		}
-		i := slices.IndexFunc(reqs, func(q Request) bool { return q.Name == r.Request })
-		if i < 0 {
-			reqs = append(reqs, Request{Name: r.Request, AdminAccess: ptr.Deref(r.AdminAccess, false)})
-			i = len(reqs) - 1
-		}
-		reqs[i].Devices = append(reqs[i].Devices, dev)
+	if existing != nil {
+		d.log.Info("rewriting the CDI spec of an earlier allocation of the claim", "claim", claimRef(c), "uid", c.UID,
+			"was", existing.Annotations[annotationAllocation], "now", fingerprint)
+	}
+	reqs, err := d.requests(m, results)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", claimRef(c), err)
 	}
 	if err := d.checkHolds(m, c, reqs); err != nil {
 		return nil, err
@@ -295,10 +288,33 @@ func (d *Driver) prepare(m *resource.Model, c *resourceapi.ResourceClaim) ([]kub
 	if err != nil {
 		return nil, fmt.Errorf("claim %s: %w", claimRef(c), err)
 	}
+	spec.Annotations[annotationAllocation] = fingerprint
 	if err := d.store.write(c.UID, spec); err != nil {
 		return nil, err
 	}
 	return answer, nil
+}
+
+// requests groups this driver's allocation results by request, with the
+// model's device for each.
+func (d *Driver) requests(m *resource.Model, results []resourceapi.DeviceRequestAllocationResult) ([]Request, error) {
+	var reqs []Request
+	for _, r := range results {
+		if r.Pool != d.cfg.NodeName {
+			return nil, fmt.Errorf("device %s is in pool %q; this node's pool is %q", r.Device, r.Pool, d.cfg.NodeName)
+		}
+		dev, err := lookup(m, r.Device)
+		if err != nil {
+			return nil, err
+		}
+		i := slices.IndexFunc(reqs, func(q Request) bool { return q.Name == r.Request })
+		if i < 0 {
+			reqs = append(reqs, Request{Name: r.Request, AdminAccess: ptr.Deref(r.AdminAccess, false)})
+			i = len(reqs) - 1
+		}
+		reqs[i].Devices = append(reqs[i].Devices, dev)
+	}
+	return reqs, nil
 }
 
 // checkHolds refuses an HCA that another prepared claim holds

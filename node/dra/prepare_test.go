@@ -166,6 +166,87 @@ func TestPrepareIdempotentAcrossRestart(t *testing.T) {
 	}
 }
 
+// TestPrepareRewritesAnotherAllocation: a spec left from an earlier
+// allocation of the same claim (deallocated and allocated anew, on another
+// HCA, while the spec stayed) is rewritten for the allocation the kubelet
+// asks now; the same allocation again keeps its spec byte for byte, and a
+// spec of an agent before fingerprints is kept as it is.
+func TestPrepareRewritesAnotherAllocation(t *testing.T) {
+	t.Parallel()
+	h := newHost(t, fixture.NDv5, nil)
+	cdi := t.TempDir()
+	d := newDriver(t, h, cdi)
+	earlier := claim("reallocated", "train-0", alloc("nic", "ib-mlx5-0"))
+	if r := prepare(t, d, earlier)[earlier.UID]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	now := claim("reallocated", "train-0", alloc("nic", "ib-mlx5-3"))
+	if r := prepare(t, d, now)[now.UID]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	path := specStore{dir: cdi}.path(now.UID)
+	written, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := d.store.read(now.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := spec.Annotations[annotationExclusive]; got != "mlx5_3" {
+		t.Errorf("the spec after the new allocation holds %q, want mlx5_3", got)
+	}
+	if env := spec.Devices[0].ContainerEdits.Env; !slices.Contains(env, "NCCL_IB_HCA==mlx5_3:1") {
+		t.Errorf("the spec after the new allocation sets %v, want NCCL_IB_HCA==mlx5_3:1", env)
+	}
+	if r := prepare(t, d, now)[now.UID]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if again, _ := os.ReadFile(path); string(again) != string(written) {
+		t.Errorf("the same allocation asked again rewrote the spec:\n%s\n%s", written, again)
+	}
+
+	// An older agent's spec names no allocation: kept, even by a driver
+	// without a model.
+	delete(spec.Annotations, annotationAllocation)
+	if err := d.store.write(now.UID, spec); err != nil {
+		t.Fatal(err)
+	}
+	older, _ := os.ReadFile(path)
+	if r := prepare(t, newDriver(t, nil, cdi), earlier)[earlier.UID]; r.Err != nil {
+		t.Errorf("prepare over an older agent's spec: %v", r.Err)
+	}
+	if kept, _ := os.ReadFile(path); string(kept) != string(older) {
+		t.Errorf("an older agent's spec was rewritten:\n%s\n%s", older, kept)
+	}
+}
+
+func TestAllocationFingerprint(t *testing.T) {
+	t.Parallel()
+	admin := alloc("nic", "ib-mlx5-0")
+	admin.AdminAccess = ptr.To(true)
+	base := []resourceapi.DeviceRequestAllocationResult{alloc("nic", "ib-mlx5-0"), alloc("nic", "ib-mlx5-1")}
+	fp := AllocationFingerprint(base)
+	if got := AllocationFingerprint([]resourceapi.DeviceRequestAllocationResult{base[1], base[0]}); got != fp {
+		t.Errorf("the order of the results changed the fingerprint: %s, %s", fp, got)
+	}
+	for name, other := range map[string][]resourceapi.DeviceRequestAllocationResult{
+		"another device":  {alloc("nic", "ib-mlx5-0"), alloc("nic", "ib-mlx5-2")},
+		"another request": {alloc("nic", "ib-mlx5-0"), alloc("rail", "ib-mlx5-1")},
+		"admin access":    {admin, alloc("nic", "ib-mlx5-1")},
+		"one device less": base[:1],
+		"a share":         {shared("nic", "ib-mlx5-0", "a"), alloc("nic", "ib-mlx5-1")},
+		"another share":   {shared("nic", "ib-mlx5-0", "b"), alloc("nic", "ib-mlx5-1")},
+	} {
+		if got := AllocationFingerprint(other); got == fp {
+			t.Errorf("%s: same fingerprint %s", name, got)
+		}
+	}
+	if a, b := AllocationFingerprint([]resourceapi.DeviceRequestAllocationResult{shared("nic", "ib-mlx5-0", "a")}), AllocationFingerprint([]resourceapi.DeviceRequestAllocationResult{shared("nic", "ib-mlx5-0", "b")}); a == b {
+		t.Errorf("two shares of one device have one fingerprint %s", a)
+	}
+}
+
 func TestPrepareRefuses(t *testing.T) {
 	t.Parallel()
 	h := newHost(t, fixture.NDv5, nil)
