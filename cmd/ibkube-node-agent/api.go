@@ -22,7 +22,10 @@ import (
 // pods for the counters monitor, and one event recorder for the NRI plugin
 // and the counters monitor alike.
 type api struct {
-	cs       kubernetes.Interface
+	cs kubernetes.Interface
+	// config is what cs was built from, for a client with a rate limit of
+	// its own (the DRA driver's stale-spec reconcile).
+	config   *rest.Config
 	recorder record.EventRecorder
 	stop     func()
 }
@@ -42,7 +45,9 @@ func inClusterAPI(nodeName string, log logr.Logger) *api {
 		log.Error(err, "API client; the instance type comes from DMI, and findings are only logged")
 		return nil
 	}
-	return newAPI(cs, nodeName)
+	a := newAPI(cs, nodeName)
+	a.config = kc
+	return a
 }
 
 // newAPI wraps a clientset with the agent's event recorder: one broadcaster,

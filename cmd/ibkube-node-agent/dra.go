@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
@@ -54,7 +55,11 @@ func addDRAServer(ctx context.Context, a *agent.Agent, opts options, cluster *ap
 		return nil
 	}
 	log = log.WithName("dra")
-	cs, err := draClient(opts.dra.kubeconfig, cluster)
+	cs, rc, err := draClient(opts.dra.kubeconfig, cluster)
+	if err != nil {
+		return err
+	}
+	claims, err := reconcileClient(rc)
 	if err != nil {
 		return err
 	}
@@ -67,7 +72,7 @@ func addDRAServer(ctx context.Context, a *agent.Agent, opts options, cluster *ap
 		CDIDir:   opts.dra.cdiDir,
 		PCIeRoot: func(addr string) (string, error) { return dra.PCIeRoot(sysfs, addr) },
 		Metrics:  a.Registry(),
-		Claims:   cs.ResourceV1(),
+		Claims:   claims.ResourceV1(),
 		Plugin:   dra.PluginOptions{Client: cs, PodUID: opts.dra.podUID, PluginDir: opts.dra.pluginDir, RegistryDir: opts.dra.registryDir},
 	}
 	if cluster != nil {
@@ -90,20 +95,37 @@ func hasShared(m *resource.Model) bool {
 	return false
 }
 
-func draClient(kubeconfig string, cluster *api) (kubernetes.Interface, error) {
+func draClient(kubeconfig string, cluster *api) (kubernetes.Interface, *rest.Config, error) {
 	if kubeconfig == "" {
 		if cluster == nil {
-			return nil, fmt.Errorf("--allocation=%s needs the API server: not in a cluster (outside a pod, pass --kubeconfig)", contract.AllocationDRA)
+			return nil, nil, fmt.Errorf("--allocation=%s needs the API server: not in a cluster (outside a pod, pass --kubeconfig)", contract.AllocationDRA)
 		}
-		return cluster.cs, nil
+		return cluster.cs, cluster.config, nil
 	}
 	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+		return nil, nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 	}
 	cs, err := kubernetes.NewForConfig(c)
 	if err != nil {
-		return nil, fmt.Errorf("API client from --kubeconfig %s: %w", kubeconfig, err)
+		return nil, nil, fmt.Errorf("API client from --kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cs, c, nil
+}
+
+// reconcileClient is the stale-spec reconcile's own client: without a
+// client-side rate limit, since the driver paces its reads itself
+// (dra.DefaultReconcileQPS), and sharing no token bucket with the client
+// of Prepare, the slices and the Events.
+func reconcileClient(c *rest.Config) (kubernetes.Interface, error) {
+	if c == nil {
+		return nil, fmt.Errorf("--allocation=%s: no API configuration for the CDI reconcile's client", contract.AllocationDRA)
+	}
+	c = rest.CopyConfig(c)
+	c.RateLimiter, c.QPS = nil, -1
+	cs, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("API client for the CDI reconcile: %w", err)
 	}
 	return cs, nil
 }

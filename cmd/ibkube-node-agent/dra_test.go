@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
 	"github.com/ibkube/ibkube/hca/fixture"
 )
 
@@ -31,5 +34,35 @@ func TestRunDRAWithoutAPIServer(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("run %v = %v, want an error containing %q", tc.extra, err, tc.want)
 		}
+	}
+}
+
+// TestReconcileClientOwnLimit: the DRA driver's stale-spec reconcile reads
+// through a client of its own without client-go's default 5 QPS bucket
+// (the driver paces it), so a round of hundreds of claim reads does not
+// queue the agent's Prepare reads, slice and taint writes behind it; the
+// agent's client keeps its limit.
+func TestReconcileClientOwnLimit(t *testing.T) {
+	t.Parallel()
+	base := &rest.Config{Host: "https://127.0.0.1:1"}
+	agent, err := kubernetes.NewForConfig(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := reconcileClient(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rl := rc.ResourceV1().RESTClient().GetRateLimiter(); rl != nil {
+		t.Errorf("the reconcile's client has a client-side limiter (%T, %v QPS); the driver paces it", rl, rl.QPS())
+	}
+	if rl := agent.ResourceV1().RESTClient().GetRateLimiter(); rl == nil || rl.QPS() != rest.DefaultQPS {
+		t.Errorf("the agent's client lost its %v QPS limit: %v", rest.DefaultQPS, rl)
+	}
+	if base.QPS != 0 || base.RateLimiter != nil {
+		t.Errorf("reconcileClient changed the agent's config: QPS %v, limiter %v", base.QPS, base.RateLimiter)
+	}
+	if _, err := reconcileClient(nil); err == nil {
+		t.Error("reconcileClient(nil) = nil error, want one naming the missing configuration")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
@@ -52,9 +53,12 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// Claims reads ResourceClaims, to remove CDI specs whose claims are
 	// gone (ReconcileCDI) at start and every ReconcilePeriod (0:
-	// DefaultReconcilePeriod); nil disables that.
-	Claims          ClaimsGetter
-	ReconcilePeriod time.Duration
+	// DefaultReconcilePeriod); nil disables that. It should be a client of
+	// its own, not the one Prepare and the slices use: ReconcileLimiter
+	// (nil: DefaultReconcileQPS, DefaultReconcileBurst) paces its reads.
+	Claims           ClaimsGetter
+	ReconcilePeriod  time.Duration
+	ReconcileLimiter RateLimiter
 	// Plugin is what Run needs to serve the kubelet.
 	Plugin PluginOptions
 }
@@ -113,6 +117,9 @@ func New(cfg Config, log logr.Logger) (*Driver, error) {
 	}
 	if cfg.ReconcilePeriod == 0 {
 		cfg.ReconcilePeriod = DefaultReconcilePeriod
+	}
+	if cfg.ReconcileLimiter == nil {
+		cfg.ReconcileLimiter = flowcontrol.NewTokenBucketRateLimiter(DefaultReconcileQPS, DefaultReconcileBurst)
 	}
 	m, err := newMetrics(cfg.Metrics)
 	if err != nil {

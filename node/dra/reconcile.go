@@ -20,6 +20,23 @@ type ClaimsGetter interface {
 	ResourceClaims(namespace string) resourcev1.ResourceClaimInterface
 }
 
+// The stale-spec reconcile reads one claim per spec, up to 504 on a node of
+// 8 HCAs with 63 sharers each. It paces those reads on its own token bucket
+// (DefaultReconcileQPS, DefaultReconcileBurst), and the agent gives it its
+// own client: on the agent's client (client-go's default 5 QPS) a round
+// would queue Prepare's claim reads and the slice and taint writes behind
+// it for ~100 s. At 5 QPS a round of 504 takes ~100 s, inside the period.
+const (
+	DefaultReconcileQPS   = 5
+	DefaultReconcileBurst = 10
+)
+
+// RateLimiter paces the reconcile's claim reads
+// (flowcontrol.RateLimiter's Wait).
+type RateLimiter interface {
+	Wait(ctx context.Context) error
+}
+
 // DefaultReconcilePeriod is how often the driver looks for CDI specs whose
 // claims are gone, besides at start.
 const DefaultReconcilePeriod = 5 * time.Minute
@@ -81,6 +98,9 @@ func (d *Driver) ReconcileCDI(ctx context.Context) (int, error) {
 		spec, err := d.store.read(uid)
 		if err != nil || spec == nil {
 			continue // gone meanwhile, or unreadable: Prepare reports it
+		}
+		if err := d.cfg.ReconcileLimiter.Wait(ctx); err != nil {
+			return removed, errors.Join(append(errs, fmt.Errorf("reconcile CDI specs: %w", err))...)
 		}
 		ref := spec.Annotations[annotationClaim]
 		why, err := staleReason(ctx, d.cfg.Claims, uid, ref)

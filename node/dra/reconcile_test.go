@@ -83,3 +83,50 @@ func TestReconcileCDIRemovesStaleSpecs(t *testing.T) {
 		t.Error("the live claim's mlx5_0 was prepared for another claim")
 	}
 }
+
+// countingLimiter counts the reads it paced and refuses after allow.
+type countingLimiter struct {
+	mu           sync.Mutex
+	waits, allow int
+}
+
+func (l *countingLimiter) Wait(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.waits == l.allow {
+		return context.DeadlineExceeded
+	}
+	l.waits++
+	return nil
+}
+
+// TestReconcileCDIPacedByItsLimiter: every claim read of the reconcile
+// waits on the reconcile's own limiter, and a round whose limiter gives up
+// (the agent stopping) stops reading and removes nothing more.
+func TestReconcileCDIPacedByItsLimiter(t *testing.T) {
+	t.Parallel()
+	h := newHost(t, fixture.NDv5, nil)
+	cdi := t.TempDir()
+	old := newDriver(t, h, cdi)
+	for _, name := range []string{"gone-0", "gone-1", "gone-2", "gone-3"} {
+		c := claim(name, name, shared("s", "shared-ib-mlx5-3", types.UID(name)))
+		if r := prepare(t, old, c)[c.UID]; r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	client := fake.NewClientset()
+	limiter := &countingLimiter{allow: 2}
+	d := newDriver(t, h, cdi)
+	d.cfg.Claims, d.cfg.ReconcileLimiter = client.ResourceV1(), limiter
+	n, err := d.ReconcileCDI(context.Background())
+	if n != 2 || err == nil || !strings.Contains(err.Error(), "reconcile CDI specs") {
+		t.Errorf("ReconcileCDI with a limiter that allows 2 reads = %d, %v; want 2 removed and the limiter's error", n, err)
+	}
+	if gets := len(client.Actions()); gets != limiter.waits {
+		t.Errorf("%d claim reads for %d waits on the limiter; every read must wait", gets, limiter.waits)
+	}
+	limiter.allow = 10
+	if n, err := d.ReconcileCDI(context.Background()); n != 2 || err != nil {
+		t.Errorf("the next round = %d, %v; want the other 2 removed", n, err)
+	}
+}
