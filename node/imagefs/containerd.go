@@ -37,13 +37,13 @@ const (
 )
 
 // ReadFile reads name from the root filesystem prepared for container id,
-// within max bytes.
+// within max bytes; it stops as soon as ctx ends.
 func (c Containerd) ReadFile(ctx context.Context, id, name string, max int64) ([]byte, error) {
 	u, err := c.Union(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return u.ReadFile(name, max)
+	return u.ReadFile(ctx, name, max)
 }
 
 // Union is the root filesystem of container id as its layers.
@@ -71,8 +71,9 @@ func (c Containerd) Union(ctx context.Context, id string) (Union, error) {
 }
 
 // UnionOf reads the layers out of a snapshot's mounts: a bind mount is one
-// directory; an overlay mount its upperdir over its lowerdirs. Other kinds
-// (block devices, FUSE) are not read.
+// directory; an overlay mount its upperdir over its lowerdirs, with its
+// marks where the option userxattr puts them. Other kinds (block devices,
+// FUSE) are not read.
 func UnionOf(mounts []*types.Mount) (Union, error) {
 	if len(mounts) != 1 {
 		return Union{}, fmt.Errorf("snapshot of %d mounts; only one bind or overlay mount is read", len(mounts))
@@ -90,6 +91,9 @@ func UnionOf(mounts []*types.Mount) (Union, error) {
 			}
 			if v, ok := strings.CutPrefix(o, "lowerdir="); ok {
 				lower = strings.Split(v, ":")
+			}
+			if o == "userxattr" {
+				u.UserXattr = true
 			}
 		}
 		u.Layers = append(u.Layers, lower...)

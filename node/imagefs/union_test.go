@@ -1,6 +1,7 @@
 package imagefs
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -56,6 +57,9 @@ func TestUnionReadFile(t *testing.T) {
 		{name: "one directory", layers: []map[string]string{{"etc/passwd": passwd}}, want: passwd},
 		{name: "upper over lower", layers: []map[string]string{{"etc/passwd": "upper"}, {"etc/passwd": "lower"}}, want: "upper"},
 		{name: "lower shows through an empty upper", layers: []map[string]string{{}, {"etc/": ""}, {"etc/passwd": "lowest"}}, want: "lowest"},
+		{name: "a directory merges past a layer without it", layers: []map[string]string{{"etc/": ""}, {"usr/": ""}, {"etc/passwd": "lowest"}}, want: "lowest"},
+		{name: "a file in a lower layer hides that layer's lower directories", layers: []map[string]string{{"etc/": ""}, {"etc/passwd": "file"}, {"etc/passwd/": ""}}, want: "file"},
+		{name: "a non-directory stops the merge", layers: []map[string]string{{"etc/": ""}, {"etc": "a file"}, {"etc/passwd": "below a file"}}, wantErr: ErrNotExist},
 		{name: "absent", layers: []map[string]string{{"etc/": ""}}, wantErr: ErrNotExist},
 		{name: "relative symlink inside the image", layers: []map[string]string{{"etc/passwd@": "../usr/share/passwd", "usr/share/passwd": passwd}}, want: passwd},
 		{name: "symlink to the host's secret resolves in the image", layers: []map[string]string{{"etc/passwd@": secret}}, wantErr: ErrNotExist},
@@ -75,7 +79,7 @@ func TestUnionReadFile(t *testing.T) {
 			done := make(chan struct{})
 			var got []byte
 			var err error
-			go func() { got, err = u.ReadFile("/etc/passwd", 1024); close(done) }()
+			go func() { got, err = u.ReadFile(context.Background(), "/etc/passwd", 1024); close(done) }()
 			select {
 			case <-done:
 			case <-time.After(10 * time.Second):
@@ -107,14 +111,14 @@ func TestUnionWhiteouts(t *testing.T) {
 	if err := unix.Mknod(filepath.Join(upper, "etc/passwd"), unix.S_IFCHR, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (Union{Layers: []string{upper, lower}}).ReadFile("/etc/passwd", 1024); !errors.Is(err, ErrNotExist) {
+	if _, err := (Union{Layers: []string{upper, lower}}).ReadFile(context.Background(), "/etc/passwd", 1024); !errors.Is(err, ErrNotExist) {
 		t.Errorf("whited-out file: err = %v, want ErrNotExist", err)
 	}
 	opaqueUpper := layer(t, map[string]string{"etc/group": "g"})
 	if err := unix.Setxattr(filepath.Join(opaqueUpper, "etc"), "trusted.overlay.opaque", []byte("y"), 0); err != nil {
 		t.Skipf("trusted xattrs unsupported here: %v", err)
 	}
-	if _, err := (Union{Layers: []string{opaqueUpper, lower}}).ReadFile("/etc/passwd", 1024); !errors.Is(err, ErrNotExist) {
+	if _, err := (Union{Layers: []string{opaqueUpper, lower}}).ReadFile(context.Background(), "/etc/passwd", 1024); !errors.Is(err, ErrNotExist) {
 		t.Errorf("file below an opaque directory: err = %v, want ErrNotExist", err)
 	}
 }
@@ -145,7 +149,7 @@ func FuzzUnionReadFile(f *testing.F) {
 		if err := os.Symlink(target, link); err != nil {
 			return
 		}
-		b, _ := (Union{Layers: []string{root}}).ReadFile(name, 1<<10)
+		b, _ := (Union{Layers: []string{root}}).ReadFile(context.Background(), name, 1<<10)
 		if strings.Contains(string(b), "host secret") {
 			t.Fatalf("read %q through %q reached a file outside the image", name, target)
 		}

@@ -1,0 +1,159 @@
+package imagefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// countdown is a context that ends after its Err has answered nil left
+// times, and counts how often it is asked once ended: a lookup that
+// consults its context at every step stops at the first ended answer.
+type countdown struct {
+	context.Context
+	left  atomic.Int64
+	ended atomic.Int64
+}
+
+func newCountdown(left int64) *countdown {
+	c := &countdown{Context: context.Background()}
+	c.left.Store(left)
+	return c
+}
+
+func (c *countdown) Err() error {
+	if c.left.Add(-1) >= 0 {
+		return nil
+	}
+	c.ended.Add(1)
+	return context.Canceled
+}
+
+// hostileLayers: every layer holds a chain of depth nested directories
+// with, at its bottom, a symlink back through the whole chain to itself;
+// /etc/passwd points into it. A lookup that walks it follows symlinks until
+// its bound, each hop through the whole chain in every layer.
+func hostileLayers(tb testing.TB, depth, layers int) []string {
+	tb.Helper()
+	target := "/" + strings.Repeat("d/", depth) + "s"
+	var out []string
+	for range layers {
+		dir := tb.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, "etc"), 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(dir, "etc", "passwd")); err != nil {
+			tb.Fatal(err)
+		}
+		// Directory by directory from descriptors: the chain's host path
+		// is longer than PATH_MAX.
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		for i := 0; i < depth && err == nil; i++ {
+			if err = unix.Mkdirat(fd, "d", 0o755); err == nil {
+				var next int
+				next, err = unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+				unix.Close(fd)
+				fd = next
+			}
+		}
+		if err == nil {
+			err = unix.Symlinkat(target, fd, "s")
+			unix.Close(fd)
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, dir)
+	}
+	return out
+}
+
+// TestUnionDeadlineReachesEveryStep: whichever step of a lookup its
+// context ends at (a directory entered, a layer probed, a symlink
+// followed), the lookup returns the context's error and takes no step
+// after it.
+func TestUnionDeadlineReachesEveryStep(t *testing.T) {
+	t.Parallel()
+	passwd := "mpiuser:x:1000:1000::/home/mpiuser:/bin/sh\n"
+	u := Union{Layers: []string{
+		layer(t, map[string]string{"etc/": "", "usr/": ""}),
+		layer(t, map[string]string{"etc/passwd@": "../usr/share/base/passwd", "usr/share/": ""}),
+		layer(t, map[string]string{"usr/share/base@": "/lib/base", "lib/base/passwd": passwd}),
+	}}
+	full := newCountdown(1 << 30)
+	if b, err := u.ReadFile(full, "/etc/passwd", 1<<10); err != nil || string(b) != passwd {
+		t.Fatalf("ReadFile = %q, %v; want the passwd", b, err)
+	}
+	steps := int64(1<<30) - full.left.Load()
+	if steps < 10 {
+		t.Fatalf("the lookup consulted its context %d times; want every step", steps)
+	}
+	for n := range steps {
+		ctx := newCountdown(n)
+		_, err := u.ReadFile(ctx, "/etc/passwd", 1<<10)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("context ended after %d of %d steps: err = %v, want context.Canceled", n, steps, err)
+		}
+		if got := ctx.ended.Load(); got != 1 {
+			t.Fatalf("context ended after %d of %d steps: asked %d times once ended; want the lookup to stop at once", n, steps, got)
+		}
+	}
+}
+
+// TestUnionHostileImageBounded: symlinks through deep directory chains in
+// every layer cost a bounded number of steps, not layers x depth^2, and the
+// lookup fails with a clear error.
+func TestUnionHostileImageBounded(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ depth, layers int }{{64, 1}, {1024, 1}, {2046, 1}, {256, 8}} {
+		t.Run(fmt.Sprintf("depth=%d/layers=%d", tc.depth, tc.layers), func(t *testing.T) {
+			t.Parallel()
+			u := Union{Layers: hostileLayers(t, tc.depth, tc.layers)}
+			ctx := newCountdown(1 << 30)
+			_, err := u.ReadFile(ctx, "/etc/passwd", 1<<10)
+			if !errors.Is(err, ErrTooComplex) && !errors.Is(err, ErrLoop) {
+				t.Fatalf("err = %v, want ErrTooComplex or ErrLoop", err)
+			}
+			if steps := int64(1<<30) - ctx.left.Load(); steps > MaxWalk+1 {
+				t.Fatalf("the lookup took %d steps, over its bound of %d", steps, MaxWalk)
+			}
+		})
+	}
+}
+
+// TestUnionReadFileHeap: reading a file within the bound allocates its own
+// size once, not the doubling of a growing buffer.
+func TestUnionReadFileHeap(t *testing.T) {
+	content := strings.Repeat("user:x:1000:1000::/home/user:/bin/sh\n", 28000) // ~1 MiB
+	u := Union{Layers: []string{layer(t, map[string]string{"etc/passwd": content})}}
+	allocs := testing.AllocsPerRun(5, func() {
+		if _, err := u.ReadFile(context.Background(), "/etc/passwd", 1<<20); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var before, after runtimeMem
+	before.read()
+	if _, err := u.ReadFile(context.Background(), "/etc/passwd", 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	after.read()
+	if got, limit := after.total-before.total, uint64(len(content))+64<<10; got > limit {
+		t.Errorf("reading a %d-byte file allocated %d bytes (%.0f allocations); want under %d", len(content), got, allocs, limit)
+	}
+}
+
+type runtimeMem struct{ total uint64 }
+
+func (m *runtimeMem) read() {
+	var s runtime.MemStats
+	runtime.ReadMemStats(&s)
+	m.total = s.TotalAlloc
+}
