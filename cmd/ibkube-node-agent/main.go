@@ -89,7 +89,7 @@ func addMemlockPlugin(a *agent.Agent, opts options, cluster *api, log logr.Logge
 	if err != nil {
 		return err
 	}
-	cfg := nri.Config{SocketPath: opts.nriSocket, ProcRoot: opts.procRoot, Max: maxV, GIDs: nri.SysfsGIDs{Root: opts.sysfsRoot}}
+	cfg := nri.Config{SocketPath: opts.nriSocket, ProcRoot: opts.procRoot, Max: maxV, GIDs: nri.SysfsGIDs{Root: opts.sysfsRoot, ProcRoot: opts.procRoot}}
 	if opts.ncclRankConf {
 		cfg.RankConfDir = filepath.Join(opts.stateDir, "nccl-ranks")
 		if opts.containerd.address != "" {

@@ -36,10 +36,10 @@ func checkGID(f Facts) Result {
 		res.Status, res.Message = Pass, "no advertised RoCE port (InfiniBand needs no GID index)"
 	case d.Set:
 		res.Status = Pass
-		res.Message = fmt.Sprintf("every advertised RoCE port has its RoCE v2 IPv4 GID at index %d: pods get NCCL_IB_GID_INDEX=%d and UCX_IB_GID_INDEX=%d", d.Index, d.Index, d.Index)
+		res.Message = fmt.Sprintf("every advertised RoCE port has its host's RoCE v2 IPv4 GID at index %d: NCCL >= 2.21.5 and UCX pick it themselves; a pod whose image holds an older NCCL gets NCCL_IB_GID_INDEX of the entry of its own address", d.Index)
 	default:
 		res.Status = Warn
-		res.Message = d.Reason + ": a pod holding these ports gets no NCCL_IB_GID_INDEX and relies on NCCL's own detection (NCCL >= 2.21.5; an older NCCL uses GID 0, RoCE v1 link-local, which does not route on RoCEv2)"
+		res.Message = d.Reason + ": NCCL >= 2.21.5 finds each port's entry itself; a pod whose image holds an older NCCL gets no NCCL_IB_GID_INDEX unless its own address has one entry on every port it holds (an older NCCL uses GID 0, RoCE v1 link-local, which does not route on RoCEv2)"
 		res.Fix = "give each RoCE port's netdev (or the pod's interface on it) an IPv4 address, keep the pods on NCCL >= 2.21.5, or set NCCL_IB_GID_INDEX in the pod's env; `ibkube node` shows each port's index"
 	}
 	return res

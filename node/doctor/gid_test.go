@@ -25,7 +25,7 @@ func TestCheckGID(t *testing.T) {
 		status     Status
 		message    string
 	}{
-		{"ports agree", []string{"mlx5_0", "mlx5_1"}, Pass, "index 3: pods get NCCL_IB_GID_INDEX=3"},
+		{"ports agree", []string{"mlx5_0", "mlx5_1"}, Pass, "GID at index 3: NCCL >= 2.21.5 and UCX pick it themselves"},
 		{"a port without an IPv4 GID", []string{"mlx5_0", "mlx5_3"}, Warn, "no RoCE v2 GID of an IPv4 address on mlx5_3/1"},
 		{"nothing advertised", nil, Pass, "no advertised RoCE port"},
 	} {

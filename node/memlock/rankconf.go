@@ -39,6 +39,13 @@ const (
 	// RankConfName is the file NCCL reads in the home directory when
 	// NCCL_CONF_FILE is unset.
 	RankConfName = ".nccl.conf"
+	// RCCLConfName is RCCL's: "$HOME/.rccl.conf" when NCCL_CONF_FILE is
+	// unset, then /etc/rccl.conf (ROCm/rocm-systems projects/rccl
+	// src/misc/param.cc at 40cf641); older RCCL reads only getpwuid's
+	// "<pw_dir>/.rccl.conf", then /etc/rccl.conf, skips no '#' line and
+	// has no NCCL_CONF_FILE (ROCm/rccl src/misc/param.cc, rocm-6.3 branch
+	// at 0cbce2a7).
+	RCCLConfName = ".rccl.conf"
 	// RootHome is root's home directory in the container images NCCL runs in.
 	RootHome = "/root"
 	// ncclConfLineMax is the most of a name or a value setEnvFile keeps
@@ -107,6 +114,10 @@ type RankInput struct {
 	Passwd Passwd
 	// MountDestinations are the container's mount points.
 	MountDestinations []string
+	// NCCL is what the image says of the NCCL the container loads; RCCL
+	// is true when it loads RCCL (an AMD GPU container).
+	NCCL NCCLPlan
+	RCCL bool
 }
 
 // RankConf is the decision for one container.
@@ -154,19 +165,25 @@ func DecideRankConf(in RankInput) RankConf {
 	if info != "" {
 		notes = append(notes, info)
 	}
+	names := []string{RankConfName}
+	if in.RCCL {
+		names = append(names, RCCLConfName)
+	}
 	for _, home := range homes {
-		target := path.Join(home, RankConfName)
-		if slices.ContainsFunc(in.MountDestinations, func(m string) bool { return path.Clean(m) == target }) {
-			notes = append(notes, fmt.Sprintf("the container already mounts %s; ibkube leaves it, so processes that look there read that file", target))
-			continue
+		for _, name := range names {
+			target := path.Join(home, name)
+			if slices.ContainsFunc(in.MountDestinations, func(m string) bool { return path.Clean(m) == target }) {
+				notes = append(notes, fmt.Sprintf("the container already mounts %s; ibkube leaves it, so processes that look there read that file", target))
+				continue
+			}
+			targets = append(targets, target)
 		}
-		targets = append(targets, target)
 	}
 	if len(targets) == 0 {
 		return RankConf{Outcome: RankUserMount, Reason: strings.Join(notes, "; ")}
 	}
 
-	settings, dropped, more, confNotes := resolveSettings(in.PodAnnotations, env)
+	settings, dropped, more, confNotes := resolveSettings(in.PodAnnotations, env, in.NCCL)
 	notes = append(notes, confNotes...)
 	if len(dropped) > 0 {
 		shown := dropped[:min(len(dropped), namesShown)]
@@ -183,31 +200,47 @@ func DecideRankConf(in RankInput) RankConf {
 	if len(settings) == 0 {
 		return RankConf{Outcome: RankNothing, Dropped: dropped, Reason: strings.Join(append([]string{"the main process resolves no NCCL setting"}, notes...), "; ")}
 	}
+	content := rankConfText(settings, commentsRead(in))
+	reason := fmt.Sprintf("%d NCCL settings of the main process written to %s for processes started without its environment", len(settings), strings.Join(targets, " and "))
+	if len(notes) > 0 {
+		reason += "; " + strings.Join(notes, "; ")
+	}
+	return RankConf{Outcome: RankWritten, Targets: targets, Content: content, Settings: settings, Dropped: dropped, Reason: reason, Warn: warn}
+}
+
+// commentsRead tells whether every library that reads the file skips its
+// '#' lines: NCCL from 2.26.2 (an older one turns a "#...=..." line into a
+// variable); RCCL's older releases skip none, so not for RCCL containers.
+func commentsRead(in RankInput) bool {
+	return in.NCCL.Has(FeatureCommentLines) && !in.RCCL
+}
+
+// rankConfText is the file: a header where comment lines are skipped, then
+// one NAME=value line per setting, by name.
+func rankConfText(settings map[string]string, comments bool) string {
 	names := make([]string, 0, len(settings))
 	for n := range settings {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	var b strings.Builder
-	b.WriteString("# Written by the ibkube node agent: the NCCL settings this container's main\n")
-	b.WriteString("# process resolves from its environment and NCCL_CONF_FILE, for processes\n")
-	b.WriteString("# started without that environment (MPI ranks over SSH). /etc/nccl.conf is\n")
-	b.WriteString("# read after this file, as for the main process.\n")
+	if comments {
+		b.WriteString("# Written by the ibkube node agent: the NCCL settings this container's main\n")
+		b.WriteString("# process resolves from its environment and NCCL_CONF_FILE, for processes\n")
+		b.WriteString("# started without that environment (MPI ranks over SSH). /etc/nccl.conf is\n")
+		b.WriteString("# read after this file, as for the main process.\n")
+	}
 	for _, n := range names {
 		b.WriteString(n + "=" + settings[n] + "\n")
 	}
-	reason := fmt.Sprintf("%d NCCL settings of the main process written to %s for processes started without its environment", len(settings), strings.Join(targets, " and "))
-	if len(notes) > 0 {
-		reason += "; " + strings.Join(notes, "; ")
-	}
-	return RankConf{Outcome: RankWritten, Targets: targets, Content: b.String(), Settings: settings, Dropped: dropped, Reason: reason, Warn: warn}
+	return b.String()
 }
 
 // resolveSettings is what the main process resolves before /etc/nccl.conf:
 // its NCCL_* environment, then the profile's conf file when NCCL_CONF_FILE
 // names it; within RankConfMaxBytes, by name. dropped names what a conf
 // file cannot carry; more counts what the bound left out.
-func resolveSettings(annotations, env map[string]string) (settings map[string]string, dropped []string, more int, notes []string) {
+func resolveSettings(annotations, env map[string]string, plan NCCLPlan) (settings map[string]string, dropped []string, more int, notes []string) {
 	type kv struct{ name, value, from string }
 	var all []kv
 	for name, value := range env {
@@ -221,6 +254,9 @@ func resolveSettings(annotations, env map[string]string) (settings map[string]st
 		// written here; an image's own file at that path is shadowed.
 		notes = append(notes, "NCCL_CONF_FILE is unset, so the main process reads this file too")
 	case contract.NCCLConfFile:
+		if plan.Lacks(FeatureConfFile) {
+			notes = append(notes, fmt.Sprintf("%s ignores NCCL_CONF_FILE (read from %s), so the main process reads this file, which carries the profile's settings", plan, since(LibNCCL, FeatureConfFile)))
+		}
 		for _, p := range ParseNCCLConf(annotations[contract.AnnotationNCCLConf]) {
 			if _, set := env[p[0]]; set || p[0] == contract.EnvNCCLConfFile {
 				continue

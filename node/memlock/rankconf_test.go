@@ -49,10 +49,10 @@ func TestDecideRankConf(t *testing.T) {
 		"PATH=/usr/bin", "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1", "UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1",
 		"NCCL_TOPO_FILE=/etc/ibkube/nccl-topo.xml", "NCCL_DEBUG=INFO", "NCCL_CONF_FILE=" + contract.NCCLConfFile,
 	}
-	header := "# Written by the ibkube node agent: the NCCL settings this container's main\n" +
-		"# process resolves from its environment and NCCL_CONF_FILE, for processes\n" +
-		"# started without that environment (MPI ranks over SSH). /etc/nccl.conf is\n" +
-		"# read after this file, as for the main process.\n"
+	// The image's NCCL is unknown in these cases: the file then has no
+	// comment lines, which NCCL before 2.26.2 would not skip
+	// (TestRankConfPerNCCLRelease has the header).
+	header := ""
 	rootPw := Passwd{Status: PasswdFound, Home: "/root"}
 	mpiPw := Passwd{Status: PasswdFound, Home: "/home/mpiuser"}
 	tests := []struct {
@@ -300,5 +300,59 @@ func TestLookupPasswd(t *testing.T) {
 		if d := cmp.Diff(tc.want, LookupPasswd([]byte(text), tc.uid)); d != "" {
 			t.Errorf("uid %d (-want +got):\n%s", tc.uid, d)
 		}
+	}
+}
+
+// rankHeader is the file's comment header, written only for an NCCL that
+// skips '#' lines.
+const rankHeader = "# Written by the ibkube node agent: the NCCL settings this container's main\n" +
+	"# process resolves from its environment and NCCL_CONF_FILE, for processes\n" +
+	"# started without that environment (MPI ranks over SSH). /etc/nccl.conf is\n" +
+	"# read after this file, as for the main process.\n"
+
+// TestRankConfPerNCCLRelease: the file follows the rules of the NCCL the
+// image holds (ncclReleases, read in each release's src/misc/param.cc):
+// comment lines only from 2.26.2; before 2.23.4 the main process ignores
+// NCCL_CONF_FILE and reads this file, which therefore carries the
+// profile's settings; both homes on every release (the passwd home before
+// 2.30.3 and for ranks sshd starts, $HOME from 2.30.3). An AMD container
+// (RCCL) gets .rccl.conf beside .nccl.conf in each home and no comments.
+func TestRankConfPerNCCLRelease(t *testing.T) {
+	t.Parallel()
+	uid := uint32(1000)
+	base := RankInput{
+		PodAnnotations: map[string]string{contract.AnnotationNCCLConf: "NCCL_NET_GDR_LEVEL=SYS\n"},
+		Devices:        []Device{{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192}},
+		IBDevices:      DeviceSet{{231, 192}: "uverbs0"},
+		Env:            []string{"HOME=/workspace", "NCCL_IB_HCA==mlx5_0:1", "NCCL_CONF_FILE=" + contract.NCCLConfFile},
+		UID:            &uid,
+		Passwd:         Passwd{Status: PasswdFound, Home: "/home/mpiuser"},
+	}
+	body := "NCCL_IB_HCA==mlx5_0:1\nNCCL_NET_GDR_LEVEL=SYS\n"
+	for _, r := range ncclReleases {
+		in := base
+		in.NCCL = NCCLPlan{Found: []NCCLFound{{Version: r.version, From: "/usr/include/nccl.h"}}}
+		got := DecideRankConf(in)
+		want := body
+		if r.comments {
+			want = rankHeader + body
+		}
+		if d := cmp.Diff(want, got.Content); d != "" {
+			t.Errorf("NCCL %s content (-want +got):\n%s", r.version, d)
+		}
+		if d := cmp.Diff([]string{"/home/mpiuser/.nccl.conf", "/workspace/.nccl.conf"}, got.Targets); d != "" {
+			t.Errorf("NCCL %s targets (-want +got):\n%s", r.version, d)
+		}
+		if ignored := strings.Contains(got.Reason, "ignores NCCL_CONF_FILE"); ignored != !r.confFile {
+			t.Errorf("NCCL %s: reason %q; want a note that NCCL_CONF_FILE is ignored: %v", r.version, got.Reason, !r.confFile)
+		}
+	}
+	in := base
+	in.RCCL = true
+	in.NCCL = NCCLPlan{Found: []NCCLFound{{Version: Version{2, 30, 3}}}}
+	got := DecideRankConf(in)
+	wantTargets := []string{"/home/mpiuser/.nccl.conf", "/home/mpiuser/.rccl.conf", "/workspace/.nccl.conf", "/workspace/.rccl.conf"}
+	if d := cmp.Diff(wantTargets, got.Targets); d != "" || got.Content != body {
+		t.Errorf("RCCL container: targets (-want +got):\n%s\ncontent %q, want %q", d, got.Content, body)
 	}
 }

@@ -2,9 +2,12 @@ package nri
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
@@ -14,6 +17,7 @@ import (
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/node/imagefs"
 )
 
 type gidEvents struct {
@@ -40,76 +44,211 @@ func uverbsOf(t *testing.T, n inventory.Node, hca string) *api.LinuxDevice {
 	return nil
 }
 
-// TestGIDIndexAtCreate: on the OCI BM.GPU.H100.8 fixture, a container
-// holding GPU-fabric ports gets NCCL_IB_GID_INDEX=3 and UCX_IB_GID_INDEX=3
-// from the GID tables as they are at CreateContainer (the pod's address may
-// be newer than the last scan), in its environment and in its rank conf; a
-// value of its own stays; ports that disagree or lack an IPv4 GID give
-// nothing and an Event naming them.
-func TestGIDIndexAtCreate(t *testing.T) {
-	t.Parallel()
+// image is a container image as a map of paths to contents.
+type image map[string]string
+
+func (m image) ReadFile(_ context.Context, _, name string, max int64) ([]byte, error) {
+	v, ok := m[name]
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", name, imagefs.ErrNotExist)
+	}
+	return []byte(v)[:min(int64(len(v)), max)], nil
+}
+
+// withNCCL is an image holding NCCL v as the system's nccl.h says it.
+func withNCCL(major, minor, patch int) image {
+	return image{"/etc/passwd": "root:x:0:0:root:/root:/bin/bash\n", "/usr/include/nccl.h": fmt.Sprintf("#define NCCL_MAJOR %d\n#define NCCL_MINOR %d\n#define NCCL_PATCH %d\n", major, minor, patch)}
+}
+
+// gidFixture is the OCI BM.GPU.H100.8 fixture, scanned, and a plugin over
+// it reading the image img.
+type gidFixture struct {
+	dir    string
+	node   inventory.Node
+	events gidEvents
+	p      *Plugin
+}
+
+func newGIDFixture(t *testing.T, img ImageReader, gids GIDReader) gidFixture {
+	t.Helper()
 	dir := fixture.BuildTemp(t, fixture.OCIH100)
 	node, err := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Logger: testr.New(t)}).Scan(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	if gids == nil {
+		gids = SysfsGIDs{Root: fixture.SysfsRoot(dir)}
+	}
 	events := gidEvents{eventRecorder{make(chan recordedEvent, 10)}, make(chan string, 10)}
-	p, err := NewPlugin(Config{RankConfDir: t.TempDir(), GIDs: SysfsGIDs{Root: fixture.SysfsRoot(dir)}}, staticInventory(node), testr.New(t), nil, events)
+	p, err := NewPlugin(Config{RankConfDir: t.TempDir(), GIDs: gids, Image: img}, staticInventory(node), testr.New(t), nil, events)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := &api.PodSandbox{Id: "pod1", Name: "w", Namespace: "hpc", Uid: "u1"}
-	envOf := func(adj *api.ContainerAdjustment) map[string]string {
-		out := map[string]string{}
-		for _, e := range adj.GetEnv() {
-			out[e.Key] = e.Value
+	return gidFixture{dir, node, events, p}
+}
+
+func (f gidFixture) ctr(t *testing.T, id string, env []string, hcas ...string) *api.Container {
+	c := &api.Container{Id: id, Name: id, Env: env, User: &api.User{Uid: 0}, Linux: &api.LinuxContainer{}}
+	for _, h := range hcas {
+		c.Linux.Devices = append(c.Linux.Devices, uverbsOf(t, f.node, h))
+	}
+	return c
+}
+
+// writeGID sets entry i of a port's table of the fixture.
+func (f gidFixture) writeGID(t *testing.T, hca string, i int, gid, typ string) {
+	t.Helper()
+	port := filepath.Join(fixture.SysfsRoot(f.dir), "class/infiniband", hca, "ports/1")
+	must(t, os.WriteFile(filepath.Join(port, "gids", strconv.Itoa(i)), []byte(gid+"\n"), 0o644))
+	must(t, os.MkdirAll(filepath.Join(port, "gid_attrs/types"), 0o755))
+	must(t, os.WriteFile(filepath.Join(port, "gid_attrs/types", strconv.Itoa(i)), []byte(typ+"\n"), 0o644))
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func envOf(adj *api.ContainerAdjustment) map[string]string {
+	out := map[string]string{}
+	for _, e := range adj.GetEnv() {
+		out[e.Key] = e.Value
+	}
+	return out
+}
+
+// The OCI fixture's GPU-fabric ports hold their IPv4 RoCE v2 GID at 3:
+// mlx5_0 192.168.0.22, mlx5_1 192.168.1.22 (a pod holding the ports'
+// netdevs has these addresses).
+var ociPodIPs = []string{"192.168.0.22", "192.168.1.22"}
+
+// TestGIDIndexPerNCCLRelease: NCCL_IB_GID_INDEX is set only for an NCCL
+// that does not pick the GID itself (before 2.21.5), never over a GID
+// selector the user set, never when the version is unknown; UCX_IB_GID_INDEX
+// never.
+func TestGIDIndexPerNCCLRelease(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		img  ImageReader
+		env  []string
+		want map[string]string
+	}{
+		{"NCCL 2.19.3", withNCCL(2, 19, 3), nil, map[string]string{EnvNCCLIBGIDIndex: "3"}},
+		{"NCCL 2.21.5", withNCCL(2, 21, 5), nil, map[string]string{}},
+		{"NCCL 2.23.4", withNCCL(2, 23, 4), nil, map[string]string{}},
+		{"NCCL 2.26.2", withNCCL(2, 26, 2), nil, map[string]string{}},
+		{"NCCL 2.30.3", withNCCL(2, 30, 3), nil, map[string]string{}},
+		{"unknown version", nil, nil, map[string]string{}},
+		{"image without NCCL", image{}, nil, map[string]string{}},
+		{"NCCL 2.19.3, user's index", withNCCL(2, 19, 3), []string{"NCCL_IB_GID_INDEX=1"}, map[string]string{}},
+		{"NCCL 2.19.3, user's range", withNCCL(2, 19, 3), []string{"NCCL_IB_ADDR_RANGE=10.0.0.0/8"}, map[string]string{}},
+		{"NCCL 2.19.3, user's family", withNCCL(2, 19, 3), []string{"NCCL_IB_ADDR_FAMILY=AF_INET6"}, map[string]string{}},
+		{"NCCL 2.19.3, user's RoCE version", withNCCL(2, 19, 3), []string{"NCCL_IB_ROCE_VERSION_NUM=1"}, map[string]string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newGIDFixture(t, tc.img, nil)
+			pod := &api.PodSandbox{Id: "pod1", Name: "w", Namespace: "hpc", Uid: "u1", Ips: ociPodIPs}
+			adj := f.p.createContainer(pod, f.ctr(t, "gpu", append([]string{"NCCL_IB_HCA==mlx5_0:1,mlx5_1:1"}, tc.env...), "mlx5_0", "mlx5_1"))
+			got := envOf(adj)
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("environment added (-want +got):\n%s", d)
+			}
+			if _, ucx := got["UCX_IB_GID_INDEX"]; ucx {
+				t.Error("UCX_IB_GID_INDEX injected")
+			}
+			if tc.want[EnvNCCLIBGIDIndex] == "" {
+				return
+			}
+			conf, err := os.ReadFile(filepath.Join(f.p.cfg.RankConfDir, "gpu"+rankConfSuffix))
+			if err != nil || !strings.Contains(string(conf), "NCCL_IB_GID_INDEX=3\n") {
+				t.Errorf("rank conf lacks the GID index: %q, %v", conf, err)
+			}
+		})
+	}
+}
+
+// TestGIDIndexPodsOnOneRoCEPort: two pods with macvlans on one RoCE port
+// (mlx5_0) each get the entry of their own address, not the host's or the
+// other pod's; a pod whose address has no entry gets none and an Event.
+func TestGIDIndexPodsOnOneRoCEPort(t *testing.T) {
+	t.Parallel()
+	f := newGIDFixture(t, withNCCL(2, 19, 3), nil)
+	// The host's netdev holds 192.168.0.22 at 2/3; pod A's macvlan
+	// 10.1.0.5 at 4/5, pod B's 10.1.0.6 at 6/7.
+	f.writeGID(t, "mlx5_0", 4, "0000:0000:0000:0000:0000:ffff:0a01:0005", inventory.GIDTypeRoCEv1)
+	f.writeGID(t, "mlx5_0", 5, "0000:0000:0000:0000:0000:ffff:0a01:0005", inventory.GIDTypeRoCEv2)
+	f.writeGID(t, "mlx5_0", 6, "0000:0000:0000:0000:0000:ffff:0a01:0006", inventory.GIDTypeRoCEv1)
+	f.writeGID(t, "mlx5_0", 7, "0000:0000:0000:0000:0000:ffff:0a01:0006", inventory.GIDTypeRoCEv2)
+	for _, tc := range []struct {
+		pod, ip, want string
+	}{
+		{"a", "10.1.0.5", "5"},
+		{"b", "10.1.0.6", "7"},
+		{"c", "10.1.0.9", ""},
+	} {
+		pod := &api.PodSandbox{Id: tc.pod, Name: tc.pod, Namespace: "hpc", Uid: tc.pod, Ips: []string{tc.ip}}
+		got := envOf(f.p.createContainer(pod, f.ctr(t, tc.pod, nil, "mlx5_0")))[EnvNCCLIBGIDIndex]
+		if got != tc.want {
+			t.Errorf("pod %s (%s): NCCL_IB_GID_INDEX=%q, want %q", tc.pod, tc.ip, got, tc.want)
 		}
-		return out
 	}
-	ctr := func(id string, env []string, hcas ...string) *api.Container {
-		c := &api.Container{Id: id, Name: id, Env: env, User: &api.User{Uid: 0}, Linux: &api.LinuxContainer{}}
-		for _, h := range hcas {
-			c.Linux.Devices = append(c.Linux.Devices, uverbsOf(t, node, h))
-		}
-		return c
+	if r := <-f.events.gid; !strings.Contains(r, "no RoCE v2 GID of the pod's IPv4 addresses (10.1.0.9) on mlx5_0/1") {
+		t.Errorf("event %q does not say what is missing", r)
 	}
+}
 
-	adj := p.createContainer(pod, ctr("gpu", []string{"NCCL_IB_HCA==mlx5_0:1,mlx5_1:1"}, "mlx5_0", "mlx5_1"))
-	if d := cmp.Diff(map[string]string{EnvNCCLIBGIDIndex: "3", EnvUCXIBGIDIndex: "3"}, envOf(adj)); d != "" {
-		t.Errorf("environment added (-want +got):\n%s", d)
-	}
-	conf, err := os.ReadFile(filepath.Join(p.cfg.RankConfDir, "gpu"+rankConfSuffix))
-	if err != nil || !strings.Contains(string(conf), "\nNCCL_IB_GID_INDEX=3\n") {
-		t.Errorf("rank conf lacks the GID index: %q, %v", conf, err)
-	}
-
-	adj = p.createContainer(pod, ctr("own", []string{"NCCL_IB_GID_INDEX=1"}, "mlx5_0"))
-	if d := cmp.Diff(map[string]string{EnvUCXIBGIDIndex: "3"}, envOf(adj)); d != "" {
-		t.Errorf("a container with its own NCCL_IB_GID_INDEX (-want +got):\n%s", d)
-	}
-
-	// mlx5_11's IPv4 GID is at 7 (a sparse table and a macvlan).
-	adj = p.createContainer(pod, ctr("mixed", nil, "mlx5_0", "mlx5_11"))
-	if got := envOf(adj); got[EnvNCCLIBGIDIndex] != "" || got[EnvUCXIBGIDIndex] != "" {
+// TestGIDIndexPortsDisagree: ports whose pod entries sit at different
+// indexes give nothing (NCCL takes one index for all) and an Event naming
+// them.
+func TestGIDIndexPortsDisagree(t *testing.T) {
+	t.Parallel()
+	f := newGIDFixture(t, withNCCL(2, 19, 3), nil)
+	f.writeGID(t, "mlx5_1", 3, "0000:0000:0000:0000:0000:0000:0000:0000", inventory.GIDTypeRoCEv2)
+	f.writeGID(t, "mlx5_1", 5, "0000:0000:0000:0000:0000:ffff:c0a8:0116", inventory.GIDTypeRoCEv2)
+	pod := &api.PodSandbox{Id: "p", Name: "p", Namespace: "hpc", Uid: "p", Ips: ociPodIPs}
+	if got := envOf(f.p.createContainer(pod, f.ctr(t, "mixed", nil, "mlx5_0", "mlx5_1"))); len(got) != 0 {
 		t.Errorf("ports that disagree got %v", got)
 	}
-	if r := <-events.gid; !strings.Contains(r, "3 on mlx5_0/1; 7 on mlx5_11/1") {
+	if r := <-f.events.gid; !strings.Contains(r, "3 on mlx5_0/1; 5 on mlx5_1/1") {
 		t.Errorf("event %q does not name the ports and their indexes", r)
 	}
+}
 
-	// The pod's address goes away (a no-IPAM interface): the table read at
-	// creation, not the scan, decides.
-	for _, i := range []string{"2", "3"} {
-		gid := filepath.Join(fixture.SysfsRoot(dir), "class/infiniband/mlx5_0/ports/1/gids", i)
-		if err := os.WriteFile(gid, []byte("0000:0000:0000:0000:0000:0000:0000:0000\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+// flappingGIDs returns a table whose entry 3 changes type on every read
+// for the first flips reads, as a table the kernel rewrites while it is
+// read (GID and type are separate files).
+type flappingGIDs struct {
+	mu    sync.Mutex
+	reads int
+	flips int
+}
+
+func (g *flappingGIDs) ReadGIDs(string, int) ([]inventory.GIDEntry, string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.reads++
+	typ := inventory.GIDTypeRoCEv2
+	if g.reads <= g.flips && g.reads%2 == 1 {
+		typ = inventory.GIDTypeRoCEv1
 	}
-	adj = p.createContainer(pod, ctr("noaddr", nil, "mlx5_0"))
-	if got := envOf(adj); len(got) != 0 {
-		t.Errorf("a port without an IPv4 GID got %v", got)
+	return []inventory.GIDEntry{{Index: 3, GID: "0000:0000:0000:0000:0000:ffff:c0a8:0016", Type: typ}}, ""
+}
+
+// TestGIDReadConsistent: a table is taken only once two reads in a row
+// agree; one that never settles gives no index.
+func TestGIDReadConsistent(t *testing.T) {
+	t.Parallel()
+	settles := &flappingGIDs{flips: 2}
+	got, why := readGIDsConsistent(settles, "mlx5_0", 1)
+	if why != "" || len(got) != 1 || got[0].Type != inventory.GIDTypeRoCEv2 {
+		t.Errorf("a table that settles: %+v, %q", got, why)
 	}
-	if r := <-events.gid; !strings.Contains(r, "no RoCE v2 GID of an IPv4 address on mlx5_0/1") {
-		t.Errorf("event %q does not say what is missing", r)
+	never := &flappingGIDs{flips: 1 << 30}
+	if got, why := readGIDsConsistent(never, "mlx5_0", 1); got != nil || !strings.Contains(why, "changed on each of 5 reads") {
+		t.Errorf("a table that never settles: %+v, %q", got, why)
 	}
 }

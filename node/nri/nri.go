@@ -57,7 +57,8 @@ type Config struct {
 	// empty environment (see DecideRankConf); "" turns that off.
 	RankConfDir string
 	// Image reads the image's /etc/passwd for the container's user's home;
-	// nil leaves the home to the container's uid and HOME.
+	// nil leaves the home to the container's uid and HOME. The plugin lets
+	// one read run at a time, however many containers are created at once.
 	Image ImageReader
 	// PasswdTimeout bounds that read (default DefaultPasswdTimeout).
 	PasswdTimeout time.Duration
@@ -140,6 +141,9 @@ func NewPlugin(cfg Config, inv Inventory, log logr.Logger, reg prometheus.Regist
 		return nil, errors.New("memlock: nil inventory")
 	}
 	p := &Plugin{cfg: cfg.withDefaults(), inv: inv, log: log, events: events, metrics: newMetrics()}
+	if p.cfg.Image != nil {
+		p.cfg.Image = oneAtATime(p.cfg.Image)
+	}
 	p.state.Store(StateDisconnected)
 	if reg != nil {
 		if err := p.metrics.register(reg); err != nil {
@@ -342,11 +346,12 @@ func (p *Plugin) Decide(pod *api.PodSandbox, ctr *api.Container) memlock.Decisio
 func (p *Plugin) createContainer(pod *api.PodSandbox, ctr *api.Container) *api.ContainerAdjustment {
 	adj := &api.ContainerAdjustment{}
 	changed := p.adjustMemlock(pod, ctr, adj)
-	added := p.gidIndex(pod, ctr, adj)
+	plan, rccl := p.imageLibraries(ctr, p.RankInputOf(pod, ctr))
+	added := p.gidIndex(pod, ctr, adj, plan)
 	if len(added) > 0 {
 		changed = true
 	}
-	if p.rankConf(pod, ctr, adj, added) {
+	if p.rankConf(pod, ctr, adj, added, plan, rccl) {
 		changed = true
 	}
 	if !changed {

@@ -16,7 +16,6 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/ibkube/ibkube/internal/atomicfile"
-	"github.com/ibkube/ibkube/node/imagefs"
 	"github.com/ibkube/ibkube/node/memlock"
 )
 
@@ -38,38 +37,6 @@ type ImageReader interface {
 // the runtime's CreateContainer call (containerd gives every NRI plugin 2 s
 // by default, plugin_request_timeout).
 const DefaultPasswdTimeout = time.Second
-
-// passwdOf reads the image's /etc/passwd entry for uid, within the
-// timeout: a read that does not finish in time gives PasswdUnread, and the
-// container starts regardless.
-func (p *Plugin) passwdOf(ctrID string, uid uint32) memlock.Passwd {
-	if p.cfg.Image == nil {
-		return memlock.Passwd{Why: "the agent has no access to the runtime's snapshots"}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PasswdTimeout)
-	defer cancel()
-	type result struct {
-		b   []byte
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		b, err := p.cfg.Image.ReadFile(ctx, ctrID, "/etc/passwd", memlock.PasswdMaxBytes)
-		done <- result{b, err}
-	}()
-	select {
-	case r := <-done:
-		switch {
-		case errors.Is(r.err, imagefs.ErrNotExist):
-			return memlock.Passwd{Status: memlock.PasswdNoEntry}
-		case r.err != nil:
-			return memlock.Passwd{Why: boundedError(r.err)}
-		}
-		return memlock.LookupPasswd(r.b, uid)
-	case <-ctx.Done():
-		return memlock.Passwd{Why: fmt.Sprintf("reading it took over %s", p.cfg.PasswdTimeout)}
-	}
-}
 
 // boundedError is an error's text cut to 256 bytes, for a reason that may
 // end up in an Event.
@@ -107,16 +74,17 @@ func (p *Plugin) RankInputOf(pod *api.PodSandbox, ctr *api.Container) memlock.Ra
 // bind mount to adj; added is the environment this plugin adds to the
 // container, which its main process sees too. Failures are logged and
 // counted, never returned: the container starts regardless.
-func (p *Plugin) rankConf(pod *api.PodSandbox, ctr *api.Container, adj *api.ContainerAdjustment, added []string) bool {
+func (p *Plugin) rankConf(pod *api.PodSandbox, ctr *api.Container, adj *api.ContainerAdjustment, added []string, plan memlock.NCCLPlan, rccl bool) bool {
 	if p.cfg.RankConfDir == "" {
 		return false
 	}
 	in := p.RankInputOf(pod, ctr)
 	in.Env = append(slices.Clone(in.Env), added...)
+	in.NCCL, in.RCCL = plan, rccl
 	if memlock.HoldsIBDevice(in) && in.UID != nil {
 		in.Passwd = p.passwdOf(ctr.GetId(), *in.UID)
 	}
-	c := memlock.DecideRankConf(in)
+	c := mountable(memlock.DecideRankConf(in), in.MountDestinations)
 	kv := []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "outcome", c.Outcome}
 	if c.Outcome == memlock.RankNoDevices {
 		p.metrics.rankConfs.WithLabelValues(string(c.Outcome)).Inc()

@@ -72,12 +72,12 @@ func mpiForwardWarnings(root map[string]any) []string {
 }
 
 // roceGIDWarning says when an injected pod template runs over RoCE (its
-// profile asks the RoCE pool) with no NCCL_IB_GID_INDEX of its own: the
-// node agent then sets it from the allocated ports' GID tables when they
-// agree on a RoCE v2 IPv4 entry, and otherwise NCCL has to find the entry
-// itself, which it does from 2.21.5 on (NVIDIA/nccl commit ab2b89c4, the
-// default -1); an older NCCL uses GID 0, RoCE v1 link-local, which does not
-// route on a RoCEv2 fabric.
+// profile asks the RoCE pool) with no NCCL_IB_GID_INDEX of its own: NCCL
+// finds the entry itself from 2.21.5 on (NVIDIA/nccl v2.21.5-1
+// src/transport/net_ib.cc, IB_GID_INDEX default -1); for an image whose
+// NCCL is older the node agent sets the entry of the pod's own address when
+// every port has one, else the pod gets an Event; an older NCCL left alone
+// uses GID 0, RoCE v1 link-local, which does not route on RoCEv2.
 func roceGIDWarning(tmpl map[string]any, profile func(string) (nccl.Profile, bool)) string {
 	injected, _ := nested(tmpl, "metadata", "annotations", contract.AnnotationInjected).(string)
 	var name string
@@ -100,5 +100,5 @@ func roceGIDWarning(tmpl map[string]any, profile func(string) (nccl.Profile, boo
 			}
 		}
 	}
-	return fmt.Sprintf("profile %s runs over RoCE and leaves NCCL_IB_GID_INDEX to the node: the node agent sets it (and UCX_IB_GID_INDEX) from the allocated ports' GID tables when they agree on a RoCE v2 IPv4 entry, else the pod gets a RoCEGIDIndexNotSet Event and relies on NCCL's own detection, which needs NCCL >= 2.21.5 (an older NCCL uses GID 0, RoCE v1 link-local, which does not route on RoCEv2)", name)
+	return fmt.Sprintf("profile %s runs over RoCE and leaves NCCL_IB_GID_INDEX to NCCL, which picks the RoCE v2 IPv4 GID itself from 2.21.5; for an image with an older NCCL the node agent sets the entry of the pod's own address when every port it holds has one, else the pod gets a RoCEGIDIndexNotSet Event (an older NCCL left alone uses GID 0, RoCE v1 link-local, which does not route on RoCEv2)", name)
 }
