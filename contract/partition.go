@@ -44,6 +44,58 @@ const (
 // Job's label and a Kubeflow job's pods may come from a Job.
 var JobLabels = []string{JobLabelKubeflow, JobLabelJobSet, JobLabelLWS, JobLabelBatch}
 
+// Pod labels holding the UID of the controller object a pod's job label
+// names, as each controller sets them on its pods. A tenant can copy a job
+// label onto any pod of the namespace by writing a name it sees; a UID is
+// chosen by the API server when the job is created:
+//   - JobUIDLabelBatch, JobUIDLabelBatchLegacy: Job, both written by the Job
+//     controller's strategy since 1.27 (k8s.io/api/batch/v1 ControllerUidLabel,
+//     LegacyControllerUidLabel: "the job controller uses unprefixed labels for
+//     job-name and controller-uid").
+//   - JobUIDLabelJobSet: JobSet, on its child Jobs and their pods
+//     (kubernetes-sigs/jobset api/jobset/v1alpha2 JobSetUIDKey). A JobSet's
+//     pods also carry their child Job's controller-uid, which differs per
+//     child Job, so only the label paired with the job label the selector
+//     takes is used.
+//
+// LeaderWorkerSet and the Kubeflow training-operator v1 and mpi-operator v2
+// label their pods with no UID: LWS's group-key is a SHA-1 of the namespace
+// and leader pod name (kubernetes-sigs/lws genGroupUniqueKey), which anyone
+// can compute, and kubeflow/common's labels are the job name, replica type,
+// index and role.
+const (
+	JobUIDLabelBatch       = "batch.kubernetes.io/controller-uid"
+	JobUIDLabelBatchLegacy = "controller-uid"
+	JobUIDLabelJobSet      = "jobset.sigs.k8s.io/jobset-uid"
+)
+
+// JobUIDLabels are, for each job label, the UID labels its controller sets
+// beside it, in the order the affinity lists them.
+var JobUIDLabels = map[string][]string{
+	JobLabelJobSet: {JobUIDLabelJobSet},
+	JobLabelBatch:  {JobUIDLabelBatch, JobUIDLabelBatchLegacy},
+}
+
+// JobUIDKeys are the UID labels of the job JobSelector names that the pod
+// carries: the keys of the job affinity's matchLabelKeys, which the API
+// server turns into "key In (the pod's value)" when it stores the pod. Nil
+// for a pod of no job and for a job whose controller sets no UID label.
+func JobUIDKeys(labels map[string]string) []string {
+	for _, k := range JobLabels {
+		if _, ok := labels[k]; !ok {
+			continue
+		}
+		var keys []string
+		for _, u := range JobUIDLabels[k] {
+			if _, ok := labels[u]; ok {
+				keys = append(keys, u)
+			}
+		}
+		return keys
+	}
+	return nil
+}
+
 // DRAAttrPartition is the device attribute holding the tenant partition key
 // its InfiniBand port is a full member of ("0x800b"), absent when the
 // port's table names none; a claim selects it with

@@ -49,16 +49,33 @@ func (d *decision) decideJobAffinity() error {
 	if !d.mode.RDMA() || pod.Annotations[contract.AnnotationPlacement] == contract.PlacementAny || statesPartitionAffinity(pod.Spec.Affinity) {
 		return nil
 	}
-	d.plan.jobAffinity = contract.JobSelector(pod.Labels)
+	d.plan.jobAffinity = jobAffinityTerm(pod.Labels)
 	return nil
 }
 
-// addJobAffinity adds the partition term for the job selected by sel.
-func (p *patcher) addJobAffinity(pod *corev1.Pod, sel map[string]string) {
-	term := corev1.PodAffinityTerm{
-		LabelSelector: &metav1.LabelSelector{MatchLabels: sel},
-		TopologyKey:   contract.LabelPartition,
+// jobAffinityTerm is the partition term of the job a pod with these labels
+// belongs to, nil for a pod of no job. The job's label is selected by
+// value; its controller's UID labels by key (matchLabelKeys, GA since 1.33,
+// KEP-3633): the API server adds "key In (this pod's value)" to the
+// selector when it stores the pod, so a pod that copies only the job's
+// name matches no term of the job's pods and neither attracts nor follows
+// them. An API server before 1.31 (the field off by default) drops the
+// field and the term selects by name alone.
+func jobAffinityTerm(labels map[string]string) *corev1.PodAffinityTerm {
+	sel := contract.JobSelector(labels)
+	if sel == nil {
+		return nil
 	}
+	return &corev1.PodAffinityTerm{
+		LabelSelector:  &metav1.LabelSelector{MatchLabels: sel},
+		MatchLabelKeys: contract.JobUIDKeys(labels),
+		TopologyKey:    contract.LabelPartition,
+	}
+}
+
+// addJobAffinity adds the job's partition term.
+func (p *patcher) addJobAffinity(pod *corev1.Pod, t *corev1.PodAffinityTerm) {
+	term := *t
 	spec := &pod.Spec
 	switch {
 	case spec.Affinity == nil:

@@ -22,9 +22,9 @@ type plan struct {
 	volume      bool // add the downwardAPI volume of the NCCL conf file
 	annotations []kv // in the order they are written
 	warnings    []string
-	// jobAffinity is the selector of the pod's job for the partition
-	// affinity; nil for none.
-	jobAffinity map[string]string
+	// jobAffinity is the partition affinity term to the pod's job; nil
+	// for none.
+	jobAffinity *corev1.PodAffinityTerm
 }
 
 // containerPlan is what one selected container lacks.
@@ -90,7 +90,7 @@ func decideSteps() []decideStep {
 // nil when the pod is not to be mutated (namespace not opted in, no mode,
 // mode none).
 func decide(pod *corev1.Pod, ns Namespace, cfg *config.Config) (*plan, error) {
-	if ns.Labels[contract.LabelInject] != contract.InjectEnabled {
+	if ns.Labels[contract.LabelInject] != contract.InjectEnabled || !Relevant(pod.Annotations, ns) {
 		return nil, nil
 	}
 	if err := checkSize(pod, ns); err != nil {

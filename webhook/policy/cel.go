@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -306,6 +307,7 @@ func jobAffinityVariables() []variable {
 		{"jobSel", "variables.jobKeys.size() == 0 ? {} : " + first + " == " + a(contract.JobLabelLWS) + " && " + a(contract.LWSGroupIndexLabel) + " in " + labels + " ? " +
 			"{" + first + ": " + labels + "[" + first + "], " + a(contract.LWSGroupIndexLabel) + ": " + labels + "[" + a(contract.LWSGroupIndexLabel) + "]} : " +
 			"{" + first + ": " + labels + "[" + first + "]}"},
+		{"jobUIDKeys", "variables.jobKeys.size() == 0 ? [] : " + jobUIDLabels() + "[?" + first + "].orValue([]).filter(k, k in " + labels + ")"},
 		{"ownAffinity", pa + ".?requiredDuringSchedulingIgnoredDuringExecution.orValue([]).exists(t, t.topologyKey == " + a(contract.LabelPartition) + ") || " +
 			pa + ".?preferredDuringSchedulingIgnoredDuringExecution.orValue([]).exists(w, w.podAffinityTerm.topologyKey == " + a(contract.LabelPartition) + ")"},
 		{"jobAffinity", "variables.rdma && variables.jobKeys.size() > 0 && !variables.ownAffinity && " +
@@ -313,10 +315,26 @@ func jobAffinityVariables() []variable {
 	}
 }
 
-// ensureJobAffinity is patcher.ensureJobAffinity.
+// jobUIDLabels is contract.JobUIDLabels as a CEL map literal.
+func jobUIDLabels() string {
+	keys := make([]string, 0, len(contract.JobUIDLabels))
+	for k := range contract.JobUIDLabels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	entries := make([]string, len(keys))
+	for i, k := range keys {
+		entries[i] = lit(k) + ": " + list(contract.JobUIDLabels[k]...)
+	}
+	return "{" + strings.Join(entries, ", ") + "}"
+}
+
+// ensureJobAffinity is mutate's jobAffinityTerm and patcher.addJobAffinity.
 func ensureJobAffinity() string {
 	req := "Object.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-	term := req + "{labelSelector: " + req + ".labelSelector{matchLabels: variables.jobSel}, topologyKey: " + lit(contract.LabelPartition) + "}"
+	term := req + "{labelSelector: " + req + ".labelSelector{matchLabels: variables.jobSel}, " +
+		"?matchLabelKeys: variables.jobUIDKeys.size() == 0 ? optional.none() : optional.of(variables.jobUIDKeys), " +
+		"topologyKey: " + lit(contract.LabelPartition) + "}"
 	podAff := "Object.spec.affinity.podAffinity{requiredDuringSchedulingIgnoredDuringExecution: [" + term + "]}"
 	return "(!variables.jobAffinity ? [] : " +
 		"!has(object.spec.affinity) ? [" + jsonPatch("add", "'/spec/affinity'", "Object.spec.affinity{podAffinity: "+podAff+"}") + "] : " +
