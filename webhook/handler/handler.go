@@ -161,16 +161,22 @@ func (h *Handler) admit(ctx context.Context, req *reviewRequest) (outcome, *admi
 	if !in {
 		return out, allowed(req.UID), nil
 	}
-	work, err := checkWork(req.Object, ns)
-	switch {
-	case err != nil:
+	head, err := readHead(req.Object)
+	if err != nil {
 		return out, nil, &httpError{http.StatusBadRequest, fmt.Errorf("AdmissionReview %s: %w", req.UID, err)}
-	case work.skip:
+	}
+	if err := checkPodNamespace(head, req); err != nil {
+		return out, nil, err
+	}
+	// A pod ibkube does not look at comes out of the core unchanged: it is
+	// answered from its head, whatever the rest of it holds.
+	if !mutate.Relevant(head.Metadata.Annotations, ns) {
 		return out, allowed(req.UID), nil
-	case work.refusal != "":
-		out.mode, out.result = modeLabel(mutate.Result{}, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: work.annotations}}), OutcomeRefused
-		h.opts.Log.Info("pod refused", "uid", req.UID, "namespace", req.Namespace, "pod", clip(req.Name), "reason", work.refusal)
-		return out, denied(req.UID, work.refusal), nil
+	}
+	if refusal := workRefusal(head, req.values); refusal != "" {
+		out.mode, out.result = modeLabel(mutate.Result{}, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: head.Metadata.Annotations}}), OutcomeRefused
+		h.opts.Log.Info("pod refused", "uid", req.UID, "namespace", req.Namespace, "pod", clip(req.Name), "reason", refusal)
+		return out, denied(req.UID, refusal), nil
 	}
 	pod, err := decodePod(req)
 	if err != nil {
@@ -234,24 +240,29 @@ func (h *Handler) optedIn(ctx context.Context, req *reviewRequest) (mutate.Names
 	return ns, ns.Labels[contract.LabelInject] == contract.InjectEnabled, nil
 }
 
-// decodePod decodes the request's pod, in the request's namespace.
+// checkPodNamespace refuses a pod whose own namespace differs from the
+// request's: the API server refuses such a pod itself (the namespace of
+// the object must match the request's), and a forged review must not steer
+// the network lookup into another namespace.
+func checkPodNamespace(head *podHead, req *reviewRequest) error {
+	if ns := head.Metadata.Namespace; ns != "" && ns != req.Namespace {
+		return &httpError{http.StatusBadRequest, fmt.Errorf("AdmissionReview %s: pod namespace %q differs from the request's %q",
+			req.UID, clip(ns), req.Namespace)}
+	}
+	return nil
+}
+
+// decodePod decodes the request's pod, in the request's namespace
+// (checkPodNamespace has checked its own).
 func decodePod(req *reviewRequest) (*corev1.Pod, error) {
 	var pod corev1.Pod
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object, &pod); err != nil {
 		return nil, &httpError{http.StatusBadRequest, fmt.Errorf("decode pod in AdmissionReview %s: %w", req.UID, err)}
 	}
-	switch pod.Namespace {
-	case "":
-		// Pods created through a namespaced POST often leave it empty; the core
-		// resolves networks relative to it.
+	if pod.Namespace == "" {
+		// Pods created through a namespaced POST often leave it empty; the
+		// core resolves networks relative to it.
 		pod.Namespace = req.Namespace
-	case req.Namespace:
-	default:
-		// The API server refuses such a pod itself (the namespace of the
-		// object must match the request's); a forged review must not steer
-		// the network lookup into another namespace.
-		return nil, &httpError{http.StatusBadRequest, fmt.Errorf("AdmissionReview %s: pod namespace %q differs from the request's %q",
-			req.UID, clip(pod.Namespace), req.Namespace)}
 	}
 	return &pod, nil
 }

@@ -38,7 +38,19 @@ type reviewRequest struct {
 	Namespace   string                      `json:"namespace"`
 	Operation   admissionv1.Operation       `json:"operation"`
 	DryRun      *bool                       `json:"dryRun"`
-	Object      json.RawMessage             `json:"object"`
+	Object      rawObject                   `json:"object"`
+	// values counts the JSON values of the whole review (countValues).
+	values int
+}
+
+// rawObject is a JSON value kept as the bytes of the body it came in,
+// not copied: the body outlives the request's decision, and a review of
+// 4 MiB is not held twice. (json.RawMessage copies.)
+type rawObject []byte
+
+func (r *rawObject) UnmarshalJSON(b []byte) error {
+	*r = b
+	return nil
 }
 
 // errBadReview marks a request body that is not an AdmissionReview the handler
@@ -66,6 +78,7 @@ func decodeReview(body []byte) (*review, error) {
 	if n := len(r.Request.UID); n > maxUIDBytes {
 		return nil, fmt.Errorf("%w: request uid of %d bytes; accepted: at most %d (the API server sends a 36-byte UUID)", errBadReview, n, maxUIDBytes)
 	}
+	r.Request.values = countValues(body)
 	return &r, nil
 }
 

@@ -1,26 +1,222 @@
 package handler
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 
 	kjson "sigs.k8s.io/json"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
 
-// podShape is what the handler reads of a pod before decoding it: how many
-// containers of each kind it holds, counted on the raw JSON (elementCount),
-// so a review of 1.4 million minimal containers costs one pass over its
-// bytes instead of 1.4 million decoded corev1.Containers, or even 1.4
-// million reflected empty structs (seconds of CPU). Annotations are read
-// only for a pod over the bound (podAnnotations), so a pod within it costs
-// no copy of them.
-type podShape struct {
+// MaxReviewValues bounds the JSON values (objects, arrays, strings,
+// numbers, literals) of a review whose pod the handler decodes. Decoding
+// costs memory per value, not per byte: a forged 3.9 MB review of 1.3
+// million empty volumes ("{}", three bytes each) became 1.3 million
+// corev1.Volume structs, hundreds of MiB. A pod ibkube admits holds at most
+// this many; docs/webhook-operations.md has the cost measured at the bound.
+const MaxReviewValues = 8192
+
+// maxOwnAnnotations bounds how many ibkube annotations the pre-scan keeps:
+// relevance needs one, the refusal's mode label the mode; the core reads
+// them all again from the decoded pod.
+const maxOwnAnnotations = 32
+
+// podHead is what the handler reads of a pod before it knows whether ibkube
+// looks at it: its names, ibkube's own annotations (ownAnnotations keeps no
+// other) and how many containers of each kind it holds (elementCount). The
+// decoder skips everything else without building it, so a pod that is not
+// ibkube's costs a pass over its bytes whatever it holds.
+type podHead struct {
+	Metadata struct {
+		Name         string         `json:"name"`
+		GenerateName string         `json:"generateName"`
+		Namespace    string         `json:"namespace"`
+		Annotations  ownAnnotations `json:"annotations"`
+	} `json:"metadata"`
 	Spec struct {
 		Containers          elementCount `json:"containers"`
 		InitContainers      elementCount `json:"initContainers"`
 		EphemeralContainers elementCount `json:"ephemeralContainers"`
 	} `json:"spec"`
+}
+
+func readHead(object []byte) (*podHead, error) {
+	var h podHead
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(object, &h); err != nil {
+		return nil, fmt.Errorf("decode pod: %w", err)
+	}
+	return &h, nil
+}
+
+// workRefusal is the refusal of a pod ibkube looks at that would cost more
+// than its bounds, or "" within them; values counts the whole review.
+func workRefusal(h *podHead, values int) string {
+	s := h.Spec
+	if err := mutate.ContainerCountRefusal(int(s.Containers + s.InitContainers + s.EphemeralContainers)); err != nil {
+		return err.Error()
+	}
+	if values > MaxReviewValues {
+		return fmt.Sprintf("pod's admission review holds %d JSON values (every object, list, string and number of the pod: "+
+			"containers, volumes, tolerations, env, volume mounts, annotations and their fields); accepted: at most %d in a pod ibkube admits",
+			values, MaxReviewValues)
+	}
+	return ""
+}
+
+// ownAnnotations are the annotations under contract.Prefix of a JSON
+// object, at most maxOwnAnnotations of them; any other annotation is
+// skipped without being copied.
+type ownAnnotations map[string]string
+
+func (a *ownAnnotations) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	if len(b) == 0 || b[0] != '{' {
+		return fmt.Errorf("annotations: want an object, got %.20q", b)
+	}
+	return eachMember(b, func(key, value []byte) error {
+		own, err := ownKey(key)
+		if err != nil || own == "" {
+			return err
+		}
+		if *a == nil {
+			*a = ownAnnotations{}
+		}
+		if _, seen := (*a)[own]; !seen && len(*a) >= maxOwnAnnotations {
+			return nil
+		}
+		var v string
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(value, &v); err != nil {
+			return fmt.Errorf("annotation %s: %w", clip(own), err)
+		}
+		(*a)[own] = v
+		return nil
+	})
+}
+
+// ownKey is the JSON string key unquoted when it is under contract.Prefix,
+// else "". Only an escaped key is unquoted to be compared.
+func ownKey(key []byte) (string, error) {
+	inner := key[1 : len(key)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		if !bytes.HasPrefix(inner, []byte(contract.Prefix)) {
+			return "", nil
+		}
+		return string(inner), nil
+	}
+	var k string
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(key, &k); err != nil {
+		return "", fmt.Errorf("annotation key: %w", err)
+	}
+	if len(k) < len(contract.Prefix) || k[:len(contract.Prefix)] != contract.Prefix {
+		return "", nil
+	}
+	return k, nil
+}
+
+// eachMember calls f with the raw key (quoted) and value of each member of
+// obj, a JSON object the decoder has checked already.
+func eachMember(obj []byte, f func(key, value []byte) error) error {
+	i := skipSpace(obj, 1)
+	for i < len(obj) && obj[i] != '}' {
+		keyEnd := valueEnd(obj, i)
+		key := bytes.TrimRight(obj[i:keyEnd], " \t\r\n")
+		i = skipSpace(obj, keyEnd)
+		if i >= len(obj) || obj[i] != ':' {
+			return errors.New("malformed object")
+		}
+		start := skipSpace(obj, i+1)
+		end := valueEnd(obj, start)
+		if err := f(key, bytes.TrimRight(obj[start:end], " \t\r\n")); err != nil {
+			return err
+		}
+		i = end
+		if i < len(obj) && obj[i] == ',' {
+			i = skipSpace(obj, i+1)
+		}
+	}
+	return nil
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// valueEnd is the index of the ',', ':', '}' or ']' that ends the value
+// starting at i, outside nested values and strings.
+func valueEnd(b []byte, i int) int {
+	depth, inString, escaped := 0, false, false
+	for ; i < len(b); i++ {
+		ch := b[i]
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case ch == '\\':
+				escaped = true
+			case ch == '"':
+				inString = false
+			}
+			continue
+		}
+		switch ch {
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i
+			}
+			depth--
+		case ',', ':':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
+}
+
+// countValues is the number of JSON values in doc, a document the decoder
+// has checked already: the root, plus one for each member of an object and
+// each element of a list, which is one per comma outside strings and one
+// per object or list that is not empty. One pass, no allocation.
+func countValues(doc []byte) int {
+	values, inString, escaped, opened := 1, false, false, false
+	for _, ch := range doc {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case ch == '\\':
+				escaped = true
+			case ch == '"':
+				inString = false
+			}
+			continue
+		}
+		switch ch {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case ',':
+			values++
+		case '"':
+			inString = true
+		}
+		if opened && ch != '}' && ch != ']' {
+			values++
+		}
+		opened = ch == '{' || ch == '['
+	}
+	return values
 }
 
 // elementCount is the number of elements of a JSON array. The decoder has
@@ -69,43 +265,4 @@ func (c *elementCount) UnmarshalJSON(b []byte) error {
 	}
 	*c = elementCount(n)
 	return nil
-}
-
-type podAnnotations struct {
-	Metadata struct {
-		Annotations map[string]string `json:"annotations"`
-	} `json:"metadata"`
-}
-
-// workCheck is what the pre-scan decided: the pod is within bounds (both
-// empty), is refused (refusal), or is over the bounds but of no concern to
-// ibkube (skip).
-type workCheck struct {
-	refusal     string
-	skip        bool
-	annotations map[string]string
-}
-
-// checkWork bounds the work a pod can cost before it is decoded: a pod
-// ibkube looks at (mutate.Relevant) with more than mutate.MaxContainers
-// containers of every kind is refused with the core's own message, one it
-// does not look at is let through untouched.
-func checkWork(object []byte, ns mutate.Namespace) (workCheck, error) {
-	var shape podShape
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(object, &shape); err != nil {
-		return workCheck{}, fmt.Errorf("decode pod: %w", err)
-	}
-	s := shape.Spec
-	refusal := mutate.ContainerCountRefusal(int(s.Containers + s.InitContainers + s.EphemeralContainers))
-	if refusal == nil {
-		return workCheck{}, nil
-	}
-	var meta podAnnotations
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(object, &meta); err != nil {
-		return workCheck{}, fmt.Errorf("decode pod: %w", err)
-	}
-	if !mutate.Relevant(meta.Metadata.Annotations, ns) {
-		return workCheck{skip: true}, nil
-	}
-	return workCheck{refusal: refusal.Error(), annotations: meta.Metadata.Annotations}, nil
 }

@@ -29,3 +29,36 @@ func FuzzElementCount(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCountValues checks the raw count of a document's JSON values, which
+// bounds the work of decoding a review, against the decoder's own: an
+// undercount would let a pod past the bound into a full decode.
+func FuzzCountValues(f *testing.F) {
+	for _, s := range []string{`1`, `[]`, `{}`, `{"a":[1,{"b":"],\"{"}],"c":null}`, `["\\",",",[[]],{}]`, ` { "a" : [ 1 , 2 ] } `} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var v any
+		if err := json.Unmarshal([]byte(s), &v); err != nil {
+			return // not JSON: the decoder refuses it before counting
+		}
+		if got, want := countValues([]byte(s)), decodedValues(v); got != want {
+			t.Fatalf("%s: counted %d values, the decoder finds %d", s, got, want)
+		}
+	})
+}
+
+func decodedValues(v any) int {
+	n := 1
+	switch v := v.(type) {
+	case []any:
+		for _, e := range v {
+			n += decodedValues(e)
+		}
+	case map[string]any:
+		for _, e := range v {
+			n += decodedValues(e)
+		}
+	}
+	return n
+}

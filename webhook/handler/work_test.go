@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -148,6 +149,182 @@ func TestElementCount(t *testing.T) {
 		}
 		if int(c) != want {
 			t.Errorf("%s: %d elements, want %d", in, c, want)
+		}
+	}
+}
+
+// listPod is a pod object whose spec holds list (a JSON fragment such as
+// `"volumes":[` ... `]`), built from n copies of item; ours adds ibkube's
+// mode annotation.
+func listPod(ours bool, open, item string, n int, closing string) []byte {
+	var b bytes.Buffer
+	b.Grow(len(item)*n + 256)
+	annotations := `{"team":"a"}`
+	if ours {
+		annotations = fmt.Sprintf(`{"team":"a",%q:"rdma-shared"}`, contract.AnnotationMode)
+	}
+	fmt.Fprintf(&b, `{"metadata":{"name":"p","namespace":"training","annotations":%s},"spec":{`, annotations)
+	b.WriteString(open)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(item)
+	}
+	b.WriteString(closing)
+	b.WriteString("}}")
+	return b.Bytes()
+}
+
+// mountsPod is 128 containers of n empty volumeMounts each.
+func mountsPod(ours bool, n int) []byte {
+	container := string(listPod(false, `"x":[`, "{}", n, "]"))
+	container = `{"name":"c","volumeMounts":[` + container[strings.Index(container, "[")+1:strings.LastIndex(container, "]")] + `]}`
+	return listPod(ours, `"containers":[`, container, mutate.MaxContainers, "]")
+}
+
+// TestHandlerBoundsEveryList: forged reviews of a million elements in any
+// list of the pod cost a pass over their bytes, not a decoded pod: one
+// ibkube looks at is refused with the count and the bound, one it does not
+// is let through untouched, and neither reaches the core.
+func TestHandlerBoundsEveryList(t *testing.T) {
+	cases := []struct {
+		name string
+		pod  func(ours bool) []byte
+	}{
+		{"1.3M empty volumes", func(ours bool) []byte { return listPod(ours, `"volumes":[`, "{}", 1_300_000, "]") }},
+		{"150k defaulted volumes", func(ours bool) []byte {
+			return listPod(ours, `"volumes":[`, `{"name":"v","emptyDir":{}}`, 150_000, "]")
+		}},
+		{"1.3M tolerations", func(ours bool) []byte { return listPod(ours, `"tolerations":[`, "{}", 1_300_000, "]") }},
+		{"128 containers of 10k volumeMounts", func(ours bool) []byte { return mountsPod(ours, 10_000) }},
+		{"1.3M args", func(ours bool) []byte {
+			return listPod(ours, `"containers":[{"name":"c","args":[`, `""`, 1_300_000, "]}]")
+		}},
+	}
+	for _, tc := range cases {
+		for _, ours := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/ours=%v", tc.name, ours), func(t *testing.T) {
+				core := &coreStub{}
+				h := newHandler(t, core.mutate, nil, nil)
+				body := rawReview(t, tc.pod(ours))
+				if len(body) > MaxBodyBytes {
+					t.Fatalf("review of %d bytes is over the body cap", len(body))
+				}
+				a, alloc := postMeasured(t, h, body)
+				t.Logf("%d-byte review: allocated %d bytes", len(body), alloc)
+				if a.code != http.StatusOK {
+					t.Fatalf("HTTP %d: %s", a.code, a.body)
+				}
+				if core.called {
+					t.Error("the core ran")
+				}
+				// Reading the body itself allocates up to twice its size.
+				if limit := 3*uint64(len(body)) + 1<<20; alloc > limit {
+					t.Errorf("answering a %d-byte review allocated %d bytes, want at most %d", len(body), alloc, limit)
+				}
+				want := fmt.Sprintf("; accepted: at most %d in a pod ibkube admits", MaxReviewValues)
+				switch {
+				case !ours && (!a.resp.Allowed || len(a.resp.Patch) > 0):
+					t.Errorf("a pod ibkube does not look at: allowed %v, patch %s", a.resp.Allowed, a.resp.Patch)
+				case ours && (a.resp.Allowed || !strings.Contains(a.resp.Result.Message, want)):
+					t.Errorf("allowed %v, message %v; want refused with %q", a.resp.Allowed, a.resp.Result, want)
+				}
+			})
+		}
+	}
+}
+
+// postMeasured is post with the bytes it allocated.
+func postMeasured(t testing.TB, h http.Handler, body []byte) (answer, uint64) {
+	t.Helper()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	a := post(t, h, body)
+	runtime.ReadMemStats(&after)
+	return a, after.TotalAlloc - before.TotalAlloc
+}
+
+// TestHandlerLargestAdmittedPod: a pod ibkube looks at with MaxReviewValues
+// values in the review, all of them in the costliest list to decode (empty
+// volumes, each a corev1.Volume), is admitted, and what it costs is
+// bounded; one more value is refused with the count.
+func TestHandlerLargestAdmittedPod(t *testing.T) {
+	empty := rawReview(t, listPod(true, `"volumes":[`, "{}", 0, "]"))
+	n := MaxReviewValues - countValues(empty)
+	for _, tc := range []struct {
+		volumes int
+		admit   bool
+	}{{n, true}, {n + 1, false}} {
+		t.Run(strconv.Itoa(tc.volumes), func(t *testing.T) {
+			core := &coreStub{}
+			h := newHandler(t, core.mutate, nil, nil)
+			body := rawReview(t, listPod(true, `"volumes":[`, "{}", tc.volumes, "]"))
+			a, alloc := postMeasured(t, h, body)
+			t.Logf("%d values, %d-byte review: allocated %d bytes", countValues(body), len(body), alloc)
+			if a.code != http.StatusOK || core.called != tc.admit || a.resp.Allowed != tc.admit {
+				t.Fatalf("HTTP %d, core ran %v, allowed %v (%s); want the core run and the pod allowed: %v", a.code, core.called, a.resp.Allowed, a.body, tc.admit)
+			}
+			if !tc.admit {
+				want := fmt.Sprintf("holds %d JSON values", MaxReviewValues+1)
+				if !strings.Contains(a.resp.Result.Message, want) {
+					t.Errorf("message %q, want it to name the count (%q)", a.resp.Result.Message, want)
+				}
+			}
+			if alloc > 16<<20 {
+				t.Errorf("admitting the largest pod allocated %d bytes, want at most 16 MiB", alloc)
+			}
+		})
+	}
+}
+
+// TestHandlerReadsOnlyOwnAnnotations: relevance is decided on ibkube's own
+// annotations, escaped keys included, without copying the others; an
+// ibkube annotation that is not a string is a bad pod.
+func TestHandlerReadsOnlyOwnAnnotations(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, annotations string
+		relevant          bool
+		bad               bool
+	}{
+		{"none", `null`, false, false},
+		{"others only", `{"a":"x","b":"{\"infiniband.azure.com/mode\":1}"}`, false, false},
+		{"ours", `{"a":"x","infiniband.azure.com/mode":"rdma-shared"}`, true, false},
+		{"ours, escaped key", `{"infiniband\u002eazure.com/mode":"rdma-shared"}`, true, false},
+		{"ours, not a string", `{"infiniband.azure.com/mode":1}`, false, true},
+		{"not an object", `"x"`, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			head, err := readHead([]byte(`{"metadata":{"annotations":` + tc.annotations + `}}`))
+			if (err != nil) != tc.bad {
+				t.Fatalf("error %v, want one: %v", err, tc.bad)
+			}
+			if err != nil {
+				return
+			}
+			if got := mutate.Relevant(head.Metadata.Annotations, mutate.Namespace{}); got != tc.relevant {
+				t.Errorf("relevant %v, want %v (annotations kept: %v)", got, tc.relevant, head.Metadata.Annotations)
+			}
+			for k := range head.Metadata.Annotations {
+				if !strings.HasPrefix(k, contract.Prefix) {
+					t.Errorf("kept annotation %q, not ibkube's", k)
+				}
+			}
+		})
+	}
+}
+
+func TestCountValues(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int{
+		`1`: 1, `[]`: 1, `{}`: 1, ` [ ] `: 1, `[1]`: 2, `[1,2]`: 3, `{"a":1}`: 2, `{"a":{},"b":[]}`: 3,
+		`{"a":[{},{"b":"x,y"}]}`: 5, `["a\",[b",{"c":"]"}]`: 4, `[[[]]]`: 3, `{"k\\":"v"}`: 2,
+	} {
+		if got := countValues([]byte(in)); got != want {
+			t.Errorf("%s: %d values, want %d", in, got, want)
 		}
 	}
 }

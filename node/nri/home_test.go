@@ -1,0 +1,196 @@
+package nri
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/go-logr/logr/testr"
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ibkube/ibkube/node/imagefs"
+	"github.com/ibkube/ibkube/node/memlock"
+)
+
+// passwdImage is an image whose /etc/passwd holds the given text.
+type passwdImage string
+
+func (p passwdImage) ReadFile(_ context.Context, _, name string, _ int64) ([]byte, error) {
+	if name != "/etc/passwd" {
+		return nil, imagefs.ErrNotExist
+	}
+	return []byte(p), nil
+}
+
+// unionImage reads a real imagefs.Union and counts the reads in progress.
+type unionImage struct {
+	u        imagefs.Union
+	inFlight *atomic.Int32
+}
+
+func (i unionImage) ReadFile(ctx context.Context, _, name string, max int64) ([]byte, error) {
+	i.inFlight.Add(1)
+	defer i.inFlight.Add(-1)
+	return i.u.ReadFile(ctx, name, max)
+}
+
+// deepChainLayer is a layer where /etc/passwd is a symlink into depth
+// nested directories whose bottom links back through the whole chain.
+func deepChainLayer(t *testing.T, depth int) string {
+	t.Helper()
+	dir := t.TempDir()
+	target := "/" + strings.Repeat("d/", depth) + "s"
+	if err := os.Mkdir(filepath.Join(dir, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(dir, "etc", "passwd")); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	for i := 0; i < depth && err == nil; i++ {
+		if err = unix.Mkdirat(fd, "d", 0o755); err == nil {
+			var next int
+			next, err = unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			unix.Close(fd)
+			fd = next
+		}
+	}
+	if err == nil {
+		err = unix.Symlinkat(target, fd, "s")
+		unix.Close(fd)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestPasswdOfStopsAtDeadline: a lookup in a hostile image that outlasts
+// its deadline has stopped when passwdOf returns; nothing of it runs on.
+func TestPasswdOfStopsAtDeadline(t *testing.T) {
+	t.Parallel()
+	var inFlight atomic.Int32
+	var layers []string
+	for range 4 {
+		layers = append(layers, deepChainLayer(t, 256))
+	}
+	img := unionImage{imagefs.Union{Layers: layers}, &inFlight}
+	p, err := NewPlugin(Config{Image: img, PasswdTimeout: time.Millisecond}, testNode, testr.New(t), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		pw := p.passwdOf("c1", 1000)
+		if n := inFlight.Load(); n != 0 {
+			t.Fatalf("passwdOf returned with %d lookups still running", n)
+		}
+		if pw.Status != memlock.PasswdUnread || pw.Why == "" {
+			t.Fatalf("passwdOf = %+v; want it unread, with why", pw)
+		}
+	}
+}
+
+// blockingImage holds every read until release is closed, and counts the
+// reads it was asked for.
+type blockingImage struct {
+	entered chan struct{}
+	release chan struct{}
+	calls   *atomic.Int32
+}
+
+func (b blockingImage) ReadFile(context.Context, string, string, int64) ([]byte, error) {
+	b.calls.Add(1)
+	b.entered <- struct{}{}
+	<-b.release
+	return []byte("root:x:0:0:root:/root:/bin/sh\n"), nil
+}
+
+// TestImageReadsOneAtATime: while one container's read holds the image
+// reader, another container's lookup waits for its turn and gives up at its
+// own deadline, without a second read.
+func TestImageReadsOneAtATime(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	img := blockingImage{make(chan struct{}, 2), make(chan struct{}), &calls}
+	p, err := NewPlugin(Config{Image: img, PasswdTimeout: 50 * time.Millisecond}, testNode, testr.New(t), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan memlock.Passwd, 1)
+	go func() { first <- p.passwdOf("first", 0) }()
+	<-img.entered
+	second := p.passwdOf("second", 0)
+	if second.Status != memlock.PasswdUnread || !strings.Contains(second.Why, "waiting for another container's image read") {
+		t.Errorf("second lookup while the first holds the reader: %+v; want unread, waiting", second)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the image was read %d times at once; want one at a time", n)
+	}
+	close(img.release)
+	<-first
+}
+
+// TestHomeNotUTF8StartsTheContainer: a passwd home that is not valid
+// UTF-8 mounts nothing there, and the adjustment the runtime gets can be
+// sent (protobuf strings are UTF-8; a reply that cannot be marshalled
+// fails the container's creation).
+func TestHomeNotUTF8StartsTheContainer(t *testing.T) {
+	t.Parallel()
+	img := passwdImage("mpiuser:x:1000:1000::/home/\xffuser:/bin/sh\n")
+	p, err := NewPlugin(Config{RankConfDir: t.TempDir(), Image: img}, testNode, testr.New(t), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &api.PodSandbox{Id: "pod1", Name: "worker-0", Namespace: "hpc", Uid: "u1"}
+	for _, env := range [][]string{{"NCCL_IB_HCA=mlx5_0"}, {"NCCL_IB_HCA=mlx5_0", "HOME=/home/mpiuser"}} {
+		ctr := &api.Container{Id: "worker0", Name: "worker", Env: env, User: &api.User{Uid: 1000},
+			Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{uverbs0}}}
+		adj := p.createContainer(pod, ctr)
+		if _, err := proto.Marshal(&api.CreateContainerResponse{Adjust: adj}); err != nil {
+			t.Fatalf("env %q: the reply to the runtime cannot be sent: %v", env, err)
+		}
+		for _, m := range adj.GetMounts() {
+			if strings.Contains(m.Destination, "\xff") {
+				t.Errorf("env %q: mount at %q", env, m.Destination)
+			}
+		}
+	}
+}
+
+// TestMountableTargets: a conf file is not mounted into one of the
+// container's own mounts (a volume, the service-account token's read-only
+// directory), nor at a path the runtime's API cannot carry.
+func TestMountableTargets(t *testing.T) {
+	t.Parallel()
+	const token = "/var/run/secrets/kubernetes.io/serviceaccount"
+	mounts := []string{"/proc", "/dev", token, "/data/", "/etc/hosts"}
+	for _, tc := range []struct {
+		name        string
+		targets     []string
+		want        []string
+		wantOutcome memlock.RankOutcome
+		wantWarn    bool
+	}{
+		{name: "a home outside every mount", targets: []string{"/home/mpiuser/.nccl.conf"}, want: []string{"/home/mpiuser/.nccl.conf"}, wantOutcome: memlock.RankWritten},
+		{name: "a home in the token's directory", targets: []string{token + "/.nccl.conf"}, wantOutcome: memlock.RankNoHome, wantWarn: true},
+		{name: "a home below a volume", targets: []string{"/data/users/a/.nccl.conf"}, wantOutcome: memlock.RankNoHome, wantWarn: true},
+		{name: "a mount that only shares a prefix", targets: []string{"/database/.nccl.conf"}, want: []string{"/database/.nccl.conf"}, wantOutcome: memlock.RankWritten},
+		{name: "one of two kept", targets: []string{"/root/.nccl.conf", "/data/.nccl.conf"}, want: []string{"/root/.nccl.conf"}, wantOutcome: memlock.RankWritten, wantWarn: true},
+		{name: "not UTF-8", targets: []string{"/home/\xff/.nccl.conf"}, wantOutcome: memlock.RankNoHome, wantWarn: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := mountable(memlock.RankConf{Outcome: memlock.RankWritten, Targets: tc.targets, Reason: "written"}, mounts)
+			if d := cmp.Diff(tc.want, got.Targets); d != "" || got.Outcome != tc.wantOutcome || got.Warn != tc.wantWarn {
+				t.Errorf("mountable = %s, warn %v (%s), targets (-want +got):\n%s; want %s, warn %v", got.Outcome, got.Warn, got.Reason, d, tc.wantOutcome, tc.wantWarn)
+			}
+		})
+	}
+}
