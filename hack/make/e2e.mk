@@ -19,12 +19,27 @@ E2E_TIMEOUT ?= 40m
 # kube-scheduler's klog level on the e2e node (its log is in
 # _output/e2e/logs): make e2e E2E_SCHEDULER_V=5
 E2E_SCHEDULER_V ?=
+# Busy CPU workers beside the run, at make's own priority: make e2e E2E_LOAD=2
+# (also e2e-cluster; docs/e2e.md "Waits, and a run beside a busy machine").
+E2E_LOAD    ?=
+LOAD_SH     := $(ROOT)/test/e2e/node/load.sh
+
+# Starts $(E2E_LOAD) workers once the e2e lock is held (a run waiting for the
+# lock loads nothing) and stops them by PID when the recipe's shell exits,
+# however it exits; the workers also stop on their own if that shell is killed.
+define e2e_load
+if [ -n "$(E2E_LOAD)" ] && [ "$(E2E_LOAD)" != 0 ]; then \
+	  load_pids=$$($(LOAD_SH) start '$(E2E_LOAD)' $$$$); \
+	  trap '$(LOAD_SH) stop $$load_pids' EXIT; trap 'exit 130' INT TERM; \
+	  echo "e2e: $(E2E_LOAD) busy CPU workers beside the run (PIDs $$load_pids)"; \
+	fi
+endef
 
 IMAGE_TOOL_STAMP = $(shell cat $(TOOLS_DIR)/image/go.sum $(TOOLS_DIR)/image/*.go $(TOOLS_DIR)/image/pause/*.go | sha256sum | cut -c1-16)
 
 E2E_ENV = ROOT=$(ROOT) E2E_DIR=$(E2E_DIR) K8S_BIN=$(K8S_BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) \
   IMAGES_DIR=$(IMAGES_DIR) KUBE_VERSION=$(KUBE_VERSION) HELM=$(HELM) BIN=$(BIN) \
-  E2E_SCHEDULER_V=$(E2E_SCHEDULER_V)
+  E2E_SCHEDULER_V=$(E2E_SCHEDULER_V) E2E_LOAD=$(E2E_LOAD)
 
 .PHONY: image-tool
 image-tool: ## Build the image writer (hack/tools/image) and the pause program.
@@ -61,8 +76,8 @@ e2e-status: ## Which e2e node daemons run.
 E2E_LOCK := /tmp/ibkube-e2e.lock
 
 .PHONY: e2e
-e2e: e2e-tools images ## End-to-end scenarios on the real node; report in _output/e2e/report.json (E2E_KEEP=1 keeps the node).
-	@exec 9>$(E2E_LOCK); flock 9; \
+e2e: e2e-tools images ## End-to-end scenarios on the real node; report in _output/e2e/report.json (E2E_KEEP=1 keeps the node, E2E_LOAD=2 adds busy workers).
+	@exec 9>$(E2E_LOCK); flock 9; $(e2e_load); \
 	  $(E2E_ENV) $(ROOT)/test/e2e/node/node.sh up || { $(E2E_ENV) $(ROOT)/test/e2e/node/node.sh down; exit 1; }; \
 	  rc=0; $(E2E_ENV) $(GO) test -count=1 -v -tags e2e -timeout $(E2E_TIMEOUT) -run '$(E2E_RUN)' ./test/e2e/ || rc=$$?; \
 	  if [ -z "$(E2E_KEEP)" ]; then $(E2E_ENV) $(ROOT)/test/e2e/node/node.sh down; fi; \
@@ -107,7 +122,7 @@ whereabouts: ## Build the whereabouts IPAM CNI plugin v$(WHEREABOUTS_VERSION) (h
 
 E2E_CLUSTER_ENV = ROOT=$(ROOT) E2E_DIR=$(E2E_CLUSTER_DIR) K8S_BIN=$(K8S_BIN) CONTAINERD_BIN=$(CONTAINERD_BIN) \
   CNI_TOOLS_BIN=$(CNI_TOOLS_BIN) FIXTUREGEN=$(FIXTUREGEN_BIN) IMAGES_DIR=$(IMAGES_DIR) KUBE_VERSION=$(KUBE_VERSION) \
-  HELM=$(HELM) BIN=$(BIN) GO=$(GO) E2E_CLUSTER=1
+  HELM=$(HELM) BIN=$(BIN) GO=$(GO) E2E_CLUSTER=1 E2E_LOAD=$(E2E_LOAD)
 
 .PHONY: e2e-cluster-tools
 e2e-cluster-tools: e2e-tools multus whereabouts ## Tools of the e2e cluster: the e2e node's, Multus, whereabouts, fixturegen.
@@ -127,8 +142,8 @@ e2e-cluster-status: ## Which e2e cluster daemons run.
 	@$(E2E_CLUSTER_ENV) $(ROOT)/test/e2e/node/cluster.sh status
 
 .PHONY: e2e-cluster
-e2e-cluster: e2e-cluster-tools images ## Multi-node scenarios on a three-node cluster with Multus; report in _output/e2e-cluster/report.json (E2E_KEEP=1 keeps it).
-	@exec 9>$(E2E_LOCK); flock 9; \
+e2e-cluster: e2e-cluster-tools images ## Multi-node scenarios on a three-node cluster with Multus; report in _output/e2e-cluster/report.json (E2E_KEEP=1 keeps it, E2E_LOAD=2 adds busy workers).
+	@exec 9>$(E2E_LOCK); flock 9; $(e2e_load); \
 	  $(E2E_CLUSTER_ENV) $(ROOT)/test/e2e/node/cluster.sh up || { $(E2E_CLUSTER_ENV) $(ROOT)/test/e2e/node/cluster.sh down; exit 1; }; \
 	  rc=0; $(E2E_CLUSTER_ENV) $(GO) test -count=1 -v -tags e2e -timeout $(E2E_CLUSTER_TIMEOUT) -run '^TestCluster$$/$(E2E_RUN)' ./test/e2e/ || rc=$$?; \
 	  if [ -z "$(E2E_KEEP)" ]; then $(E2E_CLUSTER_ENV) $(ROOT)/test/e2e/node/cluster.sh down; fi; \
@@ -137,3 +152,21 @@ e2e-cluster: e2e-cluster-tools images ## Multi-node scenarios on a three-node cl
 # In `make test`: ~3.5–4.5 min under the lock with the tools built, plus the
 # Multus and whereabouts builds once per machine.
 TEST_TARGETS += e2e-cluster
+
+# ------------------------------------------------------- beside a busy machine
+E2E_LOADED_RUNS ?= 3
+E2E_LOADED_DIR  := $(OUTPUT)/e2e-loaded
+
+.PHONY: e2e-loaded
+e2e-loaded: ## make e2e, then make e2e-cluster, $(E2E_LOADED_RUNS) times each beside $(or $(E2E_LOAD),2) busy CPU workers; stops at the first failure, summaries in _output/e2e-loaded.
+	@mkdir -p $(E2E_LOADED_DIR)
+	@for target in e2e e2e-cluster; do \
+	  for i in $$(seq $(E2E_LOADED_RUNS)); do \
+	    echo "e2e-loaded: $$target run $$i of $(E2E_LOADED_RUNS) beside $(or $(E2E_LOAD),2) busy workers"; \
+	    start=$$(date +%s); rc=0; \
+	    $(MAKE) --no-print-directory $$target E2E_LOAD=$(or $(E2E_LOAD),2) || rc=$$?; \
+	    dir=$(OUTPUT)/$$target; cp $$dir/summary.txt $(E2E_LOADED_DIR)/$$target-$$i.txt 2>/dev/null || true; \
+	    echo "$$target run $$i: rc=$$rc $$(( $$(date +%s) - start ))s" | tee -a $(E2E_LOADED_DIR)/runs.txt; \
+	    [ $$rc = 0 ] || exit $$rc; \
+	  done; \
+	done

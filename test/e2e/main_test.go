@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,7 +42,10 @@ type Report struct {
 	KubeVersion string    `json:"kubeVersion"`
 	Started     time.Time `json:"started"`
 	Seconds     float64   `json:"seconds"`
-	Results     []Result  `json:"results"`
+	// Load is the number of busy CPU workers the run had beside it
+	// (make e2e E2E_LOAD=N), 0 for none.
+	Load    int      `json:"load,omitempty"`
+	Results []Result `json:"results"`
 }
 
 // harness is what every scenario shares: paths, clients and the report.
@@ -174,7 +178,8 @@ func (x *harness) writeReport() error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	sort.SliceStable(x.results, func(i, j int) bool { return x.results[i].Scenario < x.results[j].Scenario })
-	rep := Report{KubeVersion: "v" + x.kubeVersion, Started: x.started.UTC(), Seconds: time.Since(x.started).Seconds(), Results: x.results}
+	load, _ := strconv.Atoi(os.Getenv("E2E_LOAD"))
+	rep := Report{KubeVersion: "v" + x.kubeVersion, Started: x.started.UTC(), Seconds: time.Since(x.started).Seconds(), Load: load, Results: x.results}
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
@@ -184,7 +189,7 @@ func (x *harness) writeReport() error {
 		return err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n==== ibkube e2e summary (Kubernetes v%s, %.0fs) ====\n", x.kubeVersion, rep.Seconds)
+	fmt.Fprintf(&b, "\n==== ibkube e2e summary (Kubernetes v%s, %.0fs, %d busy CPU workers beside it) ====\n", x.kubeVersion, rep.Seconds, rep.Load)
 	counts := map[string]int{}
 	for _, r := range x.results {
 		counts[r.Status]++
