@@ -758,29 +758,10 @@ func testKubeletRestarts(ctx context.Context, t *testing.T, r *Result) {
 		}
 		socketBack := time.Now()
 		// The kubelet wiped its directory before re-creating kubelet.sock:
-		// the agent's socket there again means it registered anew.
-		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			if !servesSocket(pluginDir, string(exclusiveRes)) {
-				return false, nil
-			}
-			n, err := h.cs.CoreV1().Nodes().Get(ctx, ndNode, metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			for res, v := range want {
-				q := n.Status.Allocatable[res]
-				if q.Value() != v {
-					return false, nil
-				}
-			}
-			for _, c := range n.Status.Conditions {
-				if c.Type == corev1.NodeReady {
-					return c.Status == corev1.ConditionTrue, nil
-				}
-			}
-			return false, nil
-		})
-		if !expect(t, r, err == nil, "restart %d: plugin not registered again or allocatable not %v within 2m", i+1, want) {
+		// the agent's socket there again means it registered anew; the
+		// Node status must be one the new kubelet wrote.
+		err := h.waitKubeletBack(ctx, ndNode, pluginDir, exclusiveRes, start, want, 2*time.Minute)
+		if !expect(t, r, err == nil, "restart %d: %v", i+1, err) {
 			continue
 		}
 		reregistered++

@@ -249,6 +249,59 @@ func (x *harness) waitNodeAllocatable(ctx context.Context, node string, res core
 	return v, err
 }
 
+// waitKubeletBack waits until a kubelet restarted at since has registered
+// the device plugins again: the plugin's socket for res is in pluginDir (the
+// kubelet wiped that directory on start), and a Node status the new kubelet
+// wrote (a Ready heartbeat no older than since's second) shows the node
+// Ready with want for every resource. An older status may still show what
+// the previous kubelet had; the new one reports a plugin's resource as 0
+// until the plugin registers again (kubelet devicemanager readCheckpoint),
+// and admits no pod asking for it until then.
+func (x *harness) waitKubeletBack(ctx context.Context, node, pluginDir string, res corev1.ResourceName, since time.Time, want map[corev1.ResourceName]int64, timeout time.Duration) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if !servesSocket(pluginDir, string(res)) {
+			last = "no plugin socket of " + string(res) + " in " + pluginDir
+			return false, nil
+		}
+		n, err := x.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = kubeletBackWhy(n, since, want)
+		return last == "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("kubelet on %s not back with its devices: %w (%s)", node, err, last)
+	}
+	return nil
+}
+
+// kubeletBackWhy says what of waitKubeletBack's Node state is still
+// missing, "" when nothing is.
+func kubeletBackWhy(n *corev1.Node, since time.Time, want map[corev1.ResourceName]int64) string {
+	ready := false
+	for _, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		if c.LastHeartbeatTime.Time.Before(since.Truncate(time.Second)) {
+			return fmt.Sprintf("status last written at %s, before the restart", c.LastHeartbeatTime.UTC().Format(time.RFC3339))
+		}
+		ready = c.Status == corev1.ConditionTrue
+	}
+	if !ready {
+		return "not Ready"
+	}
+	for res, v := range want {
+		if q := n.Status.Allocatable[res]; q.Value() != v {
+			return fmt.Sprintf("allocatable %s %d, want %d", res, q.Value(), v)
+		}
+	}
+	return ""
+}
+
 // startReport creates p in ns, waits for it to run and returns the report
 // of its container "main"; a failure ends the scenario.
 func (x *harness) startReport(ctx context.Context, t *testing.T, r *Result, ns string, p *corev1.Pod) ContainerReport {

@@ -31,6 +31,9 @@ const (
 	fixtureIBHCAs   = 8
 	runtimeMemlock  = 65536 // containerd's soft RLIMIT_MEMLOCK (node.sh)
 	podStartTimeout = 2 * time.Minute
+	// The single node's kubelet device-plugins directory (node.sh
+	// KUBELET_ROOT), where the agent's plugin sockets are.
+	kubeletPluginDir = "/var/lib/kubelet/device-plugins"
 )
 
 // fixtureDir holds the simulated host's sys/ and dev/ trees. It sits under
@@ -404,9 +407,11 @@ func testKubeletRestart(ctx context.Context, t *testing.T, r *Result) {
 	if out, err := h.nodeSh(ctx, "restart-kubelet"); err != nil {
 		fail(t, r, "restart kubelet: %v\n%s", err, out)
 	}
-	n, err := h.waitAllocatable(ctx, exclusiveRes, 3*time.Minute, func(v int64) bool { return v == fixtureIBHCAs })
-	if err != nil {
-		fail(t, r, "after a kubelet restart allocatable %s is %d, want %d", exclusiveRes, n, fixtureIBHCAs)
+	// The Node object may still show the old kubelet's allocatable, while
+	// the new kubelet refuses pods until the plugin registers again.
+	want := map[corev1.ResourceName]int64{exclusiveRes: fixtureIBHCAs}
+	if err := h.waitKubeletBack(ctx, nodeName, kubeletPluginDir, exclusiveRes, start, want, 3*time.Minute); err != nil {
+		fail(t, r, "after a kubelet restart: %v", err)
 	}
 	r.Figures["resource_back_seconds"] = time.Since(start).Seconds()
 	// And a new exclusive pod gets its devices again.

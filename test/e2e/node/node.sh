@@ -150,6 +150,10 @@ start_kubelet() {
 # directory on start; plugins must notice and register again.
 restart_kubelet() {
 	stop_pid kubelet
+	# The kubelet re-creates its socket on start; removed here so the wait
+	# below cannot see the old one (the Node's Ready may also still be the
+	# old kubelet's: scenario 5a waits for a status the new one wrote).
+	rm -f "$KUBELET_ROOT/device-plugins/kubelet.sock"
 	start_kubelet
 	wait_for "kubelet.sock re-created" 60 test -S "$KUBELET_ROOT/device-plugins/kubelet.sock"
 	wait_for "node $NODE_NAME Ready" 120 node_ready "$NODE_NAME"
