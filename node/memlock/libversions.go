@@ -90,11 +90,11 @@ func Rules() []Rule {
 			"NVIDIA/nccl v2.13.4-1 src/init.cc"},
 		{LibNCCL, FeatureAutoGID, Version{2, 21, 5}, "NCCL_IB_GID_INDEX defaults to -1: NCCL picks per port the first GID of NCCL_IB_ADDR_FAMILY in NCCL_IB_ADDR_RANGE with NCCL_IB_ROCE_VERSION_NUM; a set index disables those three (before: index 0, RoCE v1 link-local)",
 			"NVIDIA/nccl v2.21.5-1 src/transport/net_ib.cc (v2.20.5-1: IB_GID_INDEX default 0)"},
-		{LibNCCL, FeatureConfFile, Version{2, 23, 4}, "NCCL_CONF_FILE names the first conf file (before: only <home>/.nccl.conf, then /etc/nccl.conf)",
+		{LibNCCL, FeatureConfFile, Version{2, 23, 4}, "NCCL_CONF_FILE names the first conf file (before: only ~/.nccl.conf, then /etc/nccl.conf)",
 			"NVIDIA/nccl v2.23.4-1 src/misc/param.cc (v2.22.3-1 has no NCCL_CONF_FILE)"},
 		{LibNCCL, FeatureCommentLines, Version{2, 26, 2}, "conf file lines starting with '#' are skipped (before: a '#...=...' line sets a variable named '#...')",
 			"NVIDIA/nccl v2.26.2-1 src/misc/param.cc (v2.25.1-1 skips none)"},
-		{LibNCCL, FeatureHomeFromEnv, Version{2, 30, 3}, "<home> of <home>/.nccl.conf is $HOME (before: getpwuid(getuid())->pw_dir)",
+		{LibNCCL, FeatureHomeFromEnv, Version{2, 30, 3}, "the home of ~/.nccl.conf is $HOME (before: getpwuid(getuid())->pw_dir)",
 			"NVIDIA/nccl v2.30.3-1 src/misc/param.cc (v2.29.7-1: getpwuid)"},
 		{LibUCX, FeatureAutoGID, Version{1, 6, 0}, "UCX_IB_GID_INDEX defaults to auto (RoCE v2 IPv4 first); a set index also applies to InfiniBand ports, and with UCX_IB_ROCE_SUBNETS it is an error (\"both GID_INDEX and ROCE_SUBNET_LIST are specified\")",
 			"openucx/ucx src/uct/ib/base/ib_iface.c uct_ib_iface_init_roce_gid_info"},
@@ -176,4 +176,15 @@ func (p NCCLPlan) NeedsGIDIndex(env []string) (need bool, why string) {
 		return false, p.String() + " picks the RoCE v2 IPv4 GID itself (from " + auto.String() + ")"
 	}
 	return true, p.String() + " uses GID 0 (RoCE v1, link-local) unless told (NCCL_IB_GID_INDEX defaults to -1 only from " + auto.String() + ")"
+}
+
+// RulesTable renders Rules() as the Markdown table docs/node-agent.md
+// carries (a test keeps the two equal).
+func RulesTable() string {
+	var b strings.Builder
+	b.WriteString("| library | from | what changed | source |\n|---|---|---|---|\n")
+	for _, r := range Rules() {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.Library, r.Since, strings.ReplaceAll(r.What, "|", `\|`), r.Source)
+	}
+	return b.String()
 }

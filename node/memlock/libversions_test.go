@@ -1,6 +1,9 @@
 package memlock
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -76,5 +79,24 @@ func TestParseVersion(t *testing.T) {
 		if _, err := ParseVersion(bad); err == nil {
 			t.Errorf("ParseVersion(%q) accepted", bad)
 		}
+	}
+}
+
+// TestRulesTableInDocs: docs/node-agent.md's table of library releases is
+// Rules(), row for row; the docs state no minimum version of their own.
+func TestRulesTableInDocs(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "node-agent.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- rules: begin (node/memlock Rules) -->\n", "<!-- rules: end -->\n"
+	_, rest, ok := strings.Cut(string(doc), begin)
+	got, _, ok2 := strings.Cut(rest, end)
+	if !ok || !ok2 {
+		t.Fatalf("docs/node-agent.md lacks the %q ... %q block", begin, end)
+	}
+	if d := cmp.Diff(RulesTable(), got); d != "" {
+		t.Errorf("docs/node-agent.md's table differs from Rules() (-want +got):\n%s", d)
 	}
 }
