@@ -206,7 +206,8 @@ func testInstall(t *testing.T, st *state) {
 		st.why = fmt.Sprintf("node allocatable %s is %d, want %d", exclusiveRes, n, fixtureIBHCAs)
 		fail(t, r, "%s", st.why)
 	}
-	s, _ := h.allocatable(ctx, sharedRes)
+	// The shared pool is a plugin of its own, registered on its own.
+	s, _ := h.waitAllocatable(ctx, sharedRes, time.Minute, func(v int64) bool { return v > 0 })
 	r.Figures["allocatable_rdma_shared_ib"] = float64(s)
 	check(t, r, s > 0, "node allocatable %s is 0", sharedRes)
 	st.agentReady = s > 0
