@@ -497,7 +497,9 @@ func schedulingRate(ctx context.Context, ns, prefix string, mk func(string) *cor
 	}
 	bound := map[string]bool{}
 	var last time.Time
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	// 40 pods bound in 4–6 s on a quiet machine (the slowest, DRA with
+	// matchAttribute, 6.5/s); the bound only ends a run that never finishes.
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := h.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
