@@ -157,3 +157,41 @@ func (m *runtimeMem) read() {
 	runtime.ReadMemStats(&s)
 	m.total = s.TotalAlloc
 }
+
+// TestUnionHostileLookupsLeaveNothing: a thousand lookups of a hostile
+// image, each stopped at its deadline or its bound wherever it was, leave
+// no descriptor open and the heap where it was.
+func TestUnionHostileLookupsLeaveNothing(t *testing.T) {
+	u := Union{Layers: hostileLayers(t, 256, 2)}
+	fds := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(entries)
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var s runtime.MemStats
+		runtime.ReadMemStats(&s)
+		return s.HeapInuse
+	}
+	fdsBefore, heapBefore := fds(), heap()
+	for i := range 1000 {
+		// Stopped anywhere in its first 256 steps, or every 50th at the
+		// bound.
+		ctx := newCountdown(int64(i * 37 % 256))
+		if i%50 == 0 {
+			ctx = newCountdown(MaxWalk + 100)
+		}
+		if _, err := u.ReadFile(ctx, "/etc/passwd", 1<<20); err == nil {
+			t.Fatal("a hostile image was read")
+		}
+	}
+	if got := fds(); got != fdsBefore {
+		t.Errorf("open descriptors: %d before, %d after 1,000 lookups", fdsBefore, got)
+	}
+	if got := heap(); got > heapBefore+1<<20 {
+		t.Errorf("heap in use: %d before, %d after 1,000 lookups; want within 1 MiB", heapBefore, got)
+	}
+}

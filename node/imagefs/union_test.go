@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/api/types"
+	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 )
 
@@ -154,4 +156,36 @@ func FuzzUnionReadFile(f *testing.F) {
 			t.Fatalf("read %q through %q reached a file outside the image", name, target)
 		}
 	})
+}
+
+// TestUnionOf: the layers and where the marks are, from the mounts
+// containerd's snapshotters return (overlay: upperdir over lowerdirs,
+// "userxattr" for rootless; native: one bind mount).
+func TestUnionOf(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		mount   *types.Mount
+		want    Union
+		wantErr bool
+	}{
+		{name: "overlay", mount: &types.Mount{Type: "overlay", Options: []string{"index=off", "workdir=/s/3/work", "upperdir=/s/3/fs", "lowerdir=/s/2/fs:/s/1/fs"}},
+			want: Union{Layers: []string{"/s/3/fs", "/s/2/fs", "/s/1/fs"}}},
+		{name: "rootless overlay", mount: &types.Mount{Type: "overlay", Options: []string{"userxattr", "upperdir=/s/3/fs", "lowerdir=/s/1/fs"}},
+			want: Union{Layers: []string{"/s/3/fs", "/s/1/fs"}, UserXattr: true}},
+		{name: "native", mount: &types.Mount{Type: "bind", Source: "/s/1/fs", Options: []string{"rbind", "rw"}},
+			want: Union{Layers: []string{"/s/1/fs"}}},
+		{name: "block device", mount: &types.Mount{Type: "ext4", Source: "/dev/loop0"}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := UnionOf([]*types.Mount{tc.mount})
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("UnionOf: %v, want error %v", err, tc.wantErr)
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("UnionOf (-want +got):\n%s", d)
+			}
+		})
+	}
 }
