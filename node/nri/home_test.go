@@ -194,3 +194,35 @@ func TestMountableTargets(t *testing.T) {
 		})
 	}
 }
+
+// TestHomeInTokenDirNotMounted: a passwd home in the service-account
+// token's directory, which the kubelet mounts read-only, gets no conf file
+// there (runc would fail the container's start creating it) and an Event.
+func TestHomeInTokenDirNotMounted(t *testing.T) {
+	t.Parallel()
+	const token = "/var/run/secrets/kubernetes.io/serviceaccount"
+	img := passwdImage("svc:x:1000:1000::" + token + ":/bin/sh\n")
+	events := eventRecorder{make(chan recordedEvent, 10)}
+	p, err := NewPlugin(Config{RankConfDir: t.TempDir(), Image: img}, testNode, testr.New(t), nil, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &api.PodSandbox{Id: "pod1", Name: "worker-0", Namespace: "hpc", Uid: "u1"}
+	ctr := &api.Container{Id: "worker0", Name: "worker", Env: []string{"NCCL_IB_HCA=mlx5_0"}, User: &api.User{Uid: 1000},
+		Linux:  &api.LinuxContainer{Devices: []*api.LinuxDevice{uverbs0}},
+		Mounts: []*api.Mount{{Destination: token, Type: "bind", Source: "/var/lib/kubelet/pods/u1/volumes/token", Options: []string{"rbind", "ro"}}}}
+	adj := p.createContainer(pod, ctr)
+	for _, m := range adj.GetMounts() {
+		if strings.HasPrefix(m.Destination, token+"/") {
+			t.Errorf("conf file mounted at %s, inside the read-only token mount", m.Destination)
+		}
+	}
+	select {
+	case e := <-events.events:
+		if e.Outcome != memlock.Outcome(memlock.RankNoHome) {
+			t.Errorf("event outcome %s, want %s", e.Outcome, memlock.RankNoHome)
+		}
+	default:
+		t.Error("no Event for a home the file cannot go to")
+	}
+}
