@@ -38,12 +38,30 @@ var (
 	BoundedNamespaceKeys = []string{contract.AnnotationMode, contract.AnnotationProfile, contract.AnnotationSocketFallback}
 )
 
-// Relevant reports whether ibkube looks at a pod at all: it carries an
-// ibkube annotation, or its namespace has a default mode. Only such pods
-// are refused for their size.
+// MaxAnnotations bounds the annotations of a pod ibkube admits. Finding an
+// unknown key under contract.Prefix means looking at every key, which the
+// admission policies' CEL pays per key in time and cost (40,000 keys, within
+// the API server's 256 KiB, once took it 21-27 s); above the bound a pod is
+// recognised by direct lookups of its known keys only, so deciding costs the
+// same for every pod.
+const MaxAnnotations = 256
+
+// Relevant reports whether ibkube looks at a pod at all: its namespace has a
+// default mode, it carries a known ibkube annotation, or (for a pod within
+// MaxAnnotations) any annotation under contract.Prefix. Only such pods are
+// refused for their size; a pod over MaxAnnotations with no known key is
+// left alone, unknown keys and all, as the policies must leave it.
 func Relevant(annotations map[string]string, ns Namespace) bool {
 	if _, ok := ns.Annotations[contract.AnnotationMode]; ok {
 		return true
+	}
+	for _, k := range contract.KnownKeys() {
+		if _, ok := annotations[contract.Prefix+k]; ok {
+			return true
+		}
+	}
+	if AnnotationCount(annotations) > MaxAnnotations {
+		return false
 	}
 	for k := range annotations {
 		if strings.HasPrefix(k, contract.Prefix) {
@@ -51,6 +69,29 @@ func Relevant(annotations map[string]string, ns Namespace) bool {
 		}
 	}
 	return false
+}
+
+// WrittenKeys are the annotations ibkube writes on a pod it admits.
+func WrittenKeys() []string {
+	own := contract.OwnKeys()
+	out := make([]string, 0, len(own)+1)
+	for _, k := range own {
+		out = append(out, contract.Prefix+k)
+	}
+	return append(out, multus.Annotation)
+}
+
+// AnnotationCount is the count MaxAnnotations bounds: the pod's
+// annotations less those ibkube writes, so that a pod counts the same
+// before its admission, after it, and when admitted again.
+func AnnotationCount(annotations map[string]string) int {
+	n := len(annotations)
+	for _, k := range WrittenKeys() {
+		if _, ok := annotations[k]; ok {
+			n--
+		}
+	}
+	return n
 }
 
 // ContainerCountRefusal is the refusal of a pod holding n containers of
@@ -64,14 +105,14 @@ func ContainerCountRefusal(n int) error {
 }
 
 // checkSize refuses a relevant pod that holds more containers than
-// MaxContainers, or an ibkube annotation over MaxAnnotationBytes, before
-// anything is parsed.
+// MaxContainers, more annotations than MaxAnnotations, or an ibkube
+// annotation over MaxAnnotationBytes, before anything is parsed.
 func checkSize(pod *corev1.Pod, ns Namespace) error {
-	if !Relevant(pod.Annotations, ns) {
-		return nil
-	}
 	if err := ContainerCountRefusal(len(pod.Spec.Containers) + len(pod.Spec.InitContainers) + len(pod.Spec.EphemeralContainers)); err != nil {
 		return err
+	}
+	if n := AnnotationCount(pod.Annotations); n > MaxAnnotations {
+		return refusef("pod has %d annotations; accepted: at most %d on a pod ibkube admits: keep bulk data out of annotations (a ConfigMap or a volume)", n, MaxAnnotations)
 	}
 	for _, k := range BoundedPodKeys {
 		if v, ok := pod.Annotations[k]; ok && len(v) > MaxAnnotationBytes {

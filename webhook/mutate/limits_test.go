@@ -40,6 +40,18 @@ func TestSizeRefusals(t *testing.T) {
 		return p
 	}
 	shared := map[string]string{contract.AnnotationMode: "rdma-shared"}
+	// many is kv plus filler annotations up to n in all.
+	many := func(n int, kv ...string) map[string]string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		for i := 0; len(m) < n; i++ {
+			m[fmt.Sprintf("example.com/k%d", i)] = "v"
+		}
+		return m
+	}
+	typo := contract.Prefix + "hca"
 	tests := []struct {
 		name string
 		pod  *corev1.Pod
@@ -51,6 +63,16 @@ func TestSizeRefusals(t *testing.T) {
 		{"init-and-ephemeral-count", pod(shared, 100, 20, 9), optedIn("t"), "pod has 129 containers"},
 		{"namespace-default-mode", pod(nil, MaxContainers+1, 0, 0), optedIn("t", contract.AnnotationMode, "rdma-shared"), "pod has 129 containers"},
 		{"not-ours", pod(nil, 1000, 0, 0), optedIn("t"), ""},
+		{"annotations-at-the-limit", pod(many(MaxAnnotations, contract.AnnotationMode, "rdma-shared"), 1, 0, 0), optedIn("t"), ""},
+		{"annotations-one-over", pod(many(MaxAnnotations+1, contract.AnnotationMode, "rdma-shared"), 1, 0, 0), optedIn("t"),
+			"pod has 257 annotations; accepted: at most 256 on a pod ibkube admits: keep bulk data out of annotations (a ConfigMap or a volume)"},
+		{"annotations-over-own-key-only", pod(many(40_000, contract.AnnotationInjected, "x"), 1, 0, 0), optedIn("t"), "pod has 39999 annotations"}, // the one ibkube writes is not counted
+		{"annotations-over-namespace-mode", pod(many(MaxAnnotations+1), 1, 0, 0), optedIn("t", contract.AnnotationMode, "rdma-shared"), "pod has 257 annotations"},
+		{"annotations-over-not-ours", pod(many(40_000), 1000, 0, 0), optedIn("t"), ""},
+		// Within the bound an unknown key makes the pod ibkube's (refused by
+		// name); over it only the known keys are looked up.
+		{"unknown-key-at-the-limit", pod(many(MaxAnnotations, typo, "8"), 1, 0, 0), optedIn("t"), "annotation infiniband.azure.com/hca: unknown key"},
+		{"unknown-key-over-the-limit", pod(many(MaxAnnotations+1, typo, "8"), 1, 0, 0), optedIn("t"), ""},
 		{"annotation-at-bound", pod(map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationProfile: strings.Repeat("x", MaxAnnotationBytes)}, 1, 0, 0), optedIn("t"), "unknown profile"},
 		{"annotation-over", pod(map[string]string{contract.AnnotationMode: "rdma-shared", contract.AnnotationContainers: strings.Repeat("a,", MaxAnnotationBytes/2+1)}, 1, 0, 0), optedIn("t"),
 			"annotation infiniband.azure.com/containers: value of 4098 bytes; accepted: at most 4096 bytes"},

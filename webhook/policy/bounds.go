@@ -35,9 +35,17 @@ func sizeVariables() []variable {
 		{"sizeRefusal", "!variables.relevant ? '' : " +
 			fmt.Sprintf("variables.containerCount > %d ? 'pod has ' + string(variables.containerCount) + ", mutate.MaxContainers) +
 			lit(fmt.Sprintf(" containers (containers, init containers and ephemeral containers together); accepted: at most %d in a pod ibkube admits: split the work over several pods", mutate.MaxContainers)) + " : " +
+			fmt.Sprintf("variables.annoCount > %d ? 'pod has ' + string(variables.annoCount) + ", mutate.MaxAnnotations) +
+			lit(fmt.Sprintf(" annotations; accepted: at most %d on a pod ibkube admits: keep bulk data out of annotations (a ConfigMap or a volume)", mutate.MaxAnnotations)) + " : " +
 			"variables.podOversized.size() > 0 ? 'annotation ' + variables.podOversized[0] + ': value of ' + " + size("variables.annos[variables.podOversized[0]]") + " + " + accepted + " : " +
 			"variables.nsOversized.size() > 0 ? 'namespace ' + namespaceObject.metadata.name + ' annotation ' + variables.nsOversized[0] + ': value of ' + " + size("variables.nsAnnos[variables.nsOversized[0]]") + " + " + accepted + " : ''"},
 	}
+}
+
+// annotationCount is mutate.AnnotationCount: the size of the pod's
+// annotations less the keys ibkube writes, looked up one by one.
+func annotationCount() string {
+	return "variables.annos.size() - " + list(mutate.WrittenKeys()...) + ".filter(k, k in variables.annos).size()"
 }
 
 // guarded is a splitting expression that yields [] once a size refusal

@@ -90,6 +90,15 @@ func rangeRegex(max int) string {
 
 type variable struct{ name, expr string }
 
+// prefixed is each suffix under contract.Prefix.
+func prefixed(suffixes []string) []string {
+	out := make([]string, len(suffixes))
+	for i, s := range suffixes {
+		out[i] = contract.Prefix + s
+	}
+	return out
+}
+
 // variables are shared by the mutating and the validating policy: the
 // validating one refuses exactly where the mutating one stands back.
 func variables() []variable {
@@ -111,9 +120,12 @@ func variables() []variable {
 		{"nsAnnos", "namespaceObject.metadata.?annotations.orValue({})"},
 		{"nsLabels", "namespaceObject.metadata.?labels.orValue({})"},
 		{"inits", "object.spec.?initContainers.orValue([])"},
-		// relevant: cheap first test, so pods without an ibkube annotation
-		// in a namespace without a default mode cost next to nothing.
-		{"relevant", "variables.annos.exists(k, k.startsWith(" + a(P) + ")) || " + a(contract.AnnotationMode) + " in variables.nsAnnos"},
+		{"annoCount", annotationCount()},
+		// relevant is mutate.Relevant: direct lookups first, and the look at
+		// every key only within the annotation count's bound, so no pod
+		// costs more to pass by than the lookups.
+		{"relevant", a(contract.AnnotationMode) + " in variables.nsAnnos || " + list(prefixed(known)...) + ".exists(k, k in variables.annos) || " +
+			fmt.Sprintf("variables.annoCount <= %d && ", mutate.MaxAnnotations) + "variables.annos.exists(k, k.startsWith(" + a(P) + "))"},
 	}
 	v = append(v, sizeVariables()...)
 	v = append(v, []variable{

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	"github.com/ibkube/ibkube/contract"
@@ -53,6 +54,58 @@ func TestCostWithinBudget(t *testing.T) {
 		t.Logf("%d containers: refused, mutation cost %d, refusal check cost %d", n, got.MutateCost, got.RefuseCost)
 		if got.MutateCost > 1000 || got.RefuseCost > 1000 {
 			t.Errorf("%d containers: refusing cost %d/%d, want it independent of the containers (under 1000)", n, got.MutateCost, got.RefuseCost)
+		}
+	}
+}
+
+// TestCostIndependentOfAnnotations: a pod with 40,000 annotation keys (the
+// most the API server's 256 KiB holds) costs the policies what a pod with
+// none costs: passed by when it is not ibkube's, refused by its count when
+// it is. Before the bound, relevance alone looked at every key.
+func TestCostIndependentOfAnnotations(t *testing.T) {
+	t.Parallel()
+	objs, err := policy.Render(corpus.Configs()["default"], testNames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mustServer(t, objs)
+	filled := func(n int, kv ...string) *corev1.Pod {
+		p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+		p.Annotations = map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			p.Annotations[kv[i]] = kv[i+1]
+		}
+		for i := 0; len(p.Annotations) < n; i++ {
+			p.Annotations[corpus.FillerKey(i)] = ""
+		}
+		return p
+	}
+	typo := contract.Prefix + "hca"
+	for _, tc := range []struct {
+		name, wantRefusal string
+		small, large      *corev1.Pod
+	}{
+		{"not ibkube's", "", filled(0), filled(40_000)},
+		{"not ibkube's, an unknown key under the prefix", "", filled(mutate.MaxAnnotations+1, typo, "8"), filled(40_000, typo, "8")},
+		{"ibkube's", "pod has ", filled(mutate.MaxAnnotations+1, contract.AnnotationMode, "rdma-shared"), filled(40_000, contract.AnnotationMode, "rdma-shared")},
+	} {
+		small, err := s.Admit(context.Background(), tc.small, optedInNS())
+		if err != nil {
+			t.Fatal(err)
+		}
+		large, err := s.Admit(context.Background(), tc.large, optedInNS())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d keys cost %d+%d, %d keys %d+%d", tc.name, len(tc.small.Annotations), small.MutateCost, small.RefuseCost,
+			len(tc.large.Annotations), large.MutateCost, large.RefuseCost)
+		if !strings.HasPrefix(large.Refusal, tc.wantRefusal) || (tc.wantRefusal == "") != (large.Refusal == "") {
+			t.Errorf("%s: refusal %q, want one starting %q", tc.name, large.Refusal, tc.wantRefusal)
+		}
+		// A few units for the digits of the count a message repeats.
+		if large.MutateCost > small.MutateCost+16 || large.RefuseCost > small.RefuseCost+16 {
+			t.Errorf("%s: 40,000 keys cost %d+%d, %d keys %d+%d: want the same within 16", tc.name, large.MutateCost, large.RefuseCost,
+				len(tc.small.Annotations), small.MutateCost, small.RefuseCost)
 		}
 	}
 }

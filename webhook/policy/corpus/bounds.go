@@ -2,6 +2,7 @@ package corpus
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,6 +37,22 @@ func boundsCases(add func(string, *corev1.Pod, mutate.Namespace), pod *corev1.Po
 	add("bounds/containers-over-limit", with(wide(mutate.MaxContainers+1), m, "rdma-exclusive,ipoib"), optedIn("t"))
 	add("bounds/containers-over-limit-namespace-mode", with(wide(mutate.MaxContainers+1)), optedIn("t", m, "rdma-shared"))
 	add("bounds/containers-over-limit-not-ours", with(wide(mutate.MaxContainers+1)), optedIn("t"))
+	// The annotation count: ibkube's pod over it is refused; one that is not
+	// is passed by, an unknown key under the prefix with it, as the policies
+	// decide it with lookups only.
+	fill := func(p *corev1.Pod, n int) *corev1.Pod {
+		for i := 0; len(p.Annotations) < n; i++ {
+			p.Annotations[FillerKey(i)] = ""
+		}
+		return p
+	}
+	add("bounds/annotations-at-limit", fill(with(pod, m, "rdma-shared"), mutate.MaxAnnotations), optedIn("t"))
+	add("bounds/annotations-over-limit", fill(with(pod, m, "rdma-shared"), mutate.MaxAnnotations+1), optedIn("t"))
+	add("bounds/annotations-over-limit-own-key", fill(with(pod, contract.AnnotationInjected, "x"), 2000), optedIn("t"))
+	add("bounds/annotations-over-limit-namespace-mode", fill(with(pod), 2000), optedIn("t", m, "rdma-shared"))
+	add("bounds/annotations-over-limit-not-ours", fill(with(pod), 2000), optedIn("t"))
+	add("bounds/unknown-key-at-limit", fill(with(pod, contract.Prefix+"hca", "8"), mutate.MaxAnnotations), optedIn("t"))
+	add("bounds/unknown-key-over-limit", fill(with(pod, contract.Prefix+"hca", "8"), mutate.MaxAnnotations+1), optedIn("t"))
 	add("bounds/annotation-over-limit", with(pod, m, "rdma-shared", c, strings.Repeat("train,", mutate.MaxAnnotationBytes/6+1)), optedIn("t"))
 	// The size that once took the API server 97 s to split and iterate.
 	add("bounds/annotation-468KB", with(pod, m, "rdma-shared", c, strings.Repeat("train,", 78_000)), optedIn("t"))
@@ -62,3 +79,8 @@ func boundsCases(add func(string, *corev1.Pod, mutate.Namespace), pod *corev1.Po
 	add("difference/escape-private-use", with(pod, m, "rdma\ue000"), optedIn("t"))
 	add("difference/memlock-fraction-over-8Ei", with(pod, m, "rdma-shared", ml, "9223372036854775807.5"), optedIn("t"))
 }
+
+// FillerKey is the i-th of the short annotation keys that fill a pod
+// towards a count: 40,000 of them with empty values fit the API server's
+// 256 KiB for annotations.
+func FillerKey(i int) string { return "f" + strconv.FormatInt(int64(i), 36) }
