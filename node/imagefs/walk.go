@@ -107,45 +107,47 @@ func (w *walk) open(name string) (*os.File, error) {
 		if err := w.step(); err != nil {
 			return nil, err
 		}
-		switch c {
-		case "", ".":
-			continue
-		case "..":
-			if len(w.stack) > 1 {
-				w.pop()
-			}
-			continue
-		}
-		cur := w.stack[len(w.stack)-1]
-		pos, st, err := w.lookup(cur, c)
-		if err != nil {
-			return nil, err
-		}
-		if pos > 0 && !cur.root && !w.visible {
-			return nil, ErrOpacityUnknown
-		}
-		parent := cur.dirs[pos]
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFLNK:
-			if err := w.follow(parent.fd, c, &rest); err != nil {
-				return nil, err
-			}
-		case unix.S_IFDIR:
-			if rest.empty() {
-				return nil, ErrNotRegular
-			}
-			if err := w.enter(cur.dirs[pos:], c); err != nil {
-				return nil, err
-			}
-		case unix.S_IFREG:
-			if !rest.empty() {
-				return nil, ErrNotExist
-			}
-			return openRegular(parent.fd, c)
-		default:
-			return nil, ErrNotRegular
+		if f, err := w.component(c, &rest); f != nil || err != nil {
+			return f, err
 		}
 	}
+}
+
+// component resolves c in the current directory: it enters a directory,
+// follows a symlink, or opens the regular file the path ends at.
+func (w *walk) component(c string, rest *pathRest) (*os.File, error) {
+	switch c {
+	case "", ".":
+		return nil, nil
+	case "..":
+		if len(w.stack) > 1 {
+			w.pop()
+		}
+		return nil, nil
+	}
+	cur := w.stack[len(w.stack)-1]
+	pos, st, err := w.lookup(cur, c)
+	if err != nil {
+		return nil, err
+	}
+	if pos > 0 && !cur.root && !w.visible {
+		return nil, ErrOpacityUnknown
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		return nil, w.follow(cur.dirs[pos].fd, c, rest)
+	case unix.S_IFDIR:
+		if rest.empty() {
+			return nil, ErrNotRegular
+		}
+		return nil, w.enter(cur.dirs[pos:], c)
+	case unix.S_IFREG:
+		if !rest.empty() {
+			return nil, ErrNotExist
+		}
+		return openRegular(cur.dirs[pos].fd, c)
+	}
+	return nil, ErrNotRegular
 }
 
 // lookup finds c in the directory cur as overlayfs does: in the topmost of
