@@ -115,8 +115,9 @@ func selectorString(sel map[string]string) string {
 
 // splitWatch is the split-job check's memory across readings.
 type splitWatch struct {
-	// selectors of the local pods ("ns/pod"), nil for a pod of no job.
-	selectors map[string]map[string]string
+	// jobs of the local pods ("ns/pod"), the zero jobRef for a pod of no
+	// job.
+	jobs map[string]jobRef
 	// firstSeen and checked per job key ("ns/selector").
 	firstSeen, checked map[string]time.Time
 	// told is the last message sent per local pod.
@@ -131,7 +132,7 @@ type jobCount struct {
 }
 
 func newSplitWatch() splitWatch {
-	return splitWatch{selectors: map[string]map[string]string{}, firstSeen: map[string]time.Time{}, checked: map[string]time.Time{},
+	return splitWatch{jobs: map[string]jobRef{}, firstSeen: map[string]time.Time{}, checked: map[string]time.Time{},
 		told: map[string]string{}, last: map[string]jobCount{}}
 }
 
@@ -152,7 +153,7 @@ func (m *Monitor) checkSplits(ctx context.Context, now time.Time, holders []Hold
 	}
 	w := &m.split
 	local := map[string][]string{} // job key -> local pods
-	sels := map[string]map[string]string{}
+	refs := map[string]jobRef{}
 	present := map[string]bool{}
 	for _, h := range holders {
 		id := h.Namespace + "/" + h.Pod
@@ -160,26 +161,26 @@ func (m *Monitor) checkSplits(ctx context.Context, now time.Time, holders []Hold
 			continue
 		}
 		present[id] = true
-		sel, known := w.selectors[id]
+		ref, known := w.jobs[id]
 		if !known {
 			labels, err := m.cfg.Jobs.PodLabels(ctx, h.Namespace, h.Pod)
 			if err != nil {
 				m.log.V(1).Info("cannot read the pod's labels; its job is not checked", "pod", id, "error", err.Error())
 				continue
 			}
-			sel = contract.JobSelector(labels)
-			w.selectors[id] = sel
+			ref = jobOf(labels)
+			w.jobs[id] = ref
 		}
-		if sel == nil {
+		if ref.selector == nil {
 			continue
 		}
-		key := h.Namespace + "/" + selectorString(sel)
+		key := h.Namespace + "/" + selectorString(ref.selector)
 		local[key] = append(local[key], h.Pod)
-		sels[key] = sel
+		refs[key] = ref
 	}
-	for id := range w.selectors {
+	for id := range w.jobs {
 		if !present[id] {
-			delete(w.selectors, id)
+			delete(w.jobs, id)
 			delete(w.told, id)
 		}
 	}
@@ -201,7 +202,7 @@ func (m *Monitor) checkSplits(ctx context.Context, now time.Time, holders []Hold
 		}
 		w.checked[key] = now
 		ns := strings.SplitN(key, "/", 2)[0]
-		s, err := m.jobSplit(ctx, ns, sels[key], nodes)
+		s, err := m.jobSplit(ctx, ns, refs[key], nodes)
 		if err != nil {
 			m.log.V(1).Info("cannot check the job's partitions", "job", key, "error", err.Error())
 			continue
@@ -227,8 +228,8 @@ func (m *Monitor) checkSplits(ctx context.Context, now time.Time, holders []Hold
 
 // jobSplit reads the job's running pods and their nodes' partitions
 // (nodes caches the partitions read in this reading).
-func (m *Monitor) jobSplit(ctx context.Context, ns string, sel map[string]string, nodes map[string]string) (JobSplit, error) {
-	pods, err := m.cfg.Jobs.RunningPods(ctx, ns, sel)
+func (m *Monitor) jobSplit(ctx context.Context, ns string, job jobRef, nodes map[string]string) (JobSplit, error) {
+	pods, err := m.cfg.Jobs.RunningPods(ctx, ns, job.selector)
 	if err != nil {
 		return JobSplit{}, err
 	}
@@ -242,7 +243,35 @@ func (m *Monitor) jobSplit(ctx context.Context, ns string, sel map[string]string
 		}
 		nodes[p.Node] = part
 	}
-	return FindSplit(ns, selectorString(sel), pods, nodes), nil
+	return FindSplit(ns, job.name, pods, nodes), nil
+}
+
+// jobRef is a job as the split check lists and names it.
+type jobRef struct {
+	// selector is the job's label and its controller's UID labels
+	// (contract.JobUIDKeys), as the partition affinity selects the job once
+	// the API server has merged its matchLabelKeys: a pod that copies only
+	// the job's name is not counted as the job's.
+	selector map[string]string
+	// name is the job label's "label=value", the job's name in Events and
+	// in the metric's job_name.
+	name string
+}
+
+// jobOf is the job of a pod with these labels, the zero jobRef for none.
+func jobOf(labels map[string]string) jobRef {
+	named := contract.JobSelector(labels)
+	if named == nil {
+		return jobRef{}
+	}
+	sel := make(map[string]string, len(named)+2)
+	for k, v := range named {
+		sel[k] = v
+	}
+	for _, k := range contract.JobUIDKeys(labels) {
+		sel[k] = labels[k]
+	}
+	return jobRef{selector: sel, name: selectorString(named)}
 }
 
 var descJobPartitions = prometheus.NewDesc(MetricJobPartitions,

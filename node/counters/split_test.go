@@ -2,6 +2,7 @@ package counters
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -21,16 +22,18 @@ type fakeJobs struct {
 	pods       []JobPod                     // the job's running pods
 	partitions map[string]string
 	lists      int
+	selector   map[string]string // the last RunningPods selector
 }
 
 func (f *fakeJobs) PodLabels(_ context.Context, ns, name string) (map[string]string, error) {
 	return f.labels[ns+"/"+name], nil
 }
 
-func (f *fakeJobs) RunningPods(context.Context, string, map[string]string) ([]JobPod, error) {
+func (f *fakeJobs) RunningPods(_ context.Context, _ string, sel map[string]string) ([]JobPod, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lists++
+	f.selector = sel
 	return append([]JobPod(nil), f.pods...), nil
 }
 
@@ -139,5 +142,64 @@ func TestFindSplitUnlabelledNode(t *testing.T) {
 		map[string]string{"nd-0": "0x800b"})
 	if got := s.Partitions(); len(got) != 2 || got[0] != Unlabelled || got[1] != "0x800b" {
 		t.Errorf("partitions = %v, want the unlabelled node as its own", got)
+	}
+}
+
+// TestJobSplitListsByUID: the check lists a job's pods by its label and its
+// controller's UID labels, as the partition affinity selects them, so a
+// pod that copies only a job's name is not counted as the job's (a decoy
+// with RDMA on another partition would raise a false split); the job is
+// still named by its label alone in Events and the metric.
+func TestJobSplitListsByUID(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   jobRef
+	}{
+		{"job", map[string]string{"batch.kubernetes.io/job-name": "train", "batch.kubernetes.io/controller-uid": "u1", "controller-uid": "u1"},
+			jobRef{map[string]string{"batch.kubernetes.io/job-name": "train", "batch.kubernetes.io/controller-uid": "u1", "controller-uid": "u1"}, "batch.kubernetes.io/job-name=train"}},
+		{"jobset, not its child Job's UID", map[string]string{"jobset.sigs.k8s.io/jobset-name": "llama", "jobset.sigs.k8s.io/jobset-uid": "u2",
+			"batch.kubernetes.io/job-name": "llama-node-0", "batch.kubernetes.io/controller-uid": "u3"},
+			jobRef{map[string]string{"jobset.sigs.k8s.io/jobset-name": "llama", "jobset.sigs.k8s.io/jobset-uid": "u2"}, "jobset.sigs.k8s.io/jobset-name=llama"}},
+		{"leaderworkerset group", map[string]string{"leaderworkerset.sigs.k8s.io/name": "s", "leaderworkerset.sigs.k8s.io/group-index": "1"},
+			jobRef{map[string]string{"leaderworkerset.sigs.k8s.io/name": "s", "leaderworkerset.sigs.k8s.io/group-index": "1"}, "leaderworkerset.sigs.k8s.io/group-index=1,leaderworkerset.sigs.k8s.io/name=s"}},
+		{"no job", map[string]string{"app": "x", "controller-uid": "u"}, jobRef{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := jobOf(tc.labels)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("jobOf = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+
+	sys := buildFixture(t, fixture.NDv5)
+	jobs := &fakeJobs{
+		labels:     map[string]map[string]string{"ml/train-0": {"batch.kubernetes.io/job-name": "train", "batch.kubernetes.io/controller-uid": "u1"}},
+		pods:       []JobPod{{Name: "train-0", Node: "nd-0", RDMA: true}},
+		partitions: map[string]string{"nd-0": "0x800b"},
+	}
+	m, err := NewMonitor(MonitorConfig{
+		Reader: Reader{SysfsRoot: sys},
+		Source: fakeSource{twoHCAs()},
+		Lister: fakeLister{[]Container{{Namespace: "ml", Pod: "train-0", Container: "c", Devices: map[string][]string{"rdma/ib": {"mlx5_0"}}}}},
+		Jobs:   jobs, Events: &messageEvents{}, Period: 15 * time.Second,
+		Idle: IdleRule{Window: time.Hour, MinBytes: 1},
+	}, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Step(context.Background())
+	if want := map[string]string{"batch.kubernetes.io/job-name": "train", "batch.kubernetes.io/controller-uid": "u1"}; !reflect.DeepEqual(jobs.selector, want) {
+		t.Errorf("RunningPods selector %v, want %v", jobs.selector, want)
+	}
+	if err := testutil.CollectAndCompare(m, strings.NewReader(`
+# HELP ibkube_rdma_job_partitions InfiniBand partitions the running RDMA pods of a job are on (job_name is the job's label selector), for each job with a pod holding RDMA devices on this node; above 1 the job is split and its ranks cannot all reach each other.
+# TYPE ibkube_rdma_job_partitions gauge
+ibkube_rdma_job_partitions{job_name="batch.kubernetes.io/job-name=train",job_namespace="ml"} 1
+`), MetricJobPartitions); err != nil {
+		t.Error(err)
 	}
 }
