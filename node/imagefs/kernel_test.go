@@ -48,15 +48,7 @@ func TestUnionAgreesWithKernelOverlay(t *testing.T) {
 			var u Union
 			for _, l := range tc.layers {
 				dir := markedLayer(t, l.entries, l.marks)
-				for _, c := range l.char {
-					p := filepath.Join(dir, c)
-					if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-						t.Fatal(err)
-					}
-					if err := unix.Mknod(p, unix.S_IFCHR, 0); err != nil {
-						t.Fatal(err)
-					}
-				}
+				charWhiteouts(t, dir, l.char)
 				u.Layers = append(u.Layers, dir)
 			}
 			merged := t.TempDir()
@@ -77,5 +69,20 @@ func TestUnionAgreesWithKernelOverlay(t *testing.T) {
 				t.Errorf("the kernel reads %q; Union %q, %v", kernel, got, err)
 			}
 		})
+	}
+}
+
+// charWhiteouts adds whiteouts of the usual form, 0:0 character devices,
+// at paths in dir.
+func charWhiteouts(t *testing.T, dir string, paths []string) {
+	t.Helper()
+	for _, c := range paths {
+		p := filepath.Join(dir, c)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mknod(p, unix.S_IFCHR, 0); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

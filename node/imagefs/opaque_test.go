@@ -60,13 +60,10 @@ func markedLayer(t *testing.T, entries map[string]string, marks map[string][2]st
 	return dir
 }
 
-// TestUnionOpaqueWithoutCapSysAdmin: overlayfs marks an opaque directory
-// with trusted.overlay.opaque, which a process without CAP_SYS_ADMIN
-// cannot read (the kernel answers as if it were absent). Such a process
-// honours what it can see (user.overlay.* with userxattr) and otherwise
-// refuses a file found below a directory that may be opaque instead of
-// returning a lower layer's file the kernel would hide.
-func TestUnionOpaqueWithoutCapSysAdmin(t *testing.T) {
+// TestTrustedXattrHiddenWithoutCapSysAdmin: the kernel fact the agent
+// works around: without CAP_SYS_ADMIN, getxattr of a set
+// trusted.overlay.opaque answers ENODATA, as if it were absent.
+func TestTrustedXattrHiddenWithoutCapSysAdmin(t *testing.T) {
 	if os.Geteuid() != 0 || !trustedXattrsVisible() {
 		t.Skip("setting trusted.* xattrs and dropping CAP_SYS_ADMIN need root with it")
 	}
@@ -79,80 +76,67 @@ func TestUnionOpaqueWithoutCapSysAdmin(t *testing.T) {
 	if !errors.Is(err, unix.ENODATA) {
 		t.Fatalf("getxattr of a set trusted.overlay.opaque without CAP_SYS_ADMIN: %v; want ENODATA, as if absent", err)
 	}
-	lower := map[string]string{"etc/passwd": "lower's passwd"}
-	opaque := map[string][2]string{"etc": {"trusted.overlay.opaque", "y"}}
-	userOpaque := map[string][2]string{"etc": {"user.overlay.opaque", "y"}}
+}
+
+// checkRead compares a ReadFile's answer with wantErr, or else want.
+func checkRead(t *testing.T, who string, got []byte, err, wantErr error, want string) {
+	t.Helper()
+	if wantErr != nil {
+		if !errors.Is(err, wantErr) {
+			t.Errorf("%s: ReadFile = %q, %v; want %v", who, got, err, wantErr)
+		}
+		return
+	}
+	if err != nil || string(got) != want {
+		t.Errorf("%s: ReadFile = %q, %v; want %q", who, got, err, want)
+	}
+}
+
+// TestUnionOpaqueWithoutCapSysAdmin: overlayfs marks an opaque directory
+// with trusted.overlay.opaque, which a process without CAP_SYS_ADMIN
+// cannot read (the kernel answers as if it were absent). Such a process
+// honours what it can see (user.overlay.* with userxattr) and otherwise
+// refuses a file found below a directory that may be opaque instead of
+// returning a lower layer's file the kernel would hide.
+func TestUnionOpaqueWithoutCapSysAdmin(t *testing.T) {
+	if os.Geteuid() != 0 || !trustedXattrsVisible() {
+		t.Skip("setting trusted.* xattrs and dropping CAP_SYS_ADMIN need root with it")
+	}
+	t.Parallel()
+	type spec struct {
+		entries map[string]string
+		marks   map[string][2]string
+	}
+	lower := spec{entries: map[string]string{"etc/passwd": "lower's passwd"}}
 	group := map[string]string{"etc/group": "g"}
+	plain, usr := spec{entries: group}, spec{entries: map[string]string{"usr/": ""}}
+	opaque := spec{group, map[string][2]string{"etc": {"trusted.overlay.opaque", "y"}}}
+	userOpaque := spec{group, map[string][2]string{"etc": {"user.overlay.opaque", "y"}}}
 	for _, tc := range []struct {
-		name         string
-		union        func(t *testing.T) Union
-		privileged   error
-		unprivileged error
-		want         string
+		name                     string
+		userXattr                bool
+		layers                   []spec
+		privileged, unprivileged error
+		want                     string
 	}{
-		{
-			name: "opaque /etc hides the lower passwd",
-			union: func(t *testing.T) Union {
-				return Union{Layers: []string{markedLayer(t, group, opaque), layer(t, lower)}}
-			},
-			privileged: ErrNotExist, unprivileged: ErrOpacityUnknown,
-		},
-		{
-			name: "a plain /etc above the passwd's layer cannot be told from an opaque one",
-			union: func(t *testing.T) Union {
-				return Union{Layers: []string{layer(t, group), layer(t, lower)}}
-			},
-			unprivileged: ErrOpacityUnknown, want: "lower's passwd",
-		},
-		{
-			name: "the topmost /etc's own passwd is certain",
-			union: func(t *testing.T) Union {
-				return Union{Layers: []string{layer(t, map[string]string{"usr/": ""}), layer(t, lower), layer(t, group)}}
-			},
-			want: "lower's passwd",
-		},
-		{
-			name: "userxattr marks are honoured without privilege",
-			union: func(t *testing.T) Union {
-				return Union{UserXattr: true, Layers: []string{markedLayer(t, group, userOpaque), layer(t, lower)}}
-			},
-			privileged: ErrNotExist, unprivileged: ErrNotExist,
-		},
-		{
-			name: "userxattr mount without a mark merges",
-			union: func(t *testing.T) Union {
-				return Union{UserXattr: true, Layers: []string{layer(t, group), layer(t, lower)}}
-			},
-			want: "lower's passwd",
-		},
-		{
-			name: "a trusted mark is not read on a userxattr mount",
-			union: func(t *testing.T) Union {
-				return Union{UserXattr: true, Layers: []string{markedLayer(t, group, opaque), layer(t, lower)}}
-			},
-			want: "lower's passwd",
-		},
+		{name: "opaque /etc hides the lower passwd", layers: []spec{opaque, lower}, privileged: ErrNotExist, unprivileged: ErrOpacityUnknown},
+		{name: "a plain /etc above the passwd's layer cannot be told from an opaque one", layers: []spec{plain, lower}, unprivileged: ErrOpacityUnknown, want: "lower's passwd"},
+		{name: "the topmost /etc's own passwd is certain", layers: []spec{usr, lower, plain}, want: "lower's passwd"},
+		{name: "userxattr marks are honoured without privilege", userXattr: true, layers: []spec{userOpaque, lower}, privileged: ErrNotExist, unprivileged: ErrNotExist},
+		{name: "userxattr mount without a mark merges", userXattr: true, layers: []spec{plain, lower}, want: "lower's passwd"},
+		{name: "a trusted mark is not read on a userxattr mount", userXattr: true, layers: []spec{opaque, lower}, want: "lower's passwd"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			u := tc.union(t)
-			read := func() ([]byte, error) { return u.ReadFile(context.Background(), "/etc/passwd", 1024) }
-			check := func(who string, got []byte, err, wantErr error) {
-				t.Helper()
-				if wantErr != nil {
-					if !errors.Is(err, wantErr) {
-						t.Errorf("%s: ReadFile = %q, %v; want %v", who, got, err, wantErr)
-					}
-					return
-				}
-				if err != nil || string(got) != tc.want {
-					t.Errorf("%s: ReadFile = %q, %v; want %q", who, got, err, tc.want)
-				}
+			u := Union{UserXattr: tc.userXattr}
+			for _, l := range tc.layers {
+				u.Layers = append(u.Layers, markedLayer(t, l.entries, l.marks))
 			}
+			read := func() ([]byte, error) { return u.ReadFile(context.Background(), "/etc/passwd", 1024) }
 			got, err := read()
-			check("with CAP_SYS_ADMIN", got, err, tc.privileged)
+			checkRead(t, "with CAP_SYS_ADMIN", got, err, tc.privileged, tc.want)
 			got, err = withoutCapSysAdmin(t, read)
-			check("without CAP_SYS_ADMIN", got, err, tc.unprivileged)
+			checkRead(t, "without CAP_SYS_ADMIN", got, err, tc.unprivileged, tc.want)
 		})
 	}
 }
