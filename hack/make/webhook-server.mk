@@ -6,6 +6,7 @@ WEBHOOK_HANDLER_PKG := ./webhook/handler
 
 FUZZ += webhook/handler/FuzzDecodeAdmissionReview
 FUZZ += webhook/handler/FuzzElementCount
+FUZZ += webhook/handler/FuzzCountValues
 
 .PHONY: bench-webhook-handler
 bench-webhook-handler: ## Benchmark the admission handler against a no-op controller-runtime defaulter (ratio x-noop).

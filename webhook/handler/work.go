@@ -101,6 +101,9 @@ func (a *ownAnnotations) UnmarshalJSON(b []byte) error {
 // ownKey is the JSON string key unquoted when it is under contract.Prefix,
 // else "". Only an escaped key is unquoted to be compared.
 func ownKey(key []byte) (string, error) {
+	if len(key) < 2 || key[0] != '"' {
+		return "", fmt.Errorf("annotation key: want a string, got %.20q", key)
+	}
 	inner := key[1 : len(key)-1]
 	if bytes.IndexByte(inner, '\\') < 0 {
 		if !bytes.HasPrefix(inner, []byte(contract.Prefix)) {
