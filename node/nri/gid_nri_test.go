@@ -71,11 +71,25 @@ type gidFixture struct {
 
 func newGIDFixture(t *testing.T, img ImageReader, gids GIDReader) gidFixture {
 	t.Helper()
+	dir, node := scanOCI(t)
+	return pluginOn(t, dir, node, img, gids)
+}
+
+// scanOCI builds the OCI BM.GPU.H100.8 fixture and scans it.
+func scanOCI(t *testing.T) (string, inventory.Node) {
+	t.Helper()
 	dir := fixture.BuildTemp(t, fixture.OCIH100)
 	node, err := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Logger: testr.New(t)}).Scan(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, node
+}
+
+// pluginOn is a plugin over a scanned fixture, reading the image img; one
+// fixture may serve several plugins that do not change it.
+func pluginOn(t *testing.T, dir string, node inventory.Node, img ImageReader, gids GIDReader) gidFixture {
+	t.Helper()
 	if gids == nil {
 		gids = SysfsGIDs{Root: fixture.SysfsRoot(dir)}
 	}
@@ -130,6 +144,7 @@ var ociPodIPs = []string{"192.168.0.22", "192.168.1.22"}
 // never.
 func TestGIDIndexPerNCCLRelease(t *testing.T) {
 	t.Parallel()
+	dir, node := scanOCI(t)
 	for _, tc := range []struct {
 		name string
 		img  ImageReader
@@ -150,7 +165,7 @@ func TestGIDIndexPerNCCLRelease(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := newGIDFixture(t, tc.img, nil)
+			f := pluginOn(t, dir, node, tc.img, nil)
 			pod := &api.PodSandbox{Id: "pod1", Name: "w", Namespace: "hpc", Uid: "u1", Ips: ociPodIPs}
 			adj := f.p.createContainer(pod, f.ctr(t, "gpu", append([]string{"NCCL_IB_HCA==mlx5_0:1,mlx5_1:1"}, tc.env...), "mlx5_0", "mlx5_1"))
 			got := envOf(adj)
