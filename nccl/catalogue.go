@@ -42,7 +42,12 @@ const (
 // defaults to -1, then the GID table is searched for NCCL_IB_ADDR_FAMILY,
 // default AF_INET, and NCCL_IB_ROCE_VERSION_NUM, default 2), whereas a fixed
 // index names a different address once the port's netdev moves into a pod's
-// network namespace.
+// network namespace, and disables those three selectors when a user sets
+// them. For an image whose NCCL is older than 2.21.5 the node agent sets the
+// index of the pod's own address (node/memlock Rules). No profile carries
+// UCX_IB_GID_INDEX either: UCX picks the entry itself from 1.6, a set index
+// also applies to InfiniBand ports, and with UCX_IB_ROCE_SUBNETS it is an
+// error (openucx/ucx src/uct/ib/base/ib_iface.c).
 func Builtin() []Profile {
 	return []Profile{
 		{
