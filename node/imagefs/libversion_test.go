@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -96,5 +97,46 @@ func TestFindLibrariesErrors(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].Version != "2.21.5" {
 		t.Errorf("found %+v, want NCCL 2.21.5 from /usr/include/nccl.h", got)
+	}
+}
+
+// BenchmarkFindLibraries: what finding the NCCL versions costs inside NRI's
+// CreateContainer, through a five-layer overlay snapshot: a PyTorch image
+// (a 1 MB dpkg database listing libnccl2, the wheel's nccl.h) and an image
+// with neither (every probe misses). cpu-ms/op is the CPU of one search.
+func BenchmarkFindLibraries(b *testing.B) {
+	var status strings.Builder
+	for i := range 500 {
+		fmt.Fprintf(&status, "Package: pkg%d\nStatus: install ok installed\nVersion: 1.%d\nDescription: %s\n\n", i, i, strings.Repeat("x", 2000))
+	}
+	status.WriteString(dpkg)
+	wheel := "usr/local/lib/python3.12/dist-packages/nvidia/nccl/include/nccl.h"
+	for _, c := range []struct {
+		name  string
+		files map[string]string
+	}{
+		{"torch-image", map[string]string{"var/lib/dpkg/status": status.String(), wheel: ncclHeader(2, 28, 9) + strings.Repeat("// api\n", 4000)}},
+		{"no-nccl", map[string]string{"etc/passwd": "root:x:0:0::/root:/bin/sh\n"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var u Union
+			for i := range 5 {
+				entries := map[string]string{"usr/lib/x/": "", "usr/local/lib/python3.12/dist-packages/": ""}
+				if i == 3 {
+					for k, v := range c.files {
+						entries[k] = v
+					}
+				}
+				u.Layers = append(u.Layers, layer(b, entries))
+			}
+			b.ReportAllocs()
+			start := cpuTime(b)
+			for b.Loop() {
+				if _, err := FindLibraries(context.Background(), u.ReadFile); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N)/1e6, "cpu-ms/op")
+		})
 	}
 }
