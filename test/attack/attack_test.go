@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -267,6 +268,14 @@ func attacks() []attack {
 		{"echo amplification: 3.9 MB uid, 8 clients", flood(8, func() []byte { return padded("uid", 3_900_000) })},
 		{"echo amplification: 3.9 MB namespace, 8 clients", flood(8, func() []byte { return padded("namespace", 3_900_000) })},
 		{"echo amplification: 1.9 MB pod name in the review and the pod (refused pod), 8 clients", flood(8, func() []byte { return padded("name", 1_900_000) })},
+		{fmt.Sprintf("the largest admitted pod by values (%d, all empty volumes), 8 clients", handler.MaxReviewValues), flood(8, largestByValues)},
+		{"forged reviews of 1.3M empty volumes (3.9 MB), not ibkube's, 8 clients", flood(8, func() []byte { return listReview(false, `"volumes":[`, "{}", 1_300_000, "]") })},
+		{"forged reviews of 1.3M empty volumes (3.9 MB), ibkube's, 8 clients", flood(8, func() []byte { return listReview(true, `"volumes":[`, "{}", 1_300_000, "]") })},
+		{"150k defaulted volumes (4.05 MB), ibkube's, 8 clients", flood(8, func() []byte {
+			return listReview(true, `"volumes":[`, `{"name":"v","emptyDir":{}}`, 150_000, "]")
+		})},
+		{"1.3M empty tolerations (3.9 MB), ibkube's, 8 clients", flood(8, func() []byte { return listReview(true, `"tolerations":[`, "{}", 1_300_000, "]") })},
+		{"128 containers × 10k empty volumeMounts (3.8 MB), ibkube's, 8 clients", flood(8, func() []byte { return mountsReview(10_000) })},
 	}
 }
 
@@ -312,7 +321,14 @@ func TestAttacks(t *testing.T) {
 	fmt.Fprintf(&report, "Binary %s, memory limit %d MiB, GOMEMLIMIT %d MiB, %s per attack, legitimate stream 20 reviews/s (timeout %s):\n\n",
 		filepath.Base(bin), memLimit/mib, goMemLimit/mib, attackTime, apiServerTimeout)
 	report.WriteString("| attack | peak memory / limit | legitimate answered in time | legitimate p99 | /readyz 200 (longest failing run) | attacker saw | largest answer | webhook log |\n|---|---|---|---|---|---|---|---|\n")
+	only, err := regexp.Compile(os.Getenv("ATTACK_ONLY"))
+	if err != nil {
+		t.Fatalf("$ATTACK_ONLY: %v", err)
+	}
 	for _, a := range attacks() {
+		if !only.MatchString(a.name) {
+			continue
+		}
 		// A fresh process and cgroup for each attack, so one attack's
 		// retained heap does not count in the next one's peak.
 		w := startWebhook(t, bin, kubeconfig, certDir)

@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/ibkube/ibkube/webhook/handler"
+	"github.com/ibkube/ibkube/webhook/mutate"
 )
 
 // review wraps a pod object (JSON) in an AdmissionReview for a CREATE in
@@ -94,4 +97,67 @@ func mustJSON(v any) string {
 		panic(err)
 	}
 	return string(b)
+}
+
+// listReview is a review of a pod whose spec holds n copies of item in the
+// list opened by open and closed by closing (JSON fragments); ours adds
+// ibkube's mode annotation. One more list floods the webhook's decoder per
+// element, whatever the list.
+func listReview(ours bool, open, item string, n int, closing string) []byte {
+	var b bytes.Buffer
+	b.Grow(len(item)*n + 256)
+	annotations := `{"team":"a"}`
+	if ours {
+		annotations = `{"team":"a","infiniband.azure.com/mode":"rdma-shared"}`
+	}
+	fmt.Fprintf(&b, `{"metadata":{"name":"lists","namespace":"training","annotations":%s},"spec":{`, annotations)
+	b.WriteString(open)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(item)
+	}
+	b.WriteString(closing)
+	b.WriteString("}}")
+	return review(b.Bytes(), "u", "training", "lists")
+}
+
+// mountsReview is 128 containers of n empty volumeMounts each.
+func mountsReview(n int) []byte {
+	mounts := strings.Repeat("{},", n)
+	container := `{"name":"c","image":"busybox","volumeMounts":[` + mounts[:len(mounts)-1] + `]}`
+	return listReview(true, `"containers":[`, container, mutate.MaxContainers, "]")
+}
+
+// largestByValues is the review of a pod ibkube looks at with exactly
+// handler.MaxReviewValues JSON values, every one it can spare an empty
+// volume: the costliest pod to decode that the webhook admits.
+func largestByValues() []byte {
+	base := countJSONValues(listReview(true, `"volumes":[`, "{}", 0, "]"))
+	return listReview(true, `"volumes":[`, "{}", handler.MaxReviewValues-base, "]")
+}
+
+// countJSONValues counts the values of a JSON document with the decoder.
+func countJSONValues(doc []byte) int {
+	var v any
+	if err := json.Unmarshal(doc, &v); err != nil {
+		panic(err)
+	}
+	var count func(any) int
+	count = func(v any) int {
+		n := 1
+		switch v := v.(type) {
+		case []any:
+			for _, e := range v {
+				n += count(e)
+			}
+		case map[string]any:
+			for _, e := range v {
+				n += count(e)
+			}
+		}
+		return n
+	}
+	return count(v)
 }

@@ -403,3 +403,58 @@ func TestConnectionAndHeaderBounds(t *testing.T) {
 		t.Errorf("oversized header answered %q, want 431", st)
 	}
 }
+
+// listReview is a review of a pod in namespace training whose spec holds
+// n copies of item in the list opened by open (`"volumes":[`); ours adds
+// ibkube's mode annotation.
+func listReview(ours bool, open, item string, n int) []byte {
+	var b bytes.Buffer
+	b.Grow(len(item)*n + 512)
+	annotations := `{}`
+	if ours {
+		annotations = fmt.Sprintf(`{%q:"rdma-shared"}`, contract.AnnotationMode)
+	}
+	fmt.Fprintf(&b, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u1","kind":{"version":"v1","kind":"Pod"},`+
+		`"resource":{"version":"v1","resource":"pods"},"namespace":"training","operation":"CREATE","object":`+
+		`{"metadata":{"name":"lists","namespace":"training","annotations":%s},"spec":{"containers":[{"name":"c","image":"busybox"}],%s`, annotations, open)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(item)
+	}
+	b.WriteString("]}}}}")
+	return b.Bytes()
+}
+
+// TestListFloodsStayBounded: MaxInFlight clients at once send reviews of a
+// million list elements, or the costliest pod the webhook admits (every
+// value it may hold an empty volume, each a corev1.Volume when decoded),
+// through the real server, handler and core: the heap grows by less than
+// the 64 MiB the chart's replica can spare over its idle size.
+func TestListFloodsStayBounded(t *testing.T) {
+	limits := noDrain(DefaultLimits())
+	a := startAttackServer(t, limits)
+	spare := strings.Count(string(listReview(true, `"volumes":[`, "{}", 0)), ",") + 8 // every value but the volumes, generously
+	for _, tc := range []struct {
+		name string
+		body []byte
+		want int
+	}{
+		{"largest admitted pod", listReview(true, `"volumes":[`, "{}", handler.MaxReviewValues-spare), http.StatusOK},
+		{"1.3M empty volumes, ibkube's", listReview(true, `"volumes":[`, "{}", 1_300_000), http.StatusOK},
+		{"1.3M empty volumes, not ibkube's", listReview(false, `"volumes":[`, "{}", 1_300_000), http.StatusOK},
+		{"150k defaulted volumes, ibkube's", listReview(true, `"volumes":[`, `{"name":"v","emptyDir":{}}`, 150_000), http.StatusOK},
+	} {
+		before := liveHeap()
+		codes, peak := flood(t, a, limits.MaxInFlight, tc.body)
+		grew := float64(int64(peak)-int64(before)) / mib
+		t.Logf("%s (%d bytes), %d at once: %v, peak heap +%.1f MiB", tc.name, len(tc.body), limits.MaxInFlight, codes, grew)
+		if codes[tc.want] != limits.MaxInFlight {
+			t.Errorf("%s: answered %v, want %d × %d", tc.name, codes, limits.MaxInFlight, tc.want)
+		}
+		if grew > 64 {
+			t.Errorf("%s: peak heap grew %.1f MiB, want under 64 MiB", tc.name, grew)
+		}
+	}
+}
