@@ -118,6 +118,9 @@ type RankInput struct {
 	// is true when it loads RCCL (an AMD GPU container).
 	NCCL NCCLPlan
 	RCCL bool
+	// ImageHomeConf is the image's own .nccl.conf in the passwd home, which
+	// the mounted file hides ("" when it has none or it was not read).
+	ImageHomeConf string
 }
 
 // RankConf is the decision for one container.
@@ -183,7 +186,7 @@ func DecideRankConf(in RankInput) RankConf {
 		return RankConf{Outcome: RankUserMount, Reason: strings.Join(notes, "; ")}
 	}
 
-	settings, dropped, more, confNotes := resolveSettings(in.PodAnnotations, env, in.NCCL)
+	settings, dropped, more, confNotes := resolveSettings(in, env)
 	notes = append(notes, confNotes...)
 	if len(dropped) > 0 {
 		shown := dropped[:min(len(dropped), namesShown)]
@@ -240,9 +243,14 @@ func rankConfText(settings map[string]string, comments bool) string {
 // its NCCL_* environment, then the profile's conf file when NCCL_CONF_FILE
 // names it; within RankConfMaxBytes, by name. dropped names what a conf
 // file cannot carry; more counts what the bound left out.
-func resolveSettings(annotations, env map[string]string, plan NCCLPlan) (settings map[string]string, dropped []string, more int, notes []string) {
-	type kv struct{ name, value, from string }
+func resolveSettings(in RankInput, env map[string]string) (settings map[string]string, dropped []string, more int, notes []string) {
+	type kv = setting
 	var all []kv
+	annotations, plan := in.PodAnnotations, in.NCCL
+	taken := map[string]bool{contract.EnvNCCLConfFile: true}
+	for name := range env {
+		taken[name] = true
+	}
 	for name, value := range env {
 		if strings.HasPrefix(name, "NCCL_") && name != contract.EnvNCCLConfFile {
 			all = append(all, kv{name, value, "environment"})
@@ -258,13 +266,18 @@ func resolveSettings(annotations, env map[string]string, plan NCCLPlan) (setting
 			notes = append(notes, fmt.Sprintf("%s ignores NCCL_CONF_FILE (read from %s), so the main process reads this file, which carries the profile's settings", plan, since(LibNCCL, FeatureConfFile)))
 		}
 		for _, p := range ParseNCCLConf(annotations[contract.AnnotationNCCLConf]) {
-			if _, set := env[p[0]]; set || p[0] == contract.EnvNCCLConfFile {
+			if taken[p[0]] {
 				continue
 			}
+			taken[p[0]] = true
 			all = append(all, kv{p[0], p[1], "profile conf file"})
 		}
 	default:
 		notes = append(notes, fmt.Sprintf("NCCL_CONF_FILE=%s is the container's own file, which the agent cannot read: processes started without the environment get its values only if they set NCCL_CONF_FILE themselves", shown(conf)))
+	}
+	if image, note := imageHomeSettings(in, env, taken); note != "" {
+		all = append(all, image...)
+		notes = append(notes, note)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
 	settings = map[string]string{}
@@ -283,6 +296,28 @@ func resolveSettings(annotations, env map[string]string, plan NCCLPlan) (setting
 		settings[s.name] = s.value
 	}
 	return settings, dropped, more, notes
+}
+
+// setting is one NAME=value of the file and where it came from.
+type setting struct{ name, value, from string }
+
+// imageHomeSettings are the lines of the image's own ~/.nccl.conf, hidden
+// by the mount, that the main process read there: where NCCL_CONF_FILE is
+// unset, or ignored by an NCCL older than 2.23.4. They go below the rest
+// (taken), first one of a name winning, as NCCL's setenv(..., 0) applies
+// them; note says how many, "" when none apply.
+func imageHomeSettings(in RankInput, env map[string]string, taken map[string]bool) ([]setting, string) {
+	if in.ImageHomeConf == "" || env[contract.EnvNCCLConfFile] != "" && !in.NCCL.Lacks(FeatureConfFile) {
+		return nil, ""
+	}
+	var out []setting
+	for _, p := range ParseNCCLConf(in.ImageHomeConf) {
+		if !taken[p[0]] {
+			taken[p[0]] = true
+			out = append(out, setting{p[0], p[1], "image's ~/.nccl.conf"})
+		}
+	}
+	return out, fmt.Sprintf("%d settings of the image's own ~/.nccl.conf, which the mount hides, carried below the others", len(out))
 }
 
 // plainName tells whether name is a variable name a conf file line can

@@ -356,3 +356,42 @@ func TestRankConfPerNCCLRelease(t *testing.T) {
 		t.Errorf("RCCL container: targets (-want +got):\n%s\ncontent %q, want %q", d, got.Content, body)
 	}
 }
+
+// TestRankConfCarriesImageHomeConf: the image's own ~/.nccl.conf, which the
+// mount hides, is carried below the environment and the profile where the
+// main process read it (NCCL_CONF_FILE unset, or an NCCL before 2.23.4 that
+// ignores it), and not where the main process never reads it.
+func TestRankConfCarriesImageHomeConf(t *testing.T) {
+	t.Parallel()
+	uid := uint32(0)
+	base := RankInput{
+		PodAnnotations: map[string]string{contract.AnnotationNCCLConf: "NCCL_NET_GDR_LEVEL=SYS\n"},
+		Devices:        []Device{{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192}},
+		IBDevices:      DeviceSet{{231, 192}: "uverbs0"},
+		UID:            &uid,
+		Passwd:         Passwd{Status: PasswdFound, Home: "/root"},
+		ImageHomeConf:  "NCCL_SOCKET_IFNAME=eth9\nNCCL_NET_GDR_LEVEL=LOC\nNCCL_IB_HCA=image-loses\nNCCL_SOCKET_IFNAME=second-loses\n",
+	}
+	withConf := []string{"NCCL_IB_HCA==mlx5_0:1", "NCCL_CONF_FILE=" + contract.NCCLConfFile}
+	carried := "NCCL_IB_HCA==mlx5_0:1\nNCCL_NET_GDR_LEVEL=SYS\nNCCL_SOCKET_IFNAME=eth9\n"
+	for _, tc := range []struct {
+		name    string
+		env     []string
+		version *Version
+		want    string
+	}{
+		{"NCCL 2.19.3 ignores NCCL_CONF_FILE", withConf, &Version{2, 19, 3}, carried},
+		{"NCCL 2.23.4 reads NCCL_CONF_FILE", withConf, &Version{2, 23, 4}, "NCCL_IB_HCA==mlx5_0:1\nNCCL_NET_GDR_LEVEL=SYS\n"},
+		{"version unknown, NCCL_CONF_FILE set", withConf, nil, "NCCL_IB_HCA==mlx5_0:1\nNCCL_NET_GDR_LEVEL=SYS\n"},
+		{"NCCL_CONF_FILE unset", []string{"NCCL_IB_HCA==mlx5_0:1"}, nil, "NCCL_IB_HCA==mlx5_0:1\nNCCL_NET_GDR_LEVEL=LOC\nNCCL_SOCKET_IFNAME=eth9\n"},
+	} {
+		in := base
+		in.Env = tc.env
+		if tc.version != nil {
+			in.NCCL = NCCLPlan{Found: []NCCLFound{{Version: *tc.version}}}
+		}
+		if d := cmp.Diff(tc.want, DecideRankConf(in).Content); d != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, d)
+		}
+	}
+}

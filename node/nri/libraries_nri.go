@@ -2,7 +2,9 @@ package nri
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path"
 
 	"github.com/containerd/nri/pkg/api"
 
@@ -59,4 +61,26 @@ func planOf(libs []imagefs.Library, bad func(imagefs.Library, error), rccl bool)
 		plan.Found = append(plan.Found, memlock.NCCLFound{Version: v, From: l.From})
 	}
 	return plan, rccl
+}
+
+// imageHomeConf reads the image's own .nccl.conf in the passwd home, which
+// the rank conf mount hides, within a quarter of PasswdTimeout; "" when the
+// image has none or it cannot be read (the mount then hides it unread, as
+// before: logged).
+func (p *Plugin) imageHomeConf(ctrID, home string) string {
+	if p.cfg.Image == nil || !path.IsAbs(home) {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PasswdTimeout/4)
+	defer cancel()
+	name := path.Join(home, memlock.RankConfName)
+	b, err := p.cfg.Image.ReadFile(ctx, ctrID, name, memlock.RankConfMaxBytes)
+	switch {
+	case errors.Is(err, imagefs.ErrNotExist):
+		return ""
+	case err != nil:
+		p.log.Info("the image's own conf file, which the rank conf mount hides, was not read; its settings are not carried", "file", name, "error", boundedError(err))
+		return ""
+	}
+	return string(b)
 }

@@ -84,6 +84,9 @@ func (p *Plugin) rankConf(pod *api.PodSandbox, ctr *api.Container, adj *api.Cont
 	if memlock.HoldsIBDevice(in) && in.UID != nil {
 		in.Passwd = p.passwdOf(ctr.GetId(), *in.UID)
 	}
+	if in.Passwd.Status == memlock.PasswdFound {
+		in.ImageHomeConf = p.imageHomeConf(ctr.GetId(), in.Passwd.Home)
+	}
 	c := mountable(memlock.DecideRankConf(in), in.MountDestinations)
 	kv := []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "outcome", c.Outcome}
 	if c.Outcome == memlock.RankNoDevices {
