@@ -177,14 +177,3 @@ func (p NCCLPlan) NeedsGIDIndex(env []string) (need bool, why string) {
 	}
 	return true, p.String() + " uses GID 0 (RoCE v1, link-local) unless told (NCCL_IB_GID_INDEX defaults to -1 only from " + auto.String() + ")"
 }
-
-// RulesTable renders Rules() as the Markdown table docs/node-agent.md
-// carries (a test keeps the two equal).
-func RulesTable() string {
-	var b strings.Builder
-	b.WriteString("| library | from | what changed | source |\n|---|---|---|---|\n")
-	for _, r := range Rules() {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.Library, r.Since, strings.ReplaceAll(r.What, "|", `\|`), r.Source)
-	}
-	return b.String()
-}
