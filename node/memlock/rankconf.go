@@ -244,8 +244,7 @@ func rankConfText(settings map[string]string, comments bool) string {
 // names it; within RankConfMaxBytes, by name. dropped names what a conf
 // file cannot carry; more counts what the bound left out.
 func resolveSettings(in RankInput, env map[string]string) (settings map[string]string, dropped []string, more int, notes []string) {
-	type kv = setting
-	var all []kv
+	var all []setting
 	annotations, plan := in.PodAnnotations, in.NCCL
 	taken := map[string]bool{contract.EnvNCCLConfFile: true}
 	for name := range env {
@@ -253,7 +252,7 @@ func resolveSettings(in RankInput, env map[string]string) (settings map[string]s
 	}
 	for name, value := range env {
 		if strings.HasPrefix(name, "NCCL_") && name != contract.EnvNCCLConfFile {
-			all = append(all, kv{name, value, "environment"})
+			all = append(all, setting{name, value, "environment"})
 		}
 	}
 	switch conf := env[contract.EnvNCCLConfFile]; conf {
@@ -270,7 +269,7 @@ func resolveSettings(in RankInput, env map[string]string) (settings map[string]s
 				continue
 			}
 			taken[p[0]] = true
-			all = append(all, kv{p[0], p[1], "profile conf file"})
+			all = append(all, setting{p[0], p[1], "profile conf file"})
 		}
 	default:
 		notes = append(notes, fmt.Sprintf("NCCL_CONF_FILE=%s is the container's own file, which the agent cannot read: processes started without the environment get its values only if they set NCCL_CONF_FILE themselves", shown(conf)))
@@ -279,6 +278,14 @@ func resolveSettings(in RankInput, env map[string]string) (settings map[string]s
 		all = append(all, image...)
 		notes = append(notes, note)
 	}
+	settings, dropped, more = boundSettings(all)
+	return settings, dropped, more, notes
+}
+
+// boundSettings keeps, by name, the settings a conf file line can carry
+// within RankConfMaxBytes: dropped names the others, more counts what the
+// bound left out.
+func boundSettings(all []setting) (settings map[string]string, dropped []string, more int) {
 	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
 	settings = map[string]string{}
 	size := 0
@@ -295,7 +302,7 @@ func resolveSettings(in RankInput, env map[string]string) (settings map[string]s
 		size += line
 		settings[s.name] = s.value
 	}
-	return settings, dropped, more, notes
+	return settings, dropped, more
 }
 
 // setting is one NAME=value of the file and where it came from.
