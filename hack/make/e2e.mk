@@ -154,17 +154,18 @@ e2e-cluster: e2e-cluster-tools images ## Multi-node scenarios on a three-node cl
 TEST_TARGETS += e2e-cluster
 
 # ------------------------------------------------------- beside a busy machine
-E2E_LOADED_RUNS ?= 3
-E2E_LOADED_DIR  := $(OUTPUT)/e2e-loaded
+E2E_LOADED_RUNS    ?= 3
+E2E_LOADED_DIR     := $(OUTPUT)/e2e-loaded
+E2E_LOADED_WORKERS  = $(or $(E2E_LOAD),2)
 
 .PHONY: e2e-loaded
-e2e-loaded: ## make e2e, then make e2e-cluster, $(E2E_LOADED_RUNS) times each beside $(or $(E2E_LOAD),2) busy CPU workers; stops at the first failure, summaries in _output/e2e-loaded.
+e2e-loaded: ## make e2e, then make e2e-cluster, E2E_LOADED_RUNS times each (3) beside E2E_LOAD busy CPU workers (2); stops at the first failure, summaries in _output/e2e-loaded.
 	@mkdir -p $(E2E_LOADED_DIR)
 	@for target in e2e e2e-cluster; do \
 	  for i in $$(seq $(E2E_LOADED_RUNS)); do \
-	    echo "e2e-loaded: $$target run $$i of $(E2E_LOADED_RUNS) beside $(or $(E2E_LOAD),2) busy workers"; \
+	    echo "e2e-loaded: $$target run $$i of $(E2E_LOADED_RUNS) beside $(E2E_LOADED_WORKERS) busy workers"; \
 	    start=$$(date +%s); rc=0; \
-	    $(MAKE) --no-print-directory $$target E2E_LOAD=$(or $(E2E_LOAD),2) || rc=$$?; \
+	    $(MAKE) --no-print-directory $$target E2E_LOAD=$(E2E_LOADED_WORKERS) || rc=$$?; \
 	    dir=$(OUTPUT)/$$target; cp $$dir/summary.txt $(E2E_LOADED_DIR)/$$target-$$i.txt 2>/dev/null || true; \
 	    echo "$$target run $$i: rc=$$rc $$(( $$(date +%s) - start ))s" | tee -a $(E2E_LOADED_DIR)/runs.txt; \
 	    [ $$rc = 0 ] || exit $$rc; \
