@@ -77,6 +77,9 @@ type Driver struct {
 	store specStore
 
 	metrics *metrics
+	// view is the node's slices as the slice controller's informer saw
+	// them (Published).
+	view *sliceView
 
 	mu        sync.Mutex
 	model     *resource.Model
@@ -126,7 +129,7 @@ func New(cfg Config, log logr.Logger) (*Driver, error) {
 		return nil, fmt.Errorf("DRA driver metrics: %w", err)
 	}
 	return &Driver{
-		cfg: cfg, log: log, store: specStore{dir: cfg.CDIDir, seen: &holderCache{}}, metrics: m,
+		cfg: cfg, log: log, store: specStore{dir: cfg.CDIDir, seen: &holderCache{}}, metrics: m, view: newSliceView(cfg.NodeName),
 		model: &resource.Model{}, pcieRoots: map[string]string{}, damper: damper{hold: cfg.RecoverHold},
 		healthChanged: make(chan struct{}), fatal: make(chan error, 1),
 	}, nil

@@ -11,10 +11,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
@@ -27,15 +24,13 @@ import (
 // The kubelet plugin library publishes in the background, so without this
 // the agent would report Ready while the scheduler still sees no devices on
 // the node: pods sent there meanwhile fail with "cannot allocate all claims"
-// and a DaemonSet rollout moves on to the next nodes early. It lists the
-// node's slices by field selector, quickly at first and every
-// publishedPollMax later; a fleet starting at once asks a few times per node.
+// and a DaemonSet rollout moves on to the next nodes early. It reads what
+// the library's slice controller's informer has seen (sliceView), so
+// waiting costs the API server nothing.
 func (d *Driver) Published(ctx context.Context) error {
-	cs := d.cfg.Plugin.Client
-	if cs == nil {
+	if d.cfg.Plugin.Client == nil {
 		return fmt.Errorf("DRA driver: no API client to see the node's ResourceSlices")
 	}
-	wait := publishedPollMin
 	for {
 		// What the driver last handed the slice controller; nil while the
 		// first write waits on the publishing rules.
@@ -46,30 +41,34 @@ func (d *Driver) Published(ctx context.Context) error {
 			want = publishedDevices(*d.published)
 		}
 		d.mu.Unlock()
-		var got []string
-		var err error
-		if handed {
-			got, err = listPublished(ctx, cs, d.cfg.NodeName)
-			if err == nil && slices.Equal(got, want) {
-				return nil
-			}
+		if d.seen(ctx, want, handed) {
+			return nil
 		}
-		if err != nil && ctx.Err() == nil {
-			d.log.V(1).Info("listing the node's ResourceSlices", "error", err.Error())
-		}
-		select {
-		case <-ctx.Done():
+		if ctx.Err() != nil {
 			return ctx.Err()
-		case <-time.After(wait):
 		}
-		wait = min(2*wait, publishedPollMax)
 	}
 }
 
-const (
-	publishedPollMin = 200 * time.Millisecond
-	publishedPollMax = 2 * time.Second
-)
+// seen waits until the informer's view holds want (when handed), until
+// ctx ends, or until publishedRecheck has passed: what the driver hands
+// the controller can change without the view changing.
+func (d *Driver) seen(ctx context.Context, want []string, handed bool) bool {
+	got, changed := d.view.snapshot()
+	if handed && slices.Equal(got, want) {
+		return true
+	}
+	select {
+	case <-ctx.Done():
+	case <-changed:
+	case <-time.After(publishedRecheck):
+	}
+	return false
+}
+
+// publishedRecheck is how often Published looks again at what the driver
+// handed the controller (local state, no API request).
+const publishedRecheck = 200 * time.Millisecond
 
 // publishedDevices is the sorted list of "device taint,taint..." entries of
 // the node's pool: what the scheduler sees of it.
@@ -95,24 +94,6 @@ func deviceKeys(devs []resourceapi.Device) []string {
 		out = append(out, strings.Join(keys, " "))
 	}
 	return out
-}
-
-func listPublished(ctx context.Context, cs kubernetes.Interface, node string) ([]string, error) {
-	sel := fields.Set{resourceapi.ResourceSliceSelectorNodeName: node, resourceapi.ResourceSliceSelectorDriver: contract.DRADriverName}
-	list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
-	if err != nil {
-		return nil, fmt.Errorf("list ResourceSlices of node %s: %w", node, err)
-	}
-	var out []string
-	for _, s := range list.Items {
-		// A client that ignores field selectors (a fake) returns them all.
-		if s.Spec.Driver != contract.DRADriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != node || s.Spec.Pool.Name != node {
-			continue
-		}
-		out = append(out, deviceKeys(s.Spec.Devices)...)
-	}
-	slices.Sort(out)
-	return out, nil
 }
 
 // stoppingResources is res with a NoSchedule taint DRATaintAgentStopped on
@@ -170,19 +151,13 @@ func (d *Driver) drainOnExit(p Publisher, o PluginOptions) {
 		return
 	}
 	want := publishedDevices(res)
-	for {
-		got, err := listPublished(ctx, o.Client, d.cfg.NodeName)
-		if err == nil && slices.Equal(got, want) {
-			d.log.Info("devices tainted for the exit", "taint", contract.DRATaintAgentStopped)
-			return
-		}
-		select {
-		case <-ctx.Done():
+	for !d.seen(ctx, want, true) {
+		if ctx.Err() != nil {
 			d.log.Info("exit: the stopping taint did not reach the API server in time", "timeout", timeout)
 			return
-		case <-time.After(publishedPollMin):
 		}
 	}
+	d.log.Info("devices tainted for the exit", "taint", contract.DRATaintAgentStopped)
 }
 
 // successorServes says whether another rolling-update instance of the

@@ -10,10 +10,13 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/utils/ptr"
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
@@ -102,6 +105,82 @@ func TestPublishedWaitsForTheAPI(t *testing.T) {
 	if err := idle.Published(short); err == nil {
 		t.Error("Published returned nil while the API holds no slice of the node")
 	}
+}
+
+// TestPublishedFromTheInformer: Published learns that the slices are stored
+// from the slice controller's own informer, so waiting for readiness sends
+// the API server no request: the only ResourceSlice list is the informer's
+// one (at 1,000 nodes the lists by field selector of each waiting agent
+// were what delayed Ready).
+func TestPublishedFromTheInformer(t *testing.T) {
+	t.Parallel()
+	d, client, _, _ := runDriver(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := d.Published(ctx); err != nil {
+		t.Fatalf("Published: %v", err)
+	}
+	lists := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "resourceslices" {
+			lists++
+		}
+	}
+	if lists > 1 {
+		t.Errorf("%d lists of ResourceSlices until Published returned; want at most the slice controller informer's one", lists)
+	}
+	got, _ := d.view.snapshot()
+	d.mu.Lock()
+	want := publishedDevices(*d.published)
+	d.mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Fatalf("the informer's view %v, want what was handed %v", got, want)
+	}
+}
+
+// TestSliceView: the view keeps this node's slices of this driver from a
+// list and watch events, and forgets deleted ones.
+func TestSliceView(t *testing.T) {
+	t.Parallel()
+	mk := func(name, node, driver string, devices ...string) resourceapi.ResourceSlice {
+		s := resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourceapi.ResourceSliceSpec{
+			Driver: driver, NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node},
+		}}
+		for _, d := range devices {
+			s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: d})
+		}
+		return s
+	}
+	v := newSliceView("node-0")
+	_, changed := v.snapshot()
+	v.replace([]resourceapi.ResourceSlice{
+		mk("a", "node-0", contract.DRADriverName, "ib-mlx5-1", "ib-mlx5-0"),
+		mk("b", "node-1", contract.DRADriverName, "ib-mlx5-0"),
+		mk("c", "node-0", "gpu.example.com", "gpu-0"),
+	})
+	select {
+	case <-changed:
+	default:
+		t.Error("a list did not signal a change")
+	}
+	check := func(step string, want ...string) {
+		t.Helper()
+		if got, _ := v.snapshot(); !slices.Equal(got, want) {
+			t.Errorf("%s: view %v, want %v", step, got, want)
+		}
+	}
+	check("after the list", "ib-mlx5-0", "ib-mlx5-1")
+	second := mk("d", "node-0", contract.DRADriverName, "shared-ib-mlx5-0")
+	v.event(watch.Event{Type: watch.Added, Object: &second})
+	check("after an add", "ib-mlx5-0", "ib-mlx5-1", "shared-ib-mlx5-0")
+	first := mk("a", "node-0", contract.DRADriverName, "ib-mlx5-0")
+	first.Spec.Devices[0].Taints = []resourceapi.DeviceTaint{{Key: contract.DRATaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	v.event(watch.Event{Type: watch.Modified, Object: &first})
+	check("after a modify", "ib-mlx5-0 "+contract.DRATaintUnhealthy, "shared-ib-mlx5-0")
+	v.event(watch.Event{Type: watch.Deleted, Object: &second})
+	check("after a delete", "ib-mlx5-0 "+contract.DRATaintUnhealthy)
+	v.event(watch.Event{Type: watch.Bookmark, Object: &resourceapi.ResourceSlice{}})
+	check("after a bookmark", "ib-mlx5-0 "+contract.DRATaintUnhealthy)
 }
 
 // TestPlannedExitTaintsDevices: a driver that stops with no successor

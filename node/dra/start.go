@@ -48,7 +48,8 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(contract.DRADriverName),
-		kubeletplugin.KubeClient(o.Client),
+		// The slice controller's informer feeds the view Published reads.
+		kubeletplugin.KubeClient(observedClient{Interface: o.Client, view: d.view}),
 		kubeletplugin.NodeName(d.cfg.NodeName),
 		kubeletplugin.HealthService(true),
 		kubeletplugin.PluginDataDirectoryPath(o.PluginDir),
