@@ -12,6 +12,7 @@ type metrics struct {
 	publishes   prometheus.Counter
 	sliceErrors prometheus.Counter
 	staleSpecs  prometheus.Counter
+	heldTwice   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -28,11 +29,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "ibkube_node_agent_dra_stale_cdi_specs_removed_total",
 			Help: "CDI specs removed because their ResourceClaim no longer exists (or is no longer allocated), found at start and periodically.",
 		}),
+		heldTwice: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ibkube_node_agent_dra_hcas_held_twice",
+			Help: "HCAs that prepared claims hold both exclusively and otherwise (from before HCA holds and counters), found at start; each is also an HCAHeldTwice Event on the node.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	if err := promreg.Register(reg, m.publishes, m.sliceErrors, m.staleSpecs); err != nil {
+	if err := promreg.Register(reg, m.publishes, m.sliceErrors, m.staleSpecs, m.heldTwice); err != nil {
 		return nil, err
 	}
 	return m, nil

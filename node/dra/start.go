@@ -73,6 +73,9 @@ func (d *Driver) Run(ctx context.Context) error {
 	if d.cfg.Claims != nil {
 		go d.reconcileLoop(ctx, d.cfg.ReconcilePeriod)
 	}
+	// What is left after that is held by live claims; an HCA among them
+	// held both ways is for the operator to end.
+	d.reportHeldTwice()
 	// The helper stops when Stop is called below, not when ctx ends: its
 	// ResourceSlice controller must still be running to write the exit
 	// taint (drainOnExit), and stops on its own with ctx otherwise.
