@@ -3,8 +3,11 @@ package nri
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +16,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/go-logr/logr/testr"
 	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
@@ -266,4 +271,56 @@ func TestGIDReadConsistent(t *testing.T) {
 	if got, why := readGIDsConsistent(never, "mlx5_0", 1); got != nil || !strings.Contains(why, "changed on each of 5 reads") {
 		t.Errorf("a table that never settles: %+v, %q", got, why)
 	}
+}
+
+// TestSysfsGIDsPodAddrs: the addresses of a sandbox's network namespace,
+// opened through <proc>/<pid>/ns/net as the agent opens a pod's; here the
+// test's own process, whose namespace holds 127.0.0.1. Entering a
+// namespace needs CAP_SYS_ADMIN.
+func TestSysfsGIDsPodAddrs(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("entering a network namespace needs root")
+	}
+	addrs, err := SysfsGIDs{ProcRoot: "/proc"}.PodAddrs(&api.PodSandbox{Pid: uint32(os.Getpid())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(addrs, netip.MustParseAddr("127.0.0.1")) {
+		t.Errorf("addresses %v lack 127.0.0.1", addrs)
+	}
+	// A namespace of the test's own making, named by path as the runtime
+	// names a sandbox's: its address, not the agent's, comes back.
+	podAddr := netip.MustParseAddr("10.99.0.1")
+	path := newNetnsWithAddr(t, podAddr.String()+"/32")
+	pod, err := SysfsGIDs{}.PodAddrs(&api.PodSandbox{Linux: &api.LinuxPodSandbox{Namespaces: []*api.LinuxNamespace{{Type: "network", Path: path}}}})
+	if err != nil || !slices.Contains(pod, podAddr) || slices.Contains(addrs, podAddr) {
+		t.Errorf("the pod's namespace: %v, %v; the test's own: %v; want %s in the pod's only", pod, err, addrs, podAddr)
+	}
+	if _, err := (SysfsGIDs{}).PodAddrs(&api.PodSandbox{}); err == nil || !strings.Contains(err.Error(), "names neither") {
+		t.Errorf("a sandbox without pid or namespace: %v", err)
+	}
+}
+
+// newNetnsWithAddr makes a network namespace holding addr on its loopback
+// and returns a path that opens it (/proc/self/fd/N, kept open until the
+// test ends); the calling thread is back in its own namespace on return.
+func newNetnsWithAddr(t *testing.T, addr string) string {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	must(t, err)
+	defer orig.Close()
+	ns, err := netns.New()
+	must(t, err)
+	t.Cleanup(func() { ns.Close() })
+	defer func() { must(t, netns.Set(orig)) }()
+	lo, err := netlink.LinkByName("lo")
+	must(t, err)
+	must(t, netlink.LinkSetUp(lo))
+	a, err := netlink.ParseAddr(addr)
+	must(t, err)
+	must(t, netlink.AddrAdd(lo, a))
+	return fmt.Sprintf("/proc/self/fd/%d", int(ns))
 }
