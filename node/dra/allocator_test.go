@@ -510,3 +510,29 @@ func TestAllocatorAdminAccess(t *testing.T) {
 		})
 	}
 }
+
+// TestAllocatorSharersPack pins where `rdma/shared_ib: 1` pods go: the
+// allocator takes the first shared device with a free slot, in slice
+// order, so sharers fill one HCA's slots before the next HCA gets any; they
+// are not spread over the HCAs (docs/dra.md says so beside the numaNode
+// claim that places a sharer by its GPU).
+func TestAllocatorSharersPack(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(t, newHost(t, fixture.NDv5, nil))
+	perHCA := map[string]int{}
+	var order []string
+	for i := range config.DefaultSharedSlots + 1 {
+		a := s.allocate(extendedClaim(fmt.Sprintf("sharer-%d", i), contract.DeviceClassSharedIB, 1))
+		if a == nil {
+			t.Fatalf("sharer %d does not fit", i)
+		}
+		hca := s.hcasOf(a)[0]
+		if perHCA[hca] == 0 {
+			order = append(order, hca)
+		}
+		perHCA[hca]++
+	}
+	if len(order) != 2 || perHCA[order[0]] != config.DefaultSharedSlots || perHCA[order[1]] != 1 {
+		t.Errorf("%d sharers went %v (first seen in order %v); want %d on one HCA, then the next HCA", config.DefaultSharedSlots+1, perHCA, order, config.DefaultSharedSlots)
+	}
+}
