@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -251,7 +252,11 @@ func TestRunNodeSlicesAreTheAgents(t *testing.T) {
 	if devices != 16 || counters != 8 {
 		t.Errorf("%d devices and %d counters, want 16 and 8 (one per HCA)", devices, counters)
 	}
-	if root := got[1].Spec.Devices[len(got[1].Spec.Devices)-1].Attributes["resource.kubernetes.io/pcieRoot"]; root.StringValue == nil || *root.StringValue != "pci0108:00" {
+	i := slices.IndexFunc(got[1].Spec.Devices, func(d resourceapi.Device) bool { return d.Name == "ib-mlx5-7" })
+	if i < 0 {
+		t.Fatalf("no device ib-mlx5-7 in %+v", got[1].Spec.Devices)
+	}
+	if root := got[1].Spec.Devices[i].Attributes["resource.kubernetes.io/pcieRoot"]; root.StringValue == nil || *root.StringValue != "pci0108:00" {
 		t.Errorf("ib-mlx5-7 pcieRoot %v, want pci0108:00 read from the tree", root)
 	}
 }

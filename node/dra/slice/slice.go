@@ -143,24 +143,23 @@ type Slice struct {
 }
 
 // Slices is what the node publishes in its pool (named after the node):
-// its HCAs' shared counters first (ResourceSliceMaxCounterSets to a slice),
-// then every device of the model, ResourceSliceMaxDevicesWithAdvancedFeatures
-// to a slice (every device consumes a counter, so the API allows 64, not
+// the shared counters of its HCAs that need one first
+// (ResourceSliceMaxCounterSets to a slice), then every device of the model,
+// ResourceSliceMaxDevicesWithAdvancedFeatures to a slice (a device
+// consuming a counter or carrying a taint makes the API allow 64, not
 // 128). A node without devices has one empty slice, which says so and
 // removes slices a previous run published.
 //
-// The device order is the scheduler's preference: its allocator takes the
-// first devices that fit, in slice order, and a claim for `rdma/ib: N` has
-// no constraint to say more. Exclusive pools list their HCAs by NUMA node,
-// the nodes with the most untainted HCAs first, so that `rdma/ib: N` lands
-// on one NUMA node when the first holds N, as the device plugin's preferred
-// allocation packs them; on a node with a tainted HCA that is the whole
-// other node (ND H100 v5, mlx5_1 down: `rdma/ib: 4` gets mlx5_4..7, not
-// mlx5_0,2,3,4). The order changes only with a taint, so in the same write.
-// Shared pools list them in the reverse order, so that sharers gather on
-// the HCAs exclusive pods reach last.
+// The device order is the scheduler's preference and its cost: its
+// allocator takes the first devices that fit, in slice order, and a claim
+// for `rdma/ib: N` has no constraint to say more; and it evaluates the
+// class's CEL on each device it passes, building every attribute of the
+// device into maps first (k8s.io/dynamic-resource-allocation/cel
+// DeviceMatches), so each device before the first fit is paid for on
+// every node of every scheduling attempt (see allocatorOrder).
 func Slices(m *resource.Model, node NodeFacts) []Slice {
-	devs := ordered(m, func(p *resource.Pool, h inventory.HCA) bool { return !tainted(p, h, node) })
+	isTainted := func(d Device) bool { return tainted(d.Pool, d.HCA, node) }
+	devs := allocatorOrder(ordered(m, func(p *resource.Pool, h inventory.HCA) bool { return !tainted(p, h, node) }), isTainted)
 	holds := hcaHolds(devs)
 	sets, refs := counterSets(m, holds)
 	var out []Slice
@@ -180,30 +179,75 @@ func Slices(m *resource.Model, node NodeFacts) []Slice {
 	return out
 }
 
-// Each HCA has a shared counter (KEP-4815) which every device of the HCA
-// consumes, so that the scheduler's allocator can never give the HCA to an
-// exclusive claim and to sharers at once. The allocator charges a
-// multi-allocatable device's counters once, when its first share is
-// allocated, and frees them with its last (k8s.io/dynamic-resource-
-// allocation/structured, allocateDevice: "an allow-multiple device in use
-// ... must not charge them again"). So the counter holds one unit per
-// shared pool the HCA is in (at least one), a shared device consumes one
-// and an exclusive device all: sharers of every shared pool fit together,
-// an exclusive holder fits alone.
-func hcaHolds(devs []Device) map[string]int64 {
-	shared := map[string]int64{}
+// allocatorOrder orders devs (each pool's, from ordered) for the
+// allocator: the first untainted device of each shared pool, then every
+// exclusive pool's devices, then the shared pools' other devices, tainted
+// devices last of all. An `rdma/ib: N` request passes over one shared
+// device per shared pool before its first fit instead of all of them, and
+// an `rdma/shared_ib: 1` request finds its device within the first few;
+// a tainted device never fits an untolerating request, so it costs nothing
+// at the end. Within a pool the order stays ordered's: exclusive HCAs by
+// NUMA node, the nodes with the most untainted HCAs first, so that
+// `rdma/ib: N` lands on one NUMA node when the first holds N, as the
+// device plugin's preferred allocation packs them (ND H100 v5, mlx5_1
+// down: `rdma/ib: 4` gets mlx5_4..7, not mlx5_0,2,3,4); shared pools in
+// the reverse order, so that sharers gather on the HCAs exclusive pods
+// reach last. The order changes only with a taint, so in the same write.
+func allocatorOrder(devs []Device, tainted func(Device) bool) []Device {
+	var heads, exclusive, rest, last []Device
+	headed := map[*resource.Pool]bool{}
 	for _, d := range devs {
-		if _, ok := shared[d.HCA.Name]; !ok {
-			shared[d.HCA.Name] = 0
+		switch {
+		case tainted(d):
+			last = append(last, d)
+		case d.Pool.Exclusive():
+			exclusive = append(exclusive, d)
+		case !headed[d.Pool]:
+			headed[d.Pool] = true
+			heads = append(heads, d)
+		default:
+			rest = append(rest, d)
 		}
-		if !d.Pool.Exclusive() {
+	}
+	return slices.Concat(heads, exclusive, rest, last)
+}
+
+// An HCA with an exclusive device and any other device has a shared
+// counter (KEP-4815) which every device of the HCA consumes, so that the
+// scheduler's allocator can never give the HCA to an exclusive claim and
+// to another holder at once. The allocator charges a multi-allocatable
+// device's counters once, when its first share is allocated, and frees
+// them with its last (k8s.io/dynamic-resource-allocation/structured,
+// allocateDevice: "an allow-multiple device in use ... must not charge
+// them again"). So the counter holds one unit per shared pool the HCA is
+// in (at least one), a shared device consumes one and an exclusive device
+// all: sharers of every shared pool fit together, an exclusive holder fits
+// alone.
+//
+// An HCA in one pool only, or in shared pools only, needs no counter (the
+// allocator keeps an exclusive device to one claim and counts a shared
+// device's slots by itself), and has none: with counters, the allocator
+// walks the cluster's every allocated share for each device of the node's
+// pool on each attempt (v0.37 checkAvailableCounters over
+// IsDeviceAllocated, kubernetes#140806), so a node without them schedules
+// at the same cost however many pods share HCAs elsewhere.
+func hcaHolds(devs []Device) map[string]int64 {
+	shared, exclusive, all := map[string]int64{}, map[string]bool{}, map[string]int{}
+	for _, d := range devs {
+		all[d.HCA.Name]++
+		if d.Pool.Exclusive() {
+			exclusive[d.HCA.Name] = true
+		} else {
 			shared[d.HCA.Name]++
 		}
 	}
-	for h, n := range shared {
-		shared[h] = max(n, 1)
+	holds := map[string]int64{}
+	for h, n := range all {
+		if exclusive[h] && n > 1 {
+			holds[h] = max(shared[h], 1)
+		}
 	}
-	return shared
+	return holds
 }
 
 // counterRef is where an HCA's counter is: its counter set and its name.
@@ -227,7 +271,7 @@ func counterSetName(i int) string {
 	return contract.DRACounterSetHCAs + "-" + strconv.Itoa(i)
 }
 
-// counterSets are the counters of the HCAs that have devices, in inventory
+// counterSets are the counters of the HCAs that hold one, in inventory
 // order, ResourceSliceMaxCountersPerCounterSet to a set: one set for every
 // node ibkube knows (the allocator converts and checks each set and each
 // device's consumption on every scheduling attempt, so fewer sets are less
@@ -254,6 +298,44 @@ func counterSets(m *resource.Model, holds map[string]int64) ([]resourceapi.Count
 }
 
 func sliceDevice(d Device, node NodeFacts, hold int64, ref counterRef) resourceapi.Device {
+	out := resourceapi.Device{Name: d.Name, Attributes: attributes(d, node)}
+	if hold > 0 {
+		consume := hold
+		if !d.Pool.Exclusive() {
+			consume = 1
+		}
+		out.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{
+			CounterSet: ref.set,
+			Counters:   map[string]resourceapi.Counter{ref.counter: {Value: *apiresource.NewQuantity(consume, apiresource.DecimalSI)}},
+		}}
+	}
+	if !d.Pool.Exclusive() {
+		out.AllowMultipleAllocations = ptr.To(true)
+		out.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			contract.DRACapacitySlots: {
+				Value: *apiresource.NewQuantity(int64(d.Pool.Slots), apiresource.DecimalSI),
+				RequestPolicy: &resourceapi.CapacityRequestPolicy{
+					Default: apiresource.NewQuantity(1, apiresource.DecimalSI),
+					ValidRange: &resourceapi.CapacityRequestPolicyRange{
+						Min:  apiresource.NewQuantity(1, apiresource.DecimalSI),
+						Step: apiresource.NewQuantity(1, apiresource.DecimalSI),
+					},
+				},
+			},
+		}
+	}
+	if tainted(d.Pool, d.HCA, node) {
+		// NoSchedule: no new claim gets the HCA, running pods keep it (the
+		// health service shows them the HCA's state). Without TimeAdded the
+		// API server stamps it and the slice controller keeps that stamp.
+		out.Taints = []resourceapi.DeviceTaint{{Key: contract.DRATaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	}
+	return out
+}
+
+// attributes are the device's attributes: what claims select on. Each one
+// is work for the scheduler on every device it passes (see Slices).
+func attributes(d Device, node NodeFacts) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	h := d.HCA
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		contract.DRAAttrPool:       str(d.Pool.Resource),
@@ -293,36 +375,7 @@ func sliceDevice(d Device, node NodeFacts, hold int64, ref counterRef) resourcea
 	if h.NUMANode != inventory.UnknownNUMANode {
 		attrs[deviceattribute.StandardDeviceAttributeNUMANode] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(h.NUMANode))}
 	}
-	consume := hold
-	if !d.Pool.Exclusive() {
-		consume = 1
-	}
-	out := resourceapi.Device{Name: d.Name, Attributes: attrs, ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
-		CounterSet: ref.set,
-		Counters:   map[string]resourceapi.Counter{ref.counter: {Value: *apiresource.NewQuantity(consume, apiresource.DecimalSI)}},
-	}}}
-	if !d.Pool.Exclusive() {
-		out.AllowMultipleAllocations = ptr.To(true)
-		out.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			contract.DRACapacitySlots: {
-				Value: *apiresource.NewQuantity(int64(d.Pool.Slots), apiresource.DecimalSI),
-				RequestPolicy: &resourceapi.CapacityRequestPolicy{
-					Default: apiresource.NewQuantity(1, apiresource.DecimalSI),
-					ValidRange: &resourceapi.CapacityRequestPolicyRange{
-						Min:  apiresource.NewQuantity(1, apiresource.DecimalSI),
-						Step: apiresource.NewQuantity(1, apiresource.DecimalSI),
-					},
-				},
-			},
-		}
-	}
-	if tainted(d.Pool, h, node) {
-		// NoSchedule: no new claim gets the HCA, running pods keep it (the
-		// health service shows them the HCA's state). Without TimeAdded the
-		// API server stamps it and the slice controller keeps that stamp.
-		out.Taints = []resourceapi.DeviceTaint{{Key: contract.DRATaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
-	}
-	return out
+	return attrs
 }
 
 // tainted says whether the pool's device of h carries the unhealthy taint:
