@@ -11,8 +11,6 @@ import (
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/inventory"
@@ -264,52 +262,49 @@ func indexList(byIndex map[int][]string) string {
 	return strings.Join(parts, "; ")
 }
 
-// PodAddrs implements PodAddrLister: the addresses of the network namespace
-// of the pod's sandbox process (<ProcRoot>/<pid>/ns/net), else of the
-// namespace path the runtime names.
+// PodAddrs implements PodAddrLister: the local IPv4 addresses of the
+// network namespace of the pod's sandbox process, from
+// <ProcRoot>/<pid>/net/fib_trie (the namespace's routing tables, where each
+// local address is a "/32 host LOCAL" leaf). That file is readable without
+// any capability, unlike entering the namespace (setns needs
+// CAP_SYS_ADMIN, the agent drops every capability); RoCE v2 GIDs of IPv4
+// addresses are all the GID index needs.
 func (s SysfsGIDs) PodAddrs(pod *api.PodSandbox) ([]netip.Addr, error) {
-	path := sandboxNetns(s.ProcRoot, pod)
-	if path == "" {
-		return nil, errors.New("the runtime names neither the sandbox's process nor its network namespace")
+	pid := pod.GetPid()
+	if pid == 0 {
+		return nil, errors.New("the runtime does not say the sandbox's process (NRI PodSandbox.pid)")
 	}
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		return nil, fmt.Errorf("open network namespace %s: %w", path, err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		return nil, fmt.Errorf("netlink in network namespace %s: %w", path, err)
-	}
-	defer h.Close()
-	list, err := h.AddrList(nil, netlink.FAMILY_ALL)
-	if err != nil {
-		return nil, fmt.Errorf("list addresses in network namespace %s: %w", path, err)
-	}
-	var out []netip.Addr
-	for _, a := range list {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			out = append(out, ip.Unmap())
-		}
-	}
-	return out, nil
-}
-
-// sandboxNetns is where the pod's network namespace can be opened: its
-// sandbox process's, else the path the runtime gives (a host path, such as
-// /var/run/netns/cni-..., which the agent may not see). A hostNetwork pod
-// names none and its process is in the host's namespace.
-func sandboxNetns(procRoot string, pod *api.PodSandbox) string {
+	procRoot := s.ProcRoot
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	if pid := pod.GetPid(); pid > 0 {
-		return filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "ns", "net")
+	file := filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "net", "fib_trie")
+	b, err := discovery.ReadFile(file, fibTrieMaxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("read the pod's addresses: %w", err)
 	}
-	for _, n := range pod.GetLinux().GetNamespaces() {
-		if n.GetType() == "network" && n.GetPath() != "" {
-			return n.GetPath()
+	return localAddrs(string(b)), nil
+}
+
+// fibTrieMaxBytes bounds the read of a pod's fib_trie: a pod's namespace
+// has a few routes, about 100 bytes each.
+const fibTrieMaxBytes = 1 << 20
+
+// localAddrs reads the local addresses of a fib_trie: each "|-- a.b.c.d"
+// leaf followed by a "/32 host LOCAL" line.
+func localAddrs(fibTrie string) []netip.Addr {
+	var out []netip.Addr
+	var leaf netip.Addr
+	for _, line := range strings.Split(fibTrie, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 2 && f[0] == "|--":
+			leaf, _ = netip.ParseAddr(f[len(f)-1])
+		case len(f) == 3 && f[0] == "/32" && f[1] == "host" && f[2] == "LOCAL":
+			if leaf.Is4() && !slices.Contains(out, leaf) {
+				out = append(out, leaf)
+			}
 		}
 	}
-	return ""
+	return out
 }

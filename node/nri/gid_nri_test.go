@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
@@ -273,54 +274,103 @@ func TestGIDReadConsistent(t *testing.T) {
 	}
 }
 
-// TestSysfsGIDsPodAddrs: the addresses of a sandbox's network namespace,
-// opened through <proc>/<pid>/ns/net as the agent opens a pod's; here the
-// test's own process, whose namespace holds 127.0.0.1. Entering a
-// namespace needs CAP_SYS_ADMIN.
-func TestSysfsGIDsPodAddrs(t *testing.T) {
+// podFibTrie is /proc/<pid>/net/fib_trie of a pod with eth0 10.244.1.7/24
+// and a macvlan net1 10.1.0.5/24 on a RoCE port, in the kernel's format
+// (net/ipv4/fib_trie.c fib_trie_seq_show): the local addresses are the
+// "/32 host LOCAL" leaves; network and broadcast leaves are not.
+const podFibTrie = `Main:
+  +-- 0.0.0.0/0 3 0 5
+     |-- 0.0.0.0
+        /0 universe UNICAST
+     +-- 10.1.0.0/24 2 0 2
+        |-- 10.1.0.0
+           /24 link UNICAST
+        |-- 10.1.0.5
+           /32 host LOCAL
+        |-- 10.1.0.255
+           /32 link BROADCAST
+     +-- 10.244.1.0/24 2 0 2
+        |-- 10.244.1.0
+           /24 link UNICAST
+        |-- 10.244.1.7
+           /32 host LOCAL
+     +-- 127.0.0.0/8 2 0 2
+        |-- 127.0.0.1
+           /32 host LOCAL
+Local:
+  +-- 0.0.0.0/0 3 0 5
+     |-- 10.1.0.5
+        /32 host LOCAL
+     |-- 10.244.1.7
+        /32 host LOCAL
+`
+
+func TestLocalAddrs(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("entering a network namespace needs root")
-	}
-	addrs, err := SysfsGIDs{ProcRoot: "/proc"}.PodAddrs(&api.PodSandbox{Pid: uint32(os.Getpid())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(addrs, netip.MustParseAddr("127.0.0.1")) {
-		t.Errorf("addresses %v lack 127.0.0.1", addrs)
-	}
-	// A namespace of the test's own making, named by path as the runtime
-	// names a sandbox's: its address, not the agent's, comes back.
-	podAddr := netip.MustParseAddr("10.99.0.1")
-	path := newNetnsWithAddr(t, podAddr.String()+"/32")
-	pod, err := SysfsGIDs{}.PodAddrs(&api.PodSandbox{Linux: &api.LinuxPodSandbox{Namespaces: []*api.LinuxNamespace{{Type: "network", Path: path}}}})
-	if err != nil || !slices.Contains(pod, podAddr) || slices.Contains(addrs, podAddr) {
-		t.Errorf("the pod's namespace: %v, %v; the test's own: %v; want %s in the pod's only", pod, err, addrs, podAddr)
-	}
-	if _, err := (SysfsGIDs{}).PodAddrs(&api.PodSandbox{}); err == nil || !strings.Contains(err.Error(), "names neither") {
-		t.Errorf("a sandbox without pid or namespace: %v", err)
+	want := []netip.Addr{netip.MustParseAddr("10.1.0.5"), netip.MustParseAddr("10.244.1.7"), netip.MustParseAddr("127.0.0.1")}
+	if d := cmp.Diff(want, localAddrs(podFibTrie), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+		t.Errorf("local addresses (-want +got):\n%s", d)
 	}
 }
 
-// newNetnsWithAddr makes a network namespace holding addr on its loopback
-// and returns a path that opens it (/proc/self/fd/N, kept open until the
-// test ends); the calling thread is back in its own namespace on return.
-func newNetnsWithAddr(t *testing.T, addr string) string {
+// TestSysfsGIDsPodAddrs: the addresses of a sandbox's network namespace,
+// read through <proc>/<pid>/net/fib_trie as the agent reads a pod's, with
+// no capability: a namespace the test makes, whose address is the pod's
+// and not the test's own. Making the namespace needs root.
+func TestSysfsGIDsPodAddrs(t *testing.T) {
+	t.Parallel()
+	own, err := SysfsGIDs{ProcRoot: "/proc"}.PodAddrs(&api.PodSandbox{Pid: uint32(os.Getpid())})
+	if err != nil || !slices.Contains(own, netip.MustParseAddr("127.0.0.1")) {
+		t.Errorf("the test's own namespace: %v, %v; want 127.0.0.1 among them", own, err)
+	}
+	if _, err := (SysfsGIDs{}).PodAddrs(&api.PodSandbox{}); err == nil || !strings.Contains(err.Error(), "sandbox's process") {
+		t.Errorf("a sandbox without pid: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("making a network namespace needs root")
+	}
+	podAddr := netip.MustParseAddr("10.99.0.1")
+	tid := threadInNetnsWithAddr(t, podAddr.String()+"/32")
+	pod, err := SysfsGIDs{}.PodAddrs(&api.PodSandbox{Pid: uint32(tid)})
+	if err != nil || !slices.Contains(pod, podAddr) || slices.Contains(own, podAddr) {
+		t.Errorf("the pod's namespace: %v, %v; the test's own: %v; want %s in the pod's only", pod, err, own, podAddr)
+	}
+}
+
+// threadInNetnsWithAddr parks a thread in a new network namespace holding
+// addr on its loopback until the test ends, and returns its id, which
+// /proc resolves like a process id.
+func threadInNetnsWithAddr(t *testing.T, addr string) int {
 	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	must(t, err)
-	defer orig.Close()
-	ns, err := netns.New()
-	must(t, err)
-	t.Cleanup(func() { ns.Close() })
-	defer func() { must(t, netns.Set(orig)) }()
-	lo, err := netlink.LinkByName("lo")
-	must(t, err)
-	must(t, netlink.LinkSetUp(lo))
-	a, err := netlink.ParseAddr(addr)
-	must(t, err)
-	must(t, netlink.AddrAdd(lo, a))
-	return fmt.Sprintf("/proc/self/fd/%d", int(ns))
+	ready, done := make(chan int), make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if _, err := netns.New(); err != nil {
+			t.Error(err)
+			ready <- 0
+			return
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err == nil {
+			err = netlink.LinkSetUp(lo)
+		}
+		var a *netlink.Addr
+		if err == nil {
+			a, err = netlink.ParseAddr(addr)
+		}
+		if err == nil {
+			err = netlink.AddrAdd(lo, a)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		ready <- unix.Gettid()
+		<-done
+	}()
+	tid := <-ready
+	if tid == 0 {
+		t.FailNow()
+	}
+	return tid
 }
