@@ -171,6 +171,16 @@ func TestAPIServerDRAAgentLeastAuthority(t *testing.T) {
 	err = agent.ResourceV1().ResourceSlices().Delete(ctx, other.Name, metav1.DeleteOptions{})
 	refused("the agent on nd-0 deletes nd-1's slice", err, "nd-1")
 
+	// The node's own slices of another driver (a GPU driver's) are not
+	// the agent's to write either.
+	gpu := nodeSlice("nd-0")
+	gpu.Name, gpu.Spec.Driver = "nd-0-gpu.example.com", "gpu.example.com"
+	_, err = agent.ResourceV1().ResourceSlices().Create(ctx, gpu, metav1.CreateOptions{})
+	refused("the agent on nd-0 creates nd-0's slice of another driver", err, "may write only ResourceSlices of driver "+contract.DRADriverName+", not gpu.example.com")
+	if _, err := agent.ResourceV1().ResourceSlices().Create(ctx, nodeSlice("nd-0"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("the agent on nd-0 dry-runs its own slice: %v", err)
+	}
+
 	noNode := testenv.Clientset(t, sa)
 	_, err = noNode.ResourceV1().ResourceSlices().Create(ctx, nodeSlice("nd-0"), metav1.CreateOptions{})
 	refused("the agent's ServiceAccount without a node claim creates a slice", err, "names no node")
