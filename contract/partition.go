@@ -8,6 +8,21 @@ package contract
 // a level. docs/partitions.md.
 const LabelPartition = Prefix + "partition"
 
+// PartitionKeyPattern is the form of the partition label on an InfiniBand
+// node: a partition key of full membership (the top bit set; a limited
+// member cannot talk to other limited members) as the kernel's sysfs prints
+// a pkeys entry, "0x%04x" (drivers/infiniband/core/sysfs.c): "0x8000" to
+// "0xffff". On a RoCE node the label is PartitionRoCE or the value of the
+// Node's own label named by the agent's partitionLabelFrom. The node-label
+// admission policy accepts only these from the agent
+// (charts/ibkube/templates/agent-node-label-policy.yaml).
+const PartitionKeyPattern = `^0x[89a-f][0-9a-f]{3}$`
+
+// PartitionRoCE is the partition label of a node whose RDMA ports are all
+// RoCE when no cloud placement label is configured: one Ethernet fabric,
+// about which the node knows nothing more.
+const PartitionRoCE = "roce"
+
 // AnnotationPlacement on a pod says how its job is placed across partitions:
 // PlacementPartition (the default) has the webhook require the job's pods on
 // one partition, PlacementAny opts the pod out.

@@ -54,6 +54,8 @@ type observeOptions struct {
 	idleWindow         time.Duration
 	idleMinBytes       uint64
 	podResourcesSocket string
+	// splitJobs lists each local job's running pods cluster-wide.
+	splitJobs bool
 }
 
 // parseFlags reads args (without the program name); getenv supplies
@@ -87,6 +89,7 @@ func flagSet(o *options, getenv func(string) string, out io.Writer) *flag.FlagSe
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8091", "/healthz, /readyz and /inventory address (0: off)")
 	fs.BoolVar(&o.observe.counters, "counters", true, "read the HCA port counters for /metrics, the RDMA idle warning and link-error Events")
 	fs.DurationVar(&o.observe.period, "counters-period", 15*time.Second, "how often the port counters are read")
+	fs.BoolVar(&o.observe.splitJobs, "split-jobs", false, "list the running pods of each job holding HCAs here, in every namespace such a job runs, for the RDMAJobSplit Event and ibkube_rdma_job_partitions (needs list on pods cluster-wide; docs/partitions.md)")
 	fs.DurationVar(&o.observe.idleWindow, "rdma-idle-window", 10*time.Minute, "a container holding RDMA devices whose HCAs move less than --rdma-idle-min-bytes in this window gets an RDMAIdle Event")
 	fs.Uint64Var(&o.observe.idleMinBytes, "rdma-idle-min-bytes", 1<<20, "traffic (bytes, both directions, all the container's HCAs) below which a window counts as idle")
 	fs.StringVar(&o.observe.podResourcesSocket, "pod-resources-socket", counters.PodResourcesSocket, "the kubelet's PodResources API socket (which container holds which device); empty: no attribution, no idle warning")

@@ -62,7 +62,11 @@ func addCounterMonitor(a *agent.Agent, opts options, cluster *api, podres *count
 	if cluster != nil {
 		cfg.Events = recorderSink{rec: cluster.recorder, node: opts.nodeName}
 		cfg.Pods = cluster
-		cfg.Jobs = cluster
+		if opts.observe.splitJobs {
+			cfg.Jobs = cluster
+		} else {
+			log.Info("split-job check off (--split-jobs=false): the agent reads only the pods its kubelet names, no RDMAJobSplit Event or ibkube_rdma_job_partitions")
+		}
 	}
 	m, err := counters.NewMonitor(cfg, log)
 	if err != nil {

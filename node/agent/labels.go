@@ -15,10 +15,9 @@ type NodeLabelPatcher interface {
 	PatchNodeLabels(ctx context.Context, node string, labels map[string]*string) error
 }
 
-// PartitionRoCE is the partition label of a node whose RDMA ports are all
-// RoCE when no cloud placement label is configured: one Ethernet fabric,
-// about which the node knows nothing more.
-const PartitionRoCE = "roce"
+// PartitionRoCE is contract.PartitionRoCE, the label of a RoCE node
+// without a configured cloud placement label.
+const PartitionRoCE = contract.PartitionRoCE
 
 // partitionLabel is the value the node's partition label should have, ""
 // for none: the InfiniBand tenant key the ports share; on a node without

@@ -20,8 +20,9 @@ import (
 
 // TestAPIServerAgentLabelsOnlyItsNode installs manifests/ibkube.yaml and
 // acts as the node agent's ServiceAccount with a pod-bound token's node
-// claim: it may set and remove the partition label of its own Node, and
-// nothing else: not another Node, not another label, not a taint.
+// claim: it may set and remove the partition label of its own Node, only to
+// a value of the agent's form, and nothing else: not another Node, not
+// another label, not a taint.
 func TestAPIServerAgentLabelsOnlyItsNode(t *testing.T) {
 	cfg, c, ctx := installedWithNodes(t, map[string]string{"kubernetes.azure.com/agentpool": "nd"}, "nd-0", "nd-1")
 	agentOn := func(node string) kubernetes.Interface {
@@ -60,6 +61,18 @@ func TestAPIServerAgentLabelsOnlyItsNode(t *testing.T) {
 	}
 	if err := patch(agent, "nd-0", labels(map[string]any{contract.LabelPartition: nil})); err != nil {
 		t.Fatalf("remove its own node's label: %v", err)
+	}
+	// Only a value of the agent's form: a key of full membership as sysfs
+	// prints it, or roce (partitionLabelFrom is not set by default).
+	for _, v := range []string{"0xffff", contract.PartitionRoCE} {
+		if err := patch(agent, "nd-0", labels(map[string]any{contract.LabelPartition: v})); err != nil {
+			t.Errorf("label its own node %s: %v", v, err)
+		}
+	}
+	for _, v := range []string{"0x7fff", "0x800B", "800b", "tenant-b", "nd"} {
+		if err := patch(agent, "nd-0", labels(map[string]any{contract.LabelPartition: v})); err == nil || !strings.Contains(err.Error(), "got "+v) {
+			t.Errorf("label its own node %q: %v, want refused naming the value", v, err)
+		}
 	}
 	refused := []struct {
 		name string
