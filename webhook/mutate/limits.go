@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/multus"
 )
 
@@ -25,9 +26,15 @@ const MaxContainers = 128
 // policies' CEL (whose time grows with the square of the parts while the
 // charged cost grows linearly), short. The API server's own 256 KiB limit
 // on annotations is checked by validation, after admission.
+//
+// MaxNetworksJSONBytes bounds the networks value in its JSON form: the
+// policies read JSON with patterns whose CEL cost grows with the value's
+// length times the patterns' (about 100 per byte), so a JSON value of
+// 16 KiB would exceed the API server's per-expression limit.
 const (
-	MaxAnnotationBytes = 4 << 10
-	MaxNetworksBytes   = 16 << 10
+	MaxAnnotationBytes   = 4 << 10
+	MaxNetworksBytes     = 16 << 10
+	MaxNetworksJSONBytes = 4 << 10
 )
 
 // BoundedPodKeys are the pod annotations ibkube parses, in the order their
@@ -127,15 +134,44 @@ func checkSize(pod *corev1.Pod, ns Namespace) error {
 	return nil
 }
 
-// checkNetworksSize refuses a networks annotation over MaxNetworksBytes on
-// a pod that gets the IPoIB network, before it is parsed.
-func checkNetworksSize(pod *corev1.Pod, m contract.Mode) error {
-	if v := pod.Annotations[multus.Annotation]; m.IPoIB && len(v) > MaxNetworksBytes {
-		return refusef("annotation %s: value of %d bytes; accepted: at most %d bytes", multus.Annotation, len(v), MaxNetworksBytes)
+// checkNetworksSize refuses a networks annotation over MaxNetworksBytes
+// (MaxNetworksJSONBytes in the JSON form) on a pod that gets the IPoIB
+// network, before it is parsed. The size leaves out the IPoIB network
+// ibkube appends, so a value measures the same when admitted again.
+func checkNetworksSize(pod *corev1.Pod, m contract.Mode, cfg *config.Config) error {
+	v, ok := pod.Annotations[multus.Annotation]
+	if !m.IPoIB || !ok {
+		return nil
+	}
+	n := NetworksBytes(v, cfg)
+	if n > MaxNetworksBytes {
+		return refusef("annotation %s: value of %d bytes; accepted: at most %d bytes", multus.Annotation, n, MaxNetworksBytes)
+	}
+	if n > MaxNetworksJSONBytes && multus.DetectForm(v) == multus.FormJSON {
+		return refusef("annotation %s: a JSON value of %d bytes; accepted: at most %d bytes in the JSON form (%d as a comma-separated list)",
+			multus.Annotation, n, MaxNetworksJSONBytes, MaxNetworksBytes)
 	}
 	return nil
 }
 
+// NetworksBytes is the size of networks value v less the IPoIB network
+// ibkube appends to it (in v's form), where v holds it.
+func NetworksBytes(v string, cfg *config.Config) int {
+	net := multus.Network{Namespace: cfg.IPoIBNamespace(), Name: cfg.IPoIB.Name, Interface: cfg.IPoIB.Interface}
+	appended := ", " + net.String()
+	if multus.DetectForm(v) == multus.FormJSON {
+		merged, _, err := multus.Merge("[]", []multus.Network{net}, "")
+		if err != nil {
+			return len(v)
+		}
+		appended = "," + strings.TrimSuffix(strings.TrimPrefix(merged, "["), "]")
+	}
+	if strings.Contains(v, appended) {
+		return len(v) - len(appended)
+	}
+	return len(v)
+}
+
 // boundNetworks is checkNetworksSize as a decision step: after the
 // containers are selected, before the networks value is parsed.
-func (d *decision) boundNetworks() error { return checkNetworksSize(d.pod, d.mode) }
+func (d *decision) boundNetworks() error { return checkNetworksSize(d.pod, d.mode, d.cfg) }

@@ -80,6 +80,11 @@ func TestSizeRefusals(t *testing.T) {
 			"namespace team annotation infiniband.azure.com/socket-fallback: value of 4097 bytes; accepted: at most 4096 bytes"},
 		{"networks-over", pod(map[string]string{contract.AnnotationMode: "ipoib", "k8s.v1.cni.cncf.io/networks": strings.Repeat("a,", MaxNetworksBytes/2) + "b"}, 1, 0, 0), optedIn("t"),
 			"annotation k8s.v1.cni.cncf.io/networks: value of 16385 bytes; accepted: at most 16384 bytes"},
+		{"networks-json-over", pod(map[string]string{contract.AnnotationMode: "ipoib", "k8s.v1.cni.cncf.io/networks": `[{"name":"a","x":"` + strings.Repeat("p", MaxNetworksJSONBytes) + `"}]`}, 1, 0, 0), optedIn("t"),
+			"annotation k8s.v1.cni.cncf.io/networks: a JSON value of 4117 bytes; accepted: at most 4096 bytes in the JSON form (16384 as a comma-separated list)"},
+		// ibkube's own network, appended at the first admission, is not
+		// counted, so the pod is admitted again.
+		{"networks-at-limit-readmitted", pod(map[string]string{contract.AnnotationMode: "ipoib", "k8s.v1.cni.cncf.io/networks": strings.Repeat("a,", MaxNetworksBytes/2-1) + "b, ibkube-system/ibkube-ipoib"}, 1, 0, 0), optedIn("t"), ""},
 		{"networks-over-not-ipoib", pod(map[string]string{contract.AnnotationMode: "rdma-shared", "k8s.v1.cni.cncf.io/networks": strings.Repeat("a,", MaxNetworksBytes/2) + "b"}, 1, 0, 0), optedIn("t"), ""},
 	}
 	for _, tc := range tests {

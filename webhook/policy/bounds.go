@@ -54,29 +54,42 @@ func guarded(expr string) string {
 	return "variables.sizeRefusal != '' ? [] : " + expr
 }
 
+// netBytes is mutate.NetworksBytes: the networks value's size less the
+// IPoIB network the mutation appends, where the value holds it.
+func netBytes() string {
+	return "(bytes(variables.netRaw).size() - (variables.netForm == 'json' ? " +
+		"(variables.netRaw.contains(',' + params.data.ipoibJSON) ? bytes(params.data.ipoibJSON).size() + 1 : 0) : " +
+		"(variables.netRaw.contains(', ' + params.data.ipoibCSV) ? bytes(params.data.ipoibCSV).size() + 2 : 0)))"
+}
+
 // netOversized is mutate.checkNetworksSize's test on the networks value.
 func netOversized() string {
-	return fmt.Sprintf("bytes(variables.netRaw).size() > %d", mutate.MaxNetworksBytes)
+	return fmt.Sprintf("%s > %d", netBytes(), mutate.MaxNetworksBytes)
 }
 
 // netOversizedMessage is mutate.checkNetworksSize's refusal.
 func netOversizedMessage() string {
-	return lit("annotation "+multus.Annotation+": value of ") + " + string(bytes(variables.netRaw).size()) + " +
+	return lit("annotation "+multus.Annotation+": value of ") + " + string(" + netBytes() + ") + " +
 		lit(fmt.Sprintf(" bytes; accepted: at most %d bytes", mutate.MaxNetworksBytes))
 }
 
-// netShapeBad tells a JSON-form networks value that is no list of objects
-// as far as a pattern can see (`{}`, `["a"]`, `null`): the webhook's JSON
-// decoder refuses those; CEL has none, so the policy refuses them with its
-// own message (docs/admission-policy.md, known differences).
-func netShapeBad() string {
-	return "variables.netForm == 'json' && !variables.netRaw.matches('^\\\\s*\\\\[\\\\s*(\\\\]|\\\\{[\\\\s\\\\S]*\\\\}\\\\s*\\\\])\\\\s*$')"
+// netJSONOversized is mutate.checkNetworksSize's test on a JSON-form
+// networks value, and netJSONOversizedMessage its refusal.
+func netJSONOversized() string {
+	return fmt.Sprintf("variables.netForm == 'json' && %s > %d", netBytes(), mutate.MaxNetworksJSONBytes)
 }
 
-// netShapeMessage is the policy's refusal of a wrong-shape JSON value.
-func netShapeMessage() string {
-	return lit("annotation "+multus.Annotation+": invalid value ") + " + " + echo("variables.netRaw") + " + " +
-		lit(": not a JSON list of objects; "+multus.Accepted)
+func netJSONOversizedMessage() string {
+	return lit("annotation "+multus.Annotation+": a JSON value of ") + " + string(" + netBytes() + ") + " +
+		lit(fmt.Sprintf(" bytes; accepted: at most %d bytes in the JSON form (%d as a comma-separated list)", mutate.MaxNetworksJSONBytes, mutate.MaxNetworksBytes))
+}
+
+// netTypeBad tells a JSON-form networks value the webhook's decoder
+// refuses though it is well-formed JSON: no list of objects, or an element
+// with a wrong-typed or missing field (see jsonnet.go).
+func netTypeBad() string {
+	return "variables.netForm == 'json' && (!variables.netRaw.matches(" + lit(netListShape()) + ") || " +
+		"variables.netRaw.matches(" + lit(netElemBad()) + "))"
 }
 
 // memlockProblem is memlockvalue.Parse's verdict on the trimmed value t,

@@ -240,7 +240,8 @@ func variables() []variable {
 				a("); accepted: a GPU count from 1 to ") + " + string(" + strconv.Itoa(config.MaxHCAs) + " / variables.perGPU) + " +
 				a(fmt.Sprintf(", or annotation %s with an integer from 1 to %d", contract.AnnotationHCAs, config.MaxHCAs))},
 		{"variables.injectMode && variables.ipoib && " + netOversized(), netOversizedMessage()},
-		{"variables.injectMode && variables.ipoib && " + netShapeBad(), netShapeMessage()},
+		{"variables.injectMode && variables.ipoib && " + netJSONOversized(), netJSONOversizedMessage()},
+		{"variables.injectMode && variables.ipoib && " + netTypeBad(), netTypeMessage()},
 		{"variables.injectMode && variables.ipoib && variables.netBad.size() > 0",
 			a("annotation "+multus.Annotation+": invalid value ") + " + " + echo("variables.netRaw") + " + " +
 				a(": annotation "+multus.Annotation+" entry ") + " + string(variables.netItems.indexOf(variables.netBad[0]) + 1) + (variables.netBad[0].trim() == '' ? '' : ' ' + " + escapeUnprintable("strings.quote(variables.netBad[0].trim())") + ") + " +

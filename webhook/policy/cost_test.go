@@ -10,6 +10,7 @@ import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/webhook/multus"
 	"github.com/ibkube/ibkube/webhook/mutate"
 	"github.com/ibkube/ibkube/webhook/policy"
 	"github.com/ibkube/ibkube/webhook/policy/corpus"
@@ -106,6 +107,34 @@ func TestCostIndependentOfAnnotations(t *testing.T) {
 		if large.MutateCost > small.MutateCost+16 || large.RefuseCost > small.RefuseCost+16 {
 			t.Errorf("%s: 40,000 keys cost %d+%d, %d keys %d+%d: want the same within 16", tc.name, large.MutateCost, large.RefuseCost,
 				len(tc.small.Annotations), small.MutateCost, small.RefuseCost)
+		}
+	}
+}
+
+// TestCostOfJSONNetworks: the largest JSON networks value admitted
+// (mutate.MaxNetworksJSONBytes), read with the patterns of jsonnet.go,
+// stays below the per-expression limit, and one byte more is refused by
+// its size before any pattern runs.
+func TestCostOfJSONNetworks(t *testing.T) {
+	t.Parallel()
+	objs, err := policy.Render(corpus.Configs()["default"], testNames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mustServer(t, objs)
+	for _, n := range []int{mutate.MaxNetworksJSONBytes, mutate.MaxNetworksJSONBytes + 1} {
+		p := policytest.WidePod(16)
+		p.Annotations[multus.Annotation] = corpus.JSONNetworksOfSize(n)
+		got, err := s.Admit(context.Background(), p, optedInNS())
+		if err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		t.Logf("JSON networks value of %d bytes: mutation cost %d, refusal check cost %d, refusal %.60q", n, got.MutateCost, got.RefuseCost, got.Refusal)
+		if refused := got.Refusal != ""; refused != (n > mutate.MaxNetworksJSONBytes) {
+			t.Errorf("%d bytes: refusal %q", n, got.Refusal)
+		}
+		if got.MutateCost >= celconfig.PerCallLimit/2 || got.RefuseCost >= celconfig.PerCallLimit/2 {
+			t.Errorf("%d bytes: cost %d/%d, over half the per-expression limit %d", n, got.MutateCost, got.RefuseCost, celconfig.PerCallLimit)
 		}
 	}
 }

@@ -59,6 +59,8 @@ func boundsCases(add func(string, *corev1.Pod, mutate.Namespace), pod *corev1.Po
 	add("bounds/networks-468KB", with(pod, m, "ipoib", nets, strings.Repeat("a,", 234_000)+"b"), optedIn("t"))
 	add("bounds/namespace-annotation-over-limit", with(pod, m, "rdma-shared"), optedIn("t", contract.AnnotationProfile, strings.Repeat("p", mutate.MaxAnnotationBytes+1)))
 	add("bounds/networks-over-limit", with(pod, m, "ipoib", nets, strings.Repeat("a,", mutate.MaxNetworksBytes/2)+"b"), optedIn("t"))
+	add("bounds/networks-json-at-limit", with(pod, m, "ipoib", nets, JSONNetworksOfSize(mutate.MaxNetworksJSONBytes)), optedIn("t"))
+	add("bounds/networks-json-over-limit", with(pod, m, "ipoib", nets, JSONNetworksOfSize(mutate.MaxNetworksJSONBytes+1)), optedIn("t"))
 	add("bounds/networks-over-limit-not-ipoib", with(pod, m, "rdma-shared", nets, strings.Repeat("a,", mutate.MaxNetworksBytes/2)+"b"), optedIn("t"))
 
 	// Whole numbers of bytes that a quantity holds as a decimal, and the
