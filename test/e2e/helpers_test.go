@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+
+	"github.com/ibkube/ibkube/test/e2e/nodestatus"
 )
 
 const (
@@ -252,11 +254,10 @@ func (x *harness) waitNodeAllocatable(ctx context.Context, node string, res core
 // waitKubeletBack waits until a kubelet restarted at since has registered
 // the device plugins again: the plugin's socket for res is in pluginDir (the
 // kubelet wiped that directory on start), and a Node status the new kubelet
-// wrote (a Ready heartbeat no older than since's second) shows the node
-// Ready with want for every resource. An older status may still show what
-// the previous kubelet had; the new one reports a plugin's resource as 0
-// until the plugin registers again (kubelet devicemanager readCheckpoint),
-// and admits no pod asking for it until then.
+// wrote shows the node Ready with want for every resource
+// (nodestatus.MissingSince: an older status may still show what the
+// previous kubelet had, while the new one admits no pod asking for a
+// plugin's resource until that plugin registers again).
 func (x *harness) waitKubeletBack(ctx context.Context, node, pluginDir string, res corev1.ResourceName, since time.Time, want map[corev1.ResourceName]int64, timeout time.Duration) error {
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
@@ -269,37 +270,13 @@ func (x *harness) waitKubeletBack(ctx context.Context, node, pluginDir string, r
 			last = err.Error()
 			return false, nil
 		}
-		last = kubeletBackWhy(n, since, want)
+		last = nodestatus.MissingSince(n, since, want)
 		return last == "", nil
 	})
 	if err != nil {
 		return fmt.Errorf("kubelet on %s not back with its devices: %w (%s)", node, err, last)
 	}
 	return nil
-}
-
-// kubeletBackWhy says what of waitKubeletBack's Node state is still
-// missing, "" when nothing is.
-func kubeletBackWhy(n *corev1.Node, since time.Time, want map[corev1.ResourceName]int64) string {
-	ready := false
-	for _, c := range n.Status.Conditions {
-		if c.Type != corev1.NodeReady {
-			continue
-		}
-		if c.LastHeartbeatTime.Time.Before(since.Truncate(time.Second)) {
-			return fmt.Sprintf("status last written at %s, before the restart", c.LastHeartbeatTime.UTC().Format(time.RFC3339))
-		}
-		ready = c.Status == corev1.ConditionTrue
-	}
-	if !ready {
-		return "not Ready"
-	}
-	for res, v := range want {
-		if q := n.Status.Allocatable[res]; q.Value() != v {
-			return fmt.Sprintf("allocatable %s %d, want %d", res, q.Value(), v)
-		}
-	}
-	return ""
 }
 
 // startReport creates p in ns, waits for it to run and returns the report
