@@ -31,6 +31,10 @@ func (p *Plugin) imageLibraries(ctr *api.Container, in memlock.RankInput) (memlo
 	if p.cfg.Image == nil || !memlock.HoldsIBDevice(in) {
 		return memlock.NCCLPlan{}, rccl
 	}
+	if p.cfg.RankConfDir == "" && len(roceHCAs(heldHCAs(p.inv.Inventory(), ctr.GetLinux().GetDevices()))) == 0 {
+		// Nothing to choose: no rank conf file, no RoCE GID index.
+		return memlock.NCCLPlan{}, rccl
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PasswdTimeout/2)
 	defer cancel()
 	libs, err := imagefs.FindLibraries(ctx, func(ctx context.Context, name string, max int64) ([]byte, error) {
