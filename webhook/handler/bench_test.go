@@ -82,3 +82,27 @@ func serveOnce(h http.Handler, body []byte) {
 	req.Header.Set("Content-Type", "application/json")
 	h.ServeHTTP(httptest.NewRecorder(), req)
 }
+
+// BenchmarkLargestAdmittedPod measures the costliest pod the handler
+// admits with the real core: MaxReviewValues JSON values in the review,
+// every one it can spare an empty volume (a corev1.Volume each once
+// decoded), and a 1.3-million-volume review of a pod ibkube does not look
+// at, answered from its head. Figures for docs/webhook-operations.md.
+func BenchmarkLargestAdmittedPod(b *testing.B) {
+	empty := rawReview(b, listPod(true, `"volumes":[`, "{}", 0, "]"))
+	for _, bc := range []struct {
+		name string
+		body []byte
+	}{
+		{"largest-admitted", rawReview(b, listPod(true, `"volumes":[`, "{}", MaxReviewValues-countValues(empty), "]"))},
+		{"1.3M-volumes-not-ours", rawReview(b, listPod(false, `"volumes":[`, "{}", 1_300_000, "]"))},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			h := newHandler(b, nil, nil, prometheus.NewRegistry())
+			if a := post(b, h, bc.body); a.resp == nil || !a.resp.Allowed {
+				b.Fatalf("not admitted: %.300s", a.body)
+			}
+			serveLoop(b, h, bc.body)
+		})
+	}
+}
