@@ -170,6 +170,12 @@ func TestSliceView(t *testing.T) {
 		}
 	}
 	check("after the list", "ib-mlx5-0", "ib-mlx5-1")
+	// A list in pages counts once its last page is in.
+	v.page([]resourceapi.ResourceSlice{mk("a", "node-0", contract.DRADriverName, "ib-mlx5-2")}, true, false)
+	check("after a first page", "ib-mlx5-0", "ib-mlx5-1")
+	v.page([]resourceapi.ResourceSlice{mk("e", "node-0", contract.DRADriverName, "ib-mlx5-3")}, false, true)
+	check("after the last page", "ib-mlx5-2", "ib-mlx5-3")
+	v.replace([]resourceapi.ResourceSlice{mk("a", "node-0", contract.DRADriverName, "ib-mlx5-1", "ib-mlx5-0")})
 	second := mk("d", "node-0", contract.DRADriverName, "shared-ib-mlx5-0")
 	v.event(watch.Event{Type: watch.Added, Object: &second})
 	check("after an add", "ib-mlx5-0", "ib-mlx5-1", "shared-ib-mlx5-0")

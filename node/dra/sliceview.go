@@ -27,6 +27,8 @@ type sliceView struct {
 	mu sync.Mutex
 	// devices holds each slice's device keys (deviceKeys) by slice name.
 	devices map[string][]string
+	// pages gathers a paginated list until its last page.
+	pages []resourceapi.ResourceSlice
 	// changed is closed, and replaced, on every change.
 	changed chan struct{}
 }
@@ -40,6 +42,23 @@ func newSliceView(node string) *sliceView {
 // ignores field selectors (a fake) sends them all.
 func (v *sliceView) ours(s *resourceapi.ResourceSlice) bool {
 	return s.Spec.Driver == contract.DRADriverName && s.Spec.NodeName != nil && *s.Spec.NodeName == v.node && s.Spec.Pool.Name == v.node
+}
+
+// page takes one page of a list: the whole view once the last page is in.
+func (v *sliceView) page(items []resourceapi.ResourceSlice, first, last bool) {
+	v.mu.Lock()
+	if first {
+		v.pages = nil
+	}
+	v.pages = append(v.pages, items...)
+	all := v.pages
+	if last {
+		v.pages = nil
+	}
+	v.mu.Unlock()
+	if last {
+		v.replace(all)
+	}
 }
 
 // replace takes a list's items as the whole view.
@@ -133,10 +152,8 @@ type observedSlices struct {
 
 func (c observedSlices) List(ctx context.Context, opts metav1.ListOptions) (*resourceapi.ResourceSliceList, error) {
 	list, err := c.ResourceSliceInterface.List(ctx, opts)
-	// A page is not the whole list; the controller's informer lists
-	// without a limit, a continued list would only add.
-	if err == nil && opts.Continue == "" && list.Continue == "" {
-		c.view.replace(list.Items)
+	if err == nil {
+		c.view.page(list.Items, opts.Continue == "", list.Continue == "")
 	}
 	return list, err
 }
