@@ -9,8 +9,8 @@ FUZZ += webhook/handler/FuzzElementCount
 FUZZ += webhook/handler/FuzzCountValues
 
 .PHONY: bench-webhook-handler
-bench-webhook-handler: ## Benchmark the admission handler against a no-op controller-runtime defaulter (ratio x-noop).
-	$(GO) test -run '^$$' -bench '^BenchmarkAdmission$$' -benchmem -count 1 $(WEBHOOK_HANDLER_PKG)
+bench-webhook-handler: ## Benchmark the admission handler against a no-op controller-runtime defaulter (ratio x-noop), and the costliest pod it admits.
+	$(GO) test -run '^$$' -bench '^(BenchmarkAdmission|BenchmarkLargestAdmittedPod)$$' -benchmem -count 1 $(WEBHOOK_HANDLER_PKG)
 BENCH_TARGETS += bench-webhook-handler
 
 ATTACK_SECONDS ?= 8
