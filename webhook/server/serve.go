@@ -41,10 +41,11 @@ type Limits struct {
 	// it gets 429 with Retry-After.
 	MaxBufferedBytes int64
 	// MaxConns is how many connections are open at once. At the cap, the
-	// idle kept-alive connection that waited longest (else one that sent no
-	// request for a second) is closed to admit a new one; only when every
-	// connection is at work is the new one closed at accept. Readiness does
-	// not go through this listener.
+	// idle kept-alive connection that waited longest (else one that has
+	// not delivered a request's headers within a second) is closed to
+	// admit a new one; one whose next request has begun to arrive is at
+	// work. Only when every connection is at work is the new one closed at
+	// accept. Readiness does not go through this listener.
 	MaxConns int
 	// ReadHeaderTimeout bounds the TLS handshake and the request headers;
 	// ReadTimeout the whole request, body included. The API server writes a
