@@ -4,20 +4,26 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/hca/selector"
+	"github.com/ibkube/ibkube/node/config"
 )
 
 // reportPercentiles adds p50 and p99 of the per-operation times in ms.
@@ -111,76 +117,255 @@ func BenchmarkPortChangeToSlice(b *testing.B) {
 	reportPercentiles(b, times)
 }
 
-// mainShape is the node's slices as published before HCA counters: one
-// slice of every device, no shared counters, and the port state as an
-// attribute. It is the baseline of BenchmarkAllocator.
-func mainShape(objs []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
-	one := objs[0].DeepCopy()
-	one.Spec.SharedCounters = nil
-	one.Spec.Devices = nil
-	one.Spec.Pool.ResourceSliceCount = 1
-	for _, s := range objs {
-		for _, d := range s.Spec.Devices {
-			d = *d.DeepCopy()
-			d.ConsumesCounters = nil
-			d.Attributes["portState"] = resourceapi.DeviceAttribute{StringValue: ptr.To("ACTIVE")}
-			one.Spec.Devices = append(one.Spec.Devices, d)
-		}
-	}
-	return []*resourceapi.ResourceSlice{one}
+// allocCase is one way to run the scheduler's allocator for a pod on a
+// node: slices, classes and the cluster's allocated state.
+type allocCase struct {
+	name    string
+	slices  []*resourceapi.ResourceSlice
+	classes classLister
+	state   structured.AllocatedState
+}
+
+// allocRow is one BenchmarkAllocator row: the claim, the node as
+// published, and what it is compared with in the same run.
+type allocRow struct {
+	name  string
+	claim *resourceapi.ResourceClaim
+	cases []allocCase
 }
 
 // BenchmarkAllocator is the scheduler's work per node and pod (what its
-// Filter does: a new allocator over the node's slices and one Allocate) on
-// the ND v5 node, for the slices as published ("published") and as they
-// were before HCA counters ("main"): an rdma/ib: 8 pod and an rdma/ib: 1
-// pod (the fleet's) on an empty node, and an rdma/shared_ib: 1 pod where 30
-// sharers and an rdma/ib: 4 pod run. "published-no-selector" is the
-// published slices with DeviceClasses that select nothing (as upstream's
-// scheduler_perf classes): what the classes' CEL costs, the allocator
-// evaluating it on every device of the node.
+// Filter does: a new allocator over the node's slices and one Allocate,
+// kube-scheduler v1.37.2's allocator and default features) on the ND H100
+// v5 node. Each row runs its cases interleaved, one Allocate of each per
+// iteration on one locked OS thread, and reports each case's thread CPU
+// time (us/node for the first, the published slices; <case>-us/node for
+// the others), its allocations, and the first case's CPU time as a
+// multiple of each other's (x-<case>): ratios within one run, on a machine
+// whose load changes run to run. The cases: "base", the same slices under
+// classes without selectors (what upstream's scheduler_perf class costs,
+// the floor of a DeviceClass); "before", the slices as published before
+// the allocator order (every shared device first); "0-shares", the same
+// node with no allocated shares elsewhere in the cluster.
 func BenchmarkAllocator(b *testing.B) {
-	for _, shape := range []string{"main", "published", "published-no-selector"} {
-		for _, tc := range []struct {
+	for _, row := range allocatorRows(b) {
+		b.Run(row.name, func(b *testing.B) {
+			benchInterleaved(b, row)
+		})
+	}
+}
+
+func allocatorRows(b *testing.B) []allocRow {
+	nd := func() *scheduler { return newScheduler(b, newHost(b, fixture.NDv5, nil)) }
+	ib1 := extendedClaim("pod", contract.DeviceClassIB, 1)
+	shared1 := extendedClaim("pod", contract.DeviceClassSharedIB, 1)
+	rows := []allocRow{
+		{"ib1-empty", ib1, standardCases(nd())},
+		{"ib8-empty", extendedClaim("pod", contract.DeviceClassIB, 8), standardCases(nd())},
+		{"shared1-empty", shared1, standardCases(nd())},
+		{"shared1-30-sharers", shared1, standardCases(busy(nd()))},
+		{"ib1-8-gpus", ib1, standardCases(withGPUs(nd()))},
+		{"shared1-8-gpus", shared1, standardCases(withGPUs(nd()))},
+	}
+	for _, n := range []int{1000, 10000, 40000} {
+		for _, c := range []struct {
 			name  string
-			setup func(s *scheduler)
 			claim *resourceapi.ResourceClaim
-		}{
-			{"ib8-empty", func(*scheduler) {}, extendedClaim("pod", contract.DeviceClassIB, 8)},
-			{"ib1-empty", func(*scheduler) {}, extendedClaim("pod", contract.DeviceClassIB, 1)},
-			{"shared1-busy", func(s *scheduler) {
-				s.allocate(extendedClaim("four", contract.DeviceClassIB, 4))
-				for i := range 30 {
-					s.allocate(hcaClaim(fmt.Sprintf("sharer-%d", i), contract.DeviceClassSharedIB, fmt.Sprintf("mlx5_%d", 4+i%4)))
-				}
-			}, extendedClaim("pod", contract.DeviceClassSharedIB, 1)},
-		} {
-			b.Run(shape+"/"+tc.name, func(b *testing.B) {
-				s := newScheduler(b, newHost(b, fixture.NDv5, nil))
-				switch shape {
-				case "main":
-					s.slices = mainShape(s.slices)
-				case "published-no-selector":
-					for _, c := range s.classes {
-						c.Spec.Selectors = nil
-					}
-				}
-				tc.setup(s)
-				st := s.state()
-				node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0"}}
-				ctx := context.Background()
-				b.ReportAllocs()
-				for b.Loop() {
-					a, err := structured.NewAllocator(ctx, schedulerFeatures, st, s.classes, s.slices, s.cel)
-					if err != nil {
-						b.Fatal(err)
-					}
-					res, err := a.Allocate(ctx, node, []*resourceapi.ResourceClaim{tc.claim})
-					if err != nil || len(res) != 1 {
-						b.Fatalf("allocate: %v, %d results", err, len(res))
-					}
-				}
-			})
+		}{{"ib1", ib1}, {"shared1", shared1}} {
+			rows = append(rows,
+				allocRow{fmt.Sprintf("%s-%dk-shares", c.name, n/1000), c.claim, sharesCases(nd(), n)},
+				allocRow{fmt.Sprintf("%s-%dk-shares-split-pools", c.name, n/1000), c.claim, sharesCases(newScheduler(b, newHost(b, fixture.NDv5, splitPools())), n)})
 		}
 	}
+	return rows
+}
+
+// standardCases are the published slices, base and before.
+func standardCases(s *scheduler) []allocCase {
+	st := s.state()
+	return []allocCase{
+		{"published", s.slices, s.classes, st},
+		{"base", s.slices, selectorless(s.classes), st},
+		{"before", beforeOrder(s.slices), s.classes, st},
+	}
+}
+
+// sharesCases are the published slices with n shares allocated on other
+// nodes, against none and against base.
+func sharesCases(s *scheduler, n int) []allocCase {
+	st := s.state()
+	return []allocCase{
+		{"published", s.slices, s.classes, sharesElsewhere(st, n)},
+		{"0-shares", s.slices, s.classes, st},
+		{"base", s.slices, selectorless(s.classes), sharesElsewhere(st, n)},
+	}
+}
+
+func benchInterleaved(b *testing.B, row allocRow) {
+	ctx := context.Background()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0"}}
+	cache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: true})
+	run := func(c allocCase) {
+		a, err := structured.NewAllocator(ctx, schedulerFeatures, c.state, c.classes, c.slices, cache)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := a.Allocate(ctx, node, []*resourceapi.ResourceClaim{row.claim})
+		if err != nil || len(res) != 1 {
+			b.Fatalf("%s: allocate: %v, %d results", c.name, err, len(res))
+		}
+	}
+	allocs := make([]float64, len(row.cases))
+	for i, c := range row.cases {
+		allocs[i] = testing.AllocsPerRun(20, func() { run(c) })
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu := make([]time.Duration, len(row.cases))
+	n := 0
+	for b.Loop() {
+		for i, c := range row.cases {
+			start := threadCPU(b)
+			run(c)
+			cpu[i] += threadCPU(b) - start
+		}
+		n++
+	}
+	us := func(i int) float64 { return float64(cpu[i].Nanoseconds()) / float64(n) / 1000 }
+	b.ReportMetric(us(0), "us/node")
+	b.ReportMetric(allocs[0], "allocs/node")
+	for i, c := range row.cases[1:] {
+		b.ReportMetric(us(i+1), c.name+"-us/node")
+		b.ReportMetric(allocs[i+1], c.name+"-allocs/node")
+		b.ReportMetric(us(0)/us(i+1), "x-"+c.name)
+	}
+}
+
+// threadCPU is the CPU time of the calling (locked) OS thread: what one
+// Filter call costs, without the time other processes of a busy machine
+// take from it.
+func threadCPU(b *testing.B) time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ts.Nano())
+}
+
+// selectorless are the classes without their selectors.
+func selectorless(l classLister) classLister {
+	out := classLister{}
+	for name, c := range l {
+		c = c.DeepCopy()
+		c.Spec.Selectors = nil
+		out[name] = c
+	}
+	return out
+}
+
+// beforeOrder is the node's slices in the order published before
+// slice.Slices ordered them for the allocator: the (default) config's
+// order, every shared device first.
+func beforeOrder(objs []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+	out := make([]*resourceapi.ResourceSlice, len(objs))
+	for i, s := range objs {
+		s = s.DeepCopy()
+		slices.SortStableFunc(s.Spec.Devices, func(a, b resourceapi.Device) int {
+			return cmpBool(ptr.Deref(b.AllowMultipleAllocations, false), ptr.Deref(a.AllowMultipleAllocations, false))
+		})
+		out[i] = s
+	}
+	return out
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+// busy allocates what runs on the node in the 30-sharer rows: an
+// rdma/ib: 4 pod and 30 rdma/shared_ib: 1 pods, where the allocator puts
+// them.
+func busy(s *scheduler) *scheduler {
+	s.allocate(extendedClaim("four", contract.DeviceClassIB, 4))
+	for i := range 30 {
+		s.allocate(extendedClaim(fmt.Sprintf("sharer-%d", i), contract.DeviceClassSharedIB, 1))
+	}
+	return s
+}
+
+// sharesElsewhere adds n allocated shares on other nodes to st, 30 a node
+// on one shared device each, as kube-scheduler records a share with its
+// consumed capacity.
+func sharesElsewhere(st structured.AllocatedState, n int) structured.AllocatedState {
+	out := structured.AllocatedState{
+		AllocatedDevices:         st.AllocatedDevices.Clone(),
+		AllocatedSharedDeviceIDs: st.AllocatedSharedDeviceIDs.Clone(),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	for id, c := range st.AggregatedCapacity {
+		out.AggregatedCapacity[id] = c
+	}
+	for i := range n {
+		id := structured.MakeDeviceID(contract.DRADriverName, fmt.Sprintf("node-%d", 1+i/30), "shared-ib-mlx5-7")
+		out.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, ptr.To(types.UID(fmt.Sprintf("share-%d", i)))))
+		out.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, map[resourceapi.QualifiedName]apiresource.Quantity{
+			contract.DRACapacitySlots: apiresource.MustParse("1"),
+		}))
+	}
+	return out
+}
+
+// splitPools is a config whose shared pool is mlx5_7 alone and whose
+// exclusive pool the other seven: no HCA in both, so no counters.
+func splitPools() *config.AgentConfig {
+	c := config.Default()
+	c.Pools[0].Selector.Names = []string{"mlx5_7"}
+	c.Pools[1].Selector.Exclude = []selector.Match{{Names: []string{"mlx5_7"}}}
+	return c
+}
+
+// gpuDriver is the other driver of withGPUs: its name sorts before ours,
+// as gpu.nvidia.com does, so the allocator passes its devices first.
+const gpuDriver = "gpu.example.com"
+
+// withGPUs adds the node's eight GPUs as a GPU DRA driver publishes them
+// (attributes after NVIDIA's k8s-dra-driver-gpu: type, uuid, productName,
+// brand, architecture, versions, index, minor, PCI and NUMA placement,
+// and a memory capacity).
+func withGPUs(s *scheduler) *scheduler {
+	gpus := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-0-gpu.example.com-0"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: gpuDriver, NodeName: ptr.To("node-0"),
+			Pool: resourceapi.ResourcePool{Name: "node-0", Generation: 1, ResourceSliceCount: 1},
+		},
+	}
+	strAttr := func(v string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr.To(v)} }
+	intAttr := func(v int64) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: ptr.To(v)} }
+	verAttr := func(v string) resourceapi.DeviceAttribute {
+		return resourceapi.DeviceAttribute{VersionValue: ptr.To(v)}
+	}
+	for i := range int64(8) {
+		gpus.Spec.Devices = append(gpus.Spec.Devices, resourceapi.Device{
+			Name: fmt.Sprintf("gpu-%d", i),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"type": strAttr("gpu"), "uuid": strAttr(fmt.Sprintf("GPU-%08d-0000-0000-0000-000000000000", i)),
+				"productName": strAttr("NVIDIA H100 80GB HBM3"), "brand": strAttr("Nvidia"), "architecture": strAttr("Hopper"),
+				"cudaComputeCapability": verAttr("9.0.0"), "driverVersion": verAttr("580.95.5"), "cudaDriverVersion": verAttr("13.0.0"),
+				"index": intAttr(i), "minor": intAttr(i),
+				"resource.kubernetes.io/pciBusID": strAttr(fmt.Sprintf("0001:00:%02x.0", i)),
+				"resource.kubernetes.io/pcieRoot": strAttr(fmt.Sprintf("pci0001:%02x", i)),
+				"resource.kubernetes.io/numaNode": intAttr(i / 4),
+			},
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: apiresource.MustParse("80Gi")}},
+		})
+	}
+	s.slices = append([]*resourceapi.ResourceSlice{gpus}, s.slices...)
+	return s
 }
