@@ -28,23 +28,45 @@ func DeviceClassSelector(resource string) string {
 // Device attributes in the driver's domain (written without the domain in
 // the ResourceSlice, `device.attributes["rdma.infiniband.azure.com"].pool`
 // in CEL). The standard ones (resource.kubernetes.io/pciBusID, pcieRoot,
-// numaNode) are published too.
+// numaNode) are published too. The scheduler builds every attribute of a
+// device into maps each time it evaluates a selector on it, so the set is
+// what claims select on (docs/dra-driver.md, "What the scheduler pays").
 const (
 	// DRAAttrPool is the agent config pool the device belongs to, by its
 	// resource name ("rdma/ib", "rdma/shared_ib"): what a DeviceClass
 	// selects on, besides the driver.
-	DRAAttrPool = "pool"
-	// DRAAttrMode is the pool's mode, "shared" or "exclusive".
-	DRAAttrMode       = "mode"
+	DRAAttrPool       = "pool"
 	DRAAttrLinkLayer  = "linkLayer"  // "InfiniBand" or "Ethernet", as the kernel spells it
 	DRAAttrRate       = "rate"       // the port's rate in Gb/s (int): 400 for NDR
 	DRAAttrRDMADevice = "rdmaDevice" // the kernel's RDMA device name, "mlx5_0"
-	DRAAttrNetdev     = "netdev"     // the IPoIB or RoCE interface of the port, if any
-	DRAAttrNodeGUID   = "nodeGUID"
 	DRAAttrFirmware   = "firmware"
 	DRAAttrVendorID   = "vendorID" // "15b3", no 0x prefix
 	DRAAttrDeviceID   = "deviceID" // "101e"
 )
+
+// RetiredAttribute is a device attribute the driver published and no
+// longer does, and what a claim reads instead.
+type RetiredAttribute struct {
+	Name string
+	// Instead is a CEL selector that does what reading Name did.
+	Instead string
+	// Why it went.
+	Why string
+}
+
+// DRARetiredAttributes are the retired attributes, for docs/dra.md's
+// table and the test that a claim reading one gets the scheduler's CEL
+// error ("no such key"), not a silent non-match.
+func DRARetiredAttributes() []RetiredAttribute {
+	return []RetiredAttribute{
+		{Name: "mode", Instead: `!device.allowMultipleAllocations`,
+			Why: "said what device.allowMultipleAllocations and the pool attribute say"},
+		{Name: "nodeGUID", Instead: `device.attributes["` + DRADriverName + `"].` + DRAAttrRDMADevice + ` == "mlx5_0"`,
+			Why: "an identity no claim selects on; rdmaDevice or resource.kubernetes.io/pciBusID name an HCA of the node, `ibkube node` shows the GUID"},
+		{Name: "netdev", Instead: `device.attributes["` + DRADriverName + `"].` + DRAAttrRDMADevice + ` == "mlx5_0"`,
+			Why: "the IPoIB or RoCE interface follows from rdmaDevice, one to one; `ibkube node` shows it"},
+	}
+}
 
 // DRACapacitySlots is the consumable capacity of a shared pool's device
 // (KEP-5075): the pool's slot count; a request takes one slot unless it asks

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -534,5 +535,69 @@ func TestAllocatorSharersPack(t *testing.T) {
 	}
 	if len(order) != 2 || perHCA[order[0]] != config.DefaultSharedSlots || perHCA[order[1]] != 1 {
 		t.Errorf("%d sharers went %v (first seen in order %v); want %d on one HCA, then the next HCA", config.DefaultSharedSlots+1, perHCA, order, config.DefaultSharedSlots)
+	}
+}
+
+// TestAllocatorRetiredAttributeIsAnError: a claim whose selector reads an
+// attribute the driver no longer publishes gets the scheduler's CEL
+// runtime error, which the pod's events show, instead of a silent "no
+// device fits"; a selector guarding it with has() is a plain non-match,
+// and the replacement docs/dra.md names selects what it did.
+func TestAllocatorRetiredAttributeIsAnError(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(t, newHost(t, fixture.NDv5, nil))
+	ctx := context.Background()
+	allocate := func(expr string) ([]resourceapi.AllocationResult, error) {
+		c := extendedClaim("pod", contract.DeviceClassIB, 1)
+		c.Spec.Devices.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}
+		a, err := structured.NewAllocator(ctx, schedulerFeatures, s.state(), s.classes, s.slices, s.cel)
+		if err != nil {
+			t.Fatalf("allocator: %v", err)
+		}
+		return a.Allocate(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0"}}, []*resourceapi.ResourceClaim{c})
+	}
+	for _, r := range contract.DRARetiredAttributes() {
+		t.Run(r.Name, func(t *testing.T) {
+			t.Parallel()
+			read := fmt.Sprintf(`device.attributes[%q].%s`, contract.DRADriverName, r.Name)
+			res, err := allocate(read + ` == "x"`)
+			if err == nil || !strings.Contains(err.Error(), "no such key: "+r.Name) {
+				t.Errorf("a claim reading %s got %v, %v; want the CEL error no such key", r.Name, res, err)
+			}
+			if res, err := allocate(fmt.Sprintf(`has(%s)`, read)); err != nil || len(res) != 0 {
+				t.Errorf("a claim reading %s under has() got %v, %v; want no device and no error", r.Name, res, err)
+			}
+			if res, err := allocate(r.Instead); err != nil || len(res) != 1 {
+				t.Errorf("the replacement %s got %v, %v; want a device", r.Instead, res, err)
+			}
+		})
+	}
+}
+
+// TestAllocatorSplitPools: with the shared pool on mlx5_7 and the
+// exclusive pool on the other seven HCAs, the slices carry no counters
+// (no HCA is in both) and the allocator keeps the two apart by the pools
+// alone: sharers share mlx5_7, rdma/ib: 7 takes the rest, an eighth does
+// not fit.
+func TestAllocatorSplitPools(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(t, newHost(t, fixture.NDv5, splitPools()))
+	for _, sl := range s.slices {
+		if len(sl.Spec.SharedCounters) > 0 {
+			t.Errorf("slice %s has counters %v; no HCA is shared and exclusive", sl.Name, sl.Spec.SharedCounters)
+		}
+	}
+	for i := range 2 {
+		a := s.allocate(extendedClaim(fmt.Sprintf("sharer-%d", i), contract.DeviceClassSharedIB, 1))
+		if a == nil || !slices.Equal(s.hcasOf(a), []string{"mlx5_7"}) {
+			t.Fatalf("sharer %d got %v, want a share of mlx5_7", i, a)
+		}
+	}
+	a := s.allocate(extendedClaim("seven", contract.DeviceClassIB, 7))
+	if a == nil || slices.Contains(s.hcasOf(a), "mlx5_7") {
+		t.Fatalf("rdma/ib: 7 got %v, want the seven exclusive HCAs", a)
+	}
+	if a := s.allocate(extendedClaim("eighth", contract.DeviceClassIB, 1)); a != nil {
+		t.Errorf("rdma/ib: 1 got %v while the seven exclusive HCAs are held", s.hcasOf(a))
 	}
 }

@@ -145,7 +145,7 @@ type allocRow struct {
 // whose load changes run to run. The cases: "base", the same slices under
 // classes without selectors (what upstream's scheduler_perf class costs,
 // the floor of a DeviceClass); "before", the slices as published before
-// the allocator order (every shared device first); "0-shares", the same
+// the allocator order and the retired attributes; "0-shares", the same
 // node with no allocated shares elsewhere in the cluster.
 func BenchmarkAllocator(b *testing.B) {
 	for _, row := range allocatorRows(b) {
@@ -263,9 +263,10 @@ func selectorless(l classLister) classLister {
 	return out
 }
 
-// beforeOrder is the node's slices in the order published before
-// slice.Slices ordered them for the allocator: the (default) config's
-// order, every shared device first.
+// beforeOrder is the node's slices as published before slice.Slices
+// ordered them for the allocator and retired attributes: the (default)
+// config's order, every shared device first, with mode, nodeGUID and
+// netdev.
 func beforeOrder(objs []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
 	out := make([]*resourceapi.ResourceSlice, len(objs))
 	for i, s := range objs {
@@ -273,6 +274,15 @@ func beforeOrder(objs []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice
 		slices.SortStableFunc(s.Spec.Devices, func(a, b resourceapi.Device) int {
 			return cmpBool(ptr.Deref(b.AllowMultipleAllocations, false), ptr.Deref(a.AllowMultipleAllocations, false))
 		})
+		for j, d := range s.Spec.Devices {
+			mode := config.ModeExclusive
+			if ptr.Deref(d.AllowMultipleAllocations, false) {
+				mode = config.ModeShared
+			}
+			d.Attributes["mode"] = resourceapi.DeviceAttribute{StringValue: ptr.To(mode)}
+			d.Attributes["nodeGUID"] = resourceapi.DeviceAttribute{StringValue: ptr.To(fmt.Sprintf("0015:5dff:fd4b:ff%02x", j))}
+			d.Attributes["netdev"] = resourceapi.DeviceAttribute{StringValue: ptr.To(fmt.Sprintf("ibP%dp0s0", 257+j))}
+		}
 		out[i] = s
 	}
 	return out

@@ -107,11 +107,9 @@ func TestResourcesNDv5(t *testing.T) {
 		want string
 	}{
 		{contract.DRAAttrPool, "rdma/ib"},
-		{contract.DRAAttrMode, "exclusive"},
 		{contract.DRAAttrRDMADevice, "mlx5_0"},
 		{contract.DRAAttrLinkLayer, "InfiniBand"},
 		{contract.DRAAttrRate, "400"},
-		{contract.DRAAttrNetdev, "ibP257p0s0"},
 		{contract.DRAAttrVendorID, "15b3"},
 		{contract.DRAAttrPartition, "0x800b"},
 		{"resource.kubernetes.io/pciBusID", "0101:00:00.0"},
@@ -120,6 +118,11 @@ func TestResourcesNDv5(t *testing.T) {
 	} {
 		if got := attr(ib, c.name); got != c.want {
 			t.Errorf("ib-mlx5-0 %s = %s, want %s", c.name, got, c.want)
+		}
+	}
+	for _, r := range contract.DRARetiredAttributes() {
+		if _, ok := ib.Attributes[resourceapi.QualifiedName(r.Name)]; ok {
+			t.Errorf("ib-mlx5-0 publishes the retired %s", r.Name)
 		}
 	}
 	if _, ok := ib.Attributes["portState"]; ok {
