@@ -16,4 +16,12 @@ BENCH_TARGETS += bench-dra
 
 .PHONY: bench-dra
 bench-dra: ## DRA driver benchmarks: Prepare p50/p99, port change to ResourceSlice through the agent.
-	$(GO) test -run '^$$' -bench . -benchtime 100x ./node/dra/
+	$(GO) test -run '^$$' -bench 'BenchmarkPrepare|BenchmarkPortChangeToSlice' -benchtime 100x ./node/dra/
+
+BENCH_TARGETS += bench-dra-allocator
+
+# Six counts for benchstat (go run golang.org/x/perf/cmd/benchstat@latest
+# FILE); the rows' ratios compare cases run interleaved in one process.
+.PHONY: bench-dra-allocator
+bench-dra-allocator: ## The scheduler's allocator over the node's slices: CPU per node and ratios against classes without selectors, the order before, no shares elsewhere.
+	$(GO) test -run '^$$' -bench BenchmarkAllocator -benchtime 200x -count 6 ./node/dra/
