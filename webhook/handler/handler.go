@@ -170,11 +170,11 @@ func (h *Handler) admit(ctx context.Context, req *reviewRequest) (outcome, *admi
 	}
 	// A pod ibkube does not look at comes out of the core unchanged: it is
 	// answered from its head, whatever the rest of it holds.
-	if !mutate.Relevant(head.Metadata.Annotations, ns) {
+	if !head.Metadata.Annotations.relevant(ns) {
 		return out, allowed(req.UID), nil
 	}
 	if refusal := workRefusal(head, req.values); refusal != "" {
-		out.mode, out.result = modeLabel(mutate.Result{}, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: head.Metadata.Annotations}}), OutcomeRefused
+		out.mode, out.result = modeLabel(mutate.Result{}, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: head.Metadata.Annotations.own}}), OutcomeRefused
 		h.opts.Log.Info("pod refused", "uid", req.UID, "namespace", req.Namespace, "pod", clip(req.Name), "reason", refusal)
 		return out, denied(req.UID, refusal), nil
 	}

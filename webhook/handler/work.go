@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 
 	kjson "sigs.k8s.io/json"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/webhook/multus"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
 
@@ -19,14 +21,15 @@ import (
 // this many; docs/webhook-operations.md has the cost measured at the bound.
 const MaxReviewValues = 8192
 
-// maxOwnAnnotations bounds how many ibkube annotations the pre-scan keeps:
-// relevance needs one, the refusal's mode label the mode; the core reads
-// them all again from the decoded pod.
-const maxOwnAnnotations = 32
+// maxOtherOwnKeys bounds how many unknown keys under contract.Prefix the
+// head keeps: relevance needs one; the core reads them all again from the
+// decoded pod.
+const maxOtherOwnKeys = 8
 
 // podHead is what the handler reads of a pod before it knows whether ibkube
-// looks at it: its names, ibkube's own annotations (ownAnnotations keeps no
-// other) and how many containers of each kind it holds (elementCount). The
+// looks at it: its names, ibkube's own annotations and how many there are
+// in all (annotationHead) and how many containers of each kind it holds
+// (elementCount). The
 // decoder skips everything else without building it, so a pod that is not
 // ibkube's costs a pass over its bytes whatever it holds.
 type podHead struct {
@@ -34,7 +37,7 @@ type podHead struct {
 		Name         string         `json:"name"`
 		GenerateName string         `json:"generateName"`
 		Namespace    string         `json:"namespace"`
-		Annotations  ownAnnotations `json:"annotations"`
+		Annotations  annotationHead `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {
 		Containers          elementCount `json:"containers"`
@@ -66,12 +69,19 @@ func workRefusal(h *podHead, values int) string {
 	return ""
 }
 
-// ownAnnotations are the annotations under contract.Prefix of a JSON
-// object, at most maxOwnAnnotations of them; any other annotation is
-// skipped without being copied.
-type ownAnnotations map[string]string
+// annotationHead is what relevance needs of a pod's annotations
+// (mutate.Relevant): the keys under contract.Prefix with their values
+// (every known one, at most maxOtherOwnKeys others), whether the Multus
+// networks key is there (ibkube writes it, so it is not counted against
+// mutate.MaxAnnotations), and how many members the object has. Any other
+// annotation is counted without being copied.
+type annotationHead struct {
+	own      map[string]string
+	networks bool
+	count    int
+}
 
-func (a *ownAnnotations) UnmarshalJSON(b []byte) error {
+func (a *annotationHead) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		return nil
 	}
@@ -79,34 +89,64 @@ func (a *ownAnnotations) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("annotations: want an object, got %.20q", b)
 	}
 	return eachMember(b, func(key, value []byte) error {
-		own, err := ownKey(key)
-		if err != nil || own == "" {
+		a.count++
+		k, err := ownKey(key)
+		if err != nil || k == "" {
 			return err
 		}
-		if *a == nil {
-			*a = ownAnnotations{}
+		if k == multus.Annotation {
+			a.networks = true
+			return nil
 		}
-		if _, seen := (*a)[own]; !seen && len(*a) >= maxOwnAnnotations {
+		if _, seen := a.own[k]; !seen && !contract.KnownKey(strings.TrimPrefix(k, contract.Prefix)) && len(a.own) >= len(contract.KnownKeys())+maxOtherOwnKeys {
 			return nil
 		}
 		var v string
 		if err := kjson.UnmarshalCaseSensitivePreserveInts(value, &v); err != nil {
-			return fmt.Errorf("annotation %s: %w", clip(own), err)
+			return fmt.Errorf("annotation %s: %w", clip(k), err)
 		}
-		(*a)[own] = v
+		if a.own == nil {
+			a.own = map[string]string{}
+		}
+		a.own[k] = v
 		return nil
 	})
 }
 
-// ownKey is the JSON string key unquoted when it is under contract.Prefix,
-// else "". Only an escaped key is unquoted to be compared.
+// relevant is mutate.Relevant of the whole annotations object. Above
+// mutate.MaxAnnotations (less the keys ibkube writes) only the known keys
+// decide, so only they are handed over; within it, the keys under
+// contract.Prefix decide, and the head holds them. (A forged object that
+// repeats a key counts it twice; the API server never sends one.)
+func (a *annotationHead) relevant(ns mutate.Namespace) bool {
+	n := a.count
+	for _, k := range mutate.WrittenKeys() {
+		if _, ok := a.own[k]; ok || (k == multus.Annotation && a.networks) {
+			n--
+		}
+	}
+	if n <= mutate.MaxAnnotations {
+		return mutate.Relevant(a.own, ns)
+	}
+	known := map[string]string{}
+	for _, k := range contract.KnownKeys() {
+		if v, ok := a.own[contract.Prefix+k]; ok {
+			known[contract.Prefix+k] = v
+		}
+	}
+	return mutate.Relevant(known, ns)
+}
+
+// ownKey is the JSON string key unquoted when it is under contract.Prefix
+// or is the Multus networks key, else "". Only an escaped key is unquoted
+// to be compared.
 func ownKey(key []byte) (string, error) {
 	if len(key) < 2 || key[0] != '"' {
 		return "", fmt.Errorf("annotation key: want a string, got %.20q", key)
 	}
 	inner := key[1 : len(key)-1]
 	if bytes.IndexByte(inner, '\\') < 0 {
-		if !bytes.HasPrefix(inner, []byte(contract.Prefix)) {
+		if !bytes.HasPrefix(inner, []byte(contract.Prefix)) && string(inner) != multus.Annotation {
 			return "", nil
 		}
 		return string(inner), nil
@@ -115,7 +155,7 @@ func ownKey(key []byte) (string, error) {
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(key, &k); err != nil {
 		return "", fmt.Errorf("annotation key: %w", err)
 	}
-	if len(k) < len(contract.Prefix) || k[:len(contract.Prefix)] != contract.Prefix {
+	if !strings.HasPrefix(k, contract.Prefix) && k != multus.Annotation {
 		return "", nil
 	}
 	return k, nil

@@ -2,6 +2,7 @@ package handler
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -305,15 +306,49 @@ func TestHandlerReadsOnlyOwnAnnotations(t *testing.T) {
 			if err != nil {
 				return
 			}
-			if got := mutate.Relevant(head.Metadata.Annotations, mutate.Namespace{}); got != tc.relevant {
-				t.Errorf("relevant %v, want %v (annotations kept: %v)", got, tc.relevant, head.Metadata.Annotations)
+			if got := head.Metadata.Annotations.relevant(mutate.Namespace{}); got != tc.relevant {
+				t.Errorf("relevant %v, want %v (annotations kept: %v)", got, tc.relevant, head.Metadata.Annotations.own)
 			}
-			for k := range head.Metadata.Annotations {
+			for k := range head.Metadata.Annotations.own {
 				if !strings.HasPrefix(k, contract.Prefix) {
 					t.Errorf("kept annotation %q, not ibkube's", k)
 				}
 			}
 		})
+	}
+}
+
+// TestHeadRelevanceMatchesCore: the head decides relevance as the core
+// does on the whole decoded annotations, around mutate.MaxAnnotations (where
+// only the known keys decide) and with the keys ibkube writes, which do not
+// count against it.
+func TestHeadRelevanceMatchesCore(t *testing.T) {
+	t.Parallel()
+	unknown, known := contract.Prefix+"bogus", contract.AnnotationMode
+	written := mutate.WrittenKeys()
+	for _, others := range []int{0, 1, mutate.MaxAnnotations - 1, mutate.MaxAnnotations, mutate.MaxAnnotations + 1, 1000} {
+		for _, extra := range [][]string{nil, {unknown}, {known}, {unknown, known}, written, append([]string{unknown}, written...)} {
+			full := map[string]string{}
+			for i := range others {
+				full[fmt.Sprintf("k%d", i)] = ""
+			}
+			for _, k := range extra {
+				full[k] = "rdma-shared"
+			}
+			raw, err := json.Marshal(full)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var head annotationHead
+			if err := head.UnmarshalJSON(raw); err != nil {
+				t.Fatal(err)
+			}
+			for _, ns := range []mutate.Namespace{{}, {Annotations: map[string]string{contract.AnnotationMode: "rdma-shared"}}} {
+				if got, want := head.relevant(ns), mutate.Relevant(full, ns); got != want {
+					t.Errorf("%d other annotations and %v, namespace %v: head says relevant %v, the core %v", others, extra, ns.Annotations, got, want)
+				}
+			}
+		}
 	}
 }
 
