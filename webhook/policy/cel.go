@@ -199,10 +199,10 @@ func variables() []variable {
 			"(e.contains('/') ? e.split('/')[1] : e).split('@')[0].trim(), " +
 			"e.contains('@') ? e.split('@')[1].trim() : ''])"},
 		{"ipoibNS", "params.data.ipoibNamespace != '' ? params.data.ipoibNamespace : " + nsName},
-		{"netHas", "variables.netForm == 'csv' ? variables.netParsed.exists(n, n[0] == variables.ipoibNS && n[1] == params.data.ipoibName) : " +
-			"variables.netForm == 'json' ? variables.netRaw.matches('\"name\"\\\\s*:\\\\s*\"' + params.data.ipoibName + '\"') && " +
-			"(variables.ipoibNS == " + nsName + " || variables.netRaw.matches('\"namespace\"\\\\s*:\\\\s*\"' + variables.ipoibNS + '\"')) : false"},
 	}...)
+	v = append(v, netJSONVariables(nsName)...)
+	v = append(v, variable{"netHas", "variables.netForm == 'csv' ? variables.netParsed.exists(n, n[0] == variables.ipoibNS && n[1] == params.data.ipoibName) : " +
+		"variables.netForm == 'json' && variables.netJSONSel.size() > 0"})
 	// The refusal: the first thing mutate.Mutate refuses, in its order, or ''.
 	refusals := []struct{ cond, msg string }{
 		{"variables.sizeRefusal != ''", "variables.sizeRefusal"},
@@ -272,7 +272,7 @@ func mutationVariables() []variable {
 			"variables.netForm == 'csv' && variables.netMatch.size() > 0 ? " +
 			"(variables.netParsed[variables.netMatch[0]][2] != '' ? variables.netParsed[variables.netMatch[0]][2] : 'net' + string(variables.netMatch[0] + 1)) : " +
 			"variables.netForm == 'csv' ? 'net' + string(variables.netItems.size() + 1) : " +
-			"variables.netForm == 'json' ? 'net' + string(variables.netRaw.findAll('\"name\"\\\\s*:').size() + (variables.netHas ? 0 : 1)) : 'net1'"},
+			"variables.netForm == 'json' ? " + netJSONInterface() + " : 'net1'"},
 		// ncclConf
 		{"gpn", "int(params.data[variables.pk + 'gpusPerNode'])"},
 		{"wholeNode", "variables.gpn > 0 && variables.tgtGPU.exists(g, g == variables.gpn) && variables.tgtGPU.all(g, g == 0 || g == variables.gpn)"},

@@ -102,3 +102,38 @@ func netTypeMessage() string {
 			`"interface" (at most 15 characters, no '/', ':' or white space), "mac", "infiniband-guid", "ipam-claim-reference", `+
 			`lists "ips", "default-route", "portMappings" and objects "bandwidth", "cni-args"; `+multus.Accepted)
 }
+
+// netElemPattern finds each element of a well-typed JSON list in turn.
+func netElemPattern() string { return jsonObject(jsonMember(jsonString)) }
+
+// netElemHead is the start of an element and a run of its whole members:
+// what follows is one of its own members.
+func netElemHead() string { return `^\{` + jsonWS + jsonRun(jsonMember(jsonString)) }
+
+// netJSONVariables are multus.Merge's and ipoibInterface's reading of a
+// JSON-form value: its elements, and the indexes of those that select the
+// IPoIB network (its name, and its namespace or none where the network's
+// namespace is the pod's). A key written twice in an element counts where
+// the patterns find it (a known difference: encoding/json keeps the last).
+func netJSONVariables(nsName string) []variable {
+	head := netElemHead()
+	name := lit(head+jsonKey("name")+`"`) + " + params.data.ipoibName.replace('.', " + lit(`\.`) + ") + " + lit(`"`)
+	ns := lit(head+jsonKey("namespace")+`"`) + " + variables.ipoibNS.replace('.', " + lit(`\.`) + ") + " + lit(`"`)
+	nsSet := lit(head + jsonKey("namespace") + `"(?:[^"\\]|\\.)`)
+	return []variable{
+		{"netElems", "variables.netForm == 'json' ? variables.netRaw.findAll(" + lit(netElemPattern()) + ") : []"},
+		{"netJSONSel", "lists.range(variables.netElems.size()).filter(i, [variables.netElems[i]].all(e, e.matches(" + name + ") && " +
+			"(e.matches(" + ns + ") || variables.ipoibNS == " + nsName + " && !e.matches(" + nsSet + "))))"},
+	}
+}
+
+// netJSONInterface is ipoibInterface for a JSON-form value: the interface
+// the first element selecting the network asks for (its last string
+// "interface", with \", \/ and \\ read), else net<position>.
+func netJSONInterface() string {
+	iface := "[variables.netElems[variables.netJSONSel[0]].find(" + lit(netElemHead()+jsonKey("interface")+jsonString) + ")]" +
+		".map(f, f.substring(f.lastIndexOf(':') + 1).trim()).map(q, q.size() < 2 ? '' : q.substring(1, q.size() - 1)" +
+		".replace(" + lit(`\"`) + ", '\"').replace(" + lit(`\/`) + ", '/').replace(" + lit(`\\`) + ", " + lit(`\`) + "))[0]"
+	return "(variables.netJSONSel.size() == 0 ? 'net' + string(variables.netElems.size() + 1) : " +
+		"[" + iface + "].map(i, i != '' ? i : 'net' + string(variables.netJSONSel[0] + 1))[0])"
+}

@@ -77,7 +77,20 @@ func boundsCases(add func(string, *corev1.Pod, mutate.Namespace), pod *corev1.Po
 
 	add("difference/networks-json-object", with(pod, m, "ipoib", nets, `{}`), optedIn("t"))
 	add("difference/networks-json-string-element", with(pod, m, "ipoib", nets, `["a"]`), optedIn("t"))
-	add("difference/networks-duplicate-name-key", with(pod, m, "ipoib", nets, `[{"name":"a","name":"b"}]`), optedIn("t"))
+	// JSON networks the webhook's decoder refuses though well-formed (both
+	// refuse, each in its own words: KnownDifferences), and the IPoIB
+	// network found by its element, not by its text.
+	for name, v := range JSONRefusals {
+		add("difference/json-"+name, with(pod, m, "ipoib", nets, v), optedIn("t"))
+	}
+	for name, v := range map[string]string{
+		"known-names-nested":     `[{"name":"a","cni-args":{"name":1,"ips":"x"},"x":[{"interface":{}}]}]`,
+		"ipoib-first-of-two":     `[{"name":"ibkube-ipoib","namespace":"ibkube-system","interface":"ib7"},{"name":"a"}]`,
+		"ipoib-name-nested-only": `[{"name":"a","cni-args":{"name":"ibkube-ipoib","namespace":"ibkube-system"}}]`,
+	} {
+		add("json/"+name, with(pod, m, "ipoib", nets, v), optedIn("t"))
+	}
+	add("json/networks-duplicate-name-key", with(pod, m, "ipoib", nets, `[{"name":"a","name":"b"}]`), optedIn("t"))
 	add("difference/escape-private-use", with(pod, m, "rdma\ue000"), optedIn("t"))
 	add("difference/memlock-fraction-over-8Ei", with(pod, m, "rdma-shared", ml, "9223372036854775807.5"), optedIn("t"))
 }
@@ -86,3 +99,14 @@ func boundsCases(add func(string, *corev1.Pod, mutate.Namespace), pod *corev1.Po
 // towards a count: 40,000 of them with empty values fit the API server's
 // 256 KiB for annotations.
 func FillerKey(i int) string { return "f" + strconv.FormatInt(int64(i), 36) }
+
+// JSONRefusals are well-formed JSON networks values the webhook's decoder
+// refuses, by case name; the policies refuse them with their own message.
+var JSONRefusals = map[string]string{
+	"name-not-a-string":       `[{"name":1}]`,
+	"name-upper-case-key":     `[{"NAME":true}]`,
+	"no-name":                 `[{"namespace":"a"}]`,
+	"ips-not-a-list":          `[{"name":"a","ips":"10.1.2.3/24"}]`,
+	"second-element-a-string": `[{"name":"a"},"b"]`,
+	"interface-too-long":      `[{"name":"a","interface":"abcdefghijklmnop"}]`,
+}

@@ -268,33 +268,42 @@ type Difference struct {
 
 // KnownDifferences are the cases whose policy result differs from the
 // webhook's; each is a row of docs/admission-policy.md's table.
-var KnownDifferences = map[string]Difference{
-	// CEL has no JSON parser: the JSON form of the Multus annotation is read
-	// with patterns, so a malformed value is not refused (Multus then fails
-	// the pod sandbox with its own error).
-	"difference/malformed-json-networks/default":      {Why: "webhook refuses the malformed JSON networks annotation; policy admits it unchanged"},
-	"difference/malformed-json-networks/never+ifname": {Why: "webhook refuses the malformed JSON networks annotation; policy admits it unchanged"},
-	// The IPoIB interface name (ipoib.interface) already taken by another
-	// network: the webhook refuses, the policy appends (Multus fails the
-	// sandbox on the duplicate name).
-	"difference/interface-taken/never+ifname": {Why: "webhook refuses an IPoIB interface name taken by another network; policy appends the network"},
-	// A negative GPU count: the webhook refuses with its own message; with
-	// the policies the API server's validation refuses the pod first.
-	"fuzz-seed/negative-gpus/default":                      {Why: "a negative GPU count is refused by the API server's validation, before the policy's message", APIServerOnly: true},
-	"fuzz-seed/negative-gpus/never+ifname":                 {Why: "a negative GPU count is refused by the API server's validation, before the policy's message", APIServerOnly: true},
-	"bounds/annotation-468KB/default":                      {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
-	"bounds/annotation-468KB/never+ifname":                 {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
-	"bounds/networks-468KB/default":                        {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
-	"bounds/networks-468KB/never+ifname":                   {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
-	"difference/networks-json-object/default":              {Why: "a JSON networks value that is no list: both refuse, the webhook with its JSON decoder's words"},
-	"difference/networks-json-object/never+ifname":         {Why: "a JSON networks value that is no list: both refuse, the webhook with its JSON decoder's words"},
-	"difference/networks-json-string-element/default":      {Why: "a JSON networks element that is no object: both refuse, the webhook naming the entry"},
-	"difference/networks-json-string-element/never+ifname": {Why: "a JSON networks element that is no object: both refuse, the webhook naming the entry"},
-	"difference/networks-duplicate-name-key/default":       {Why: "a JSON networks element with two \"name\" keys: the policy counts both, NCCL_SOCKET_IFNAME=net3 where the webhook and Multus give net2"},
-	"difference/escape-private-use/default":                {Why: "a private-use character in a refused value: the webhook escapes it, the policy repeats it"},
-	"difference/escape-private-use/never+ifname":           {Why: "a private-use character in a refused value: the webhook escapes it, the policy repeats it"},
-	"difference/memlock-fraction-over-8Ei/default":         {Why: "a fractional memlock of 8Ei or more: the webhook says not whole, the policy too large"},
-	"difference/memlock-fraction-over-8Ei/never+ifname":    {Why: "a fractional memlock of 8Ei or more: the webhook says not whole, the policy too large"},
+var KnownDifferences = knownDifferences()
+
+func knownDifferences() map[string]Difference {
+	d := map[string]Difference{
+		// CEL has no JSON parser: the JSON form of the Multus annotation is read
+		// with patterns that follow its structure; a value they cannot follow
+		// is refused in the policy's words.
+		"difference/malformed-json-networks/default":      {Why: "malformed JSON networks annotation: both refuse, the webhook with its JSON decoder's words"},
+		"difference/malformed-json-networks/never+ifname": {Why: "malformed JSON networks annotation: both refuse, the webhook with its JSON decoder's words"},
+		// The IPoIB interface name (ipoib.interface) already taken by another
+		// network: the webhook refuses, the policy appends (Multus fails the
+		// sandbox on the duplicate name).
+		"difference/interface-taken/never+ifname": {Why: "webhook refuses an IPoIB interface name taken by another network; policy appends the network"},
+		// A negative GPU count: the webhook refuses with its own message; with
+		// the policies the API server's validation refuses the pod first.
+		"fuzz-seed/negative-gpus/default":                      {Why: "a negative GPU count is refused by the API server's validation, before the policy's message", APIServerOnly: true},
+		"fuzz-seed/negative-gpus/never+ifname":                 {Why: "a negative GPU count is refused by the API server's validation, before the policy's message", APIServerOnly: true},
+		"bounds/annotation-468KB/default":                      {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
+		"bounds/annotation-468KB/never+ifname":                 {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
+		"bounds/networks-468KB/default":                        {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
+		"bounds/networks-468KB/never+ifname":                   {Why: "annotations over the API server's 256 KiB are refused by its validation, which runs after the mutating policy (stopped at its size guard) and before the validating policy's message", APIServerOnly: true},
+		"difference/networks-json-object/default":              {Why: "a JSON networks value that is no list: both refuse, the webhook with its JSON decoder's words"},
+		"difference/networks-json-object/never+ifname":         {Why: "a JSON networks value that is no list: both refuse, the webhook with its JSON decoder's words"},
+		"difference/networks-json-string-element/default":      {Why: "a JSON networks element that is no object: both refuse, the webhook naming the entry"},
+		"difference/networks-json-string-element/never+ifname": {Why: "a JSON networks element that is no object: both refuse, the webhook naming the entry"},
+		"difference/escape-private-use/default":                {Why: "a private-use character in a refused value: the webhook escapes it, the policy repeats it"},
+		"difference/escape-private-use/never+ifname":           {Why: "a private-use character in a refused value: the webhook escapes it, the policy repeats it"},
+		"difference/memlock-fraction-over-8Ei/default":         {Why: "a fractional memlock of 8Ei or more: the webhook says not whole, the policy too large"},
+		"difference/memlock-fraction-over-8Ei/never+ifname":    {Why: "a fractional memlock of 8Ei or more: the webhook says not whole, the policy too large"},
+	}
+	for name := range JSONRefusals {
+		for _, cfg := range []string{"default", "never+ifname"} {
+			d["difference/json-"+name+"/"+cfg] = Difference{Why: "a well-formed JSON networks value the webhook's decoder refuses: both refuse, the policy in its own words"}
+		}
+	}
+	return d
 }
 
 // mutateCopy is pod as the core stores it in ns under the default
