@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -224,5 +225,35 @@ func TestHomeInTokenDirNotMounted(t *testing.T) {
 		}
 	default:
 		t.Error("no Event for a home the file cannot go to")
+	}
+}
+
+// TestHostileCreatesLeaveNothing: a thousand creates of containers from a
+// hostile image, each lookup stopped at its deadline, leave no goroutine,
+// descriptor or heap behind.
+func TestHostileCreatesLeaveNothing(t *testing.T) {
+	var inFlight atomic.Int32
+	img := unionImage{imagefs.Union{Layers: []string{deepChainLayer(t, 64)}}, &inFlight}
+	p, err := NewPlugin(Config{Image: img, PasswdTimeout: time.Millisecond}, testNode, testr.New(t), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func() (goroutines, fds int, heap uint64) {
+		runtime.GC()
+		var s runtime.MemStats
+		runtime.ReadMemStats(&s)
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return runtime.NumGoroutine(), len(entries), s.HeapInuse
+	}
+	g0, f0, h0 := count()
+	for range 1000 {
+		p.passwdOf("c1", 1000)
+	}
+	g1, f1, h1 := count()
+	if g1 > g0 || f1 != f0 || h1 > h0+1<<20 {
+		t.Errorf("after 1,000 hostile lookups: goroutines %d -> %d, descriptors %d -> %d, heap in use %d -> %d; want none left and the heap within 1 MiB", g0, g1, f0, f1, h0, h1)
 	}
 }
