@@ -11,9 +11,9 @@
 //
 // A lookup is bounded whatever the image holds: its context is consulted
 // before every step, it takes at most MaxWalk steps and follows at most
-// MaxSymlinks symlinks, and each step is one system call on one path
-// component, so a symlink chain through deep directories costs steps, not
-// depth squared.
+// MaxSymlinks symlinks, and each step is at most three system calls on one
+// name relative to its parent directory's descriptor, so a symlink chain
+// through deep directories costs steps, not depth squared.
 package imagefs
 
 import (
