@@ -6,7 +6,6 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/counters"
 	"github.com/ibkube/ibkube/node/doctor"
@@ -16,8 +15,8 @@ import (
 // runDoctor checks the node (or fake roots) and prints one line per check;
 // it exits 1 when a check fails.
 func runDoctor(ctx context.Context, args []string, s stdio) error {
-	fs := cmdline.NewFlagSet("ibkube doctor", s.err)
-	host := addHostFlags(fs)
+	cmd := newHostCommand("doctor", s, []string{"text", "json"}, "output format: text or json")
+	fs, host := cmd.fs, cmd.host
 	procRoot := fs.String("proc-root", "/proc", "where to read /proc (kernel modules, the runtime's limits)")
 	nri := fs.Bool("nri", true, "check the NRI socket (the agent's --nri)")
 	nriSocket := fs.String("nri-socket", memlock.DefaultSocketPath, "the runtime's NRI socket (the agent's --nri-socket)")
@@ -25,20 +24,16 @@ func runDoctor(ctx context.Context, args []string, s stdio) error {
 	podResources := fs.String("pod-resources-socket", counters.PodResourcesSocket, "the kubelet's PodResources API socket, read for HCAs held exclusively and shared at once (empty: not checked)")
 	stateDir := fs.String("state-dir", "/var/lib/ibkube", "the agent's --state-dir, where it records the HCAs each shared slot got")
 	memlockMax := fs.String("memlock-max", "", `the agent's --memlock-max ("unlimited", "64Gi"; empty: what the runtime holds)`)
-	output := fs.String("o", "text", "output format: text or json")
-	if done, err := parse("ibkube doctor", fs, args, func() error { return cmdline.NoArgs(fs) }); done {
+	var maxV *uint64
+	if done, err := cmd.parse(args, func() (err error) {
+		maxV, err = memlock.ParseMax(*memlockMax)
 		return err
-	}
-	if *output != "text" && *output != "json" {
-		return fmt.Errorf("ibkube doctor: -o=%q: want text or json", *output)
-	}
-	maxV, err := memlock.ParseMax(*memlockMax)
-	if err != nil {
-		return fmt.Errorf("ibkube doctor: %w", err)
+	}); done {
+		return err
 	}
 	cfg, err := config.Load(*host.config)
 	if err != nil {
-		return fmt.Errorf("ibkube doctor: %w", err)
+		return fmt.Errorf("doctor: %w", err)
 	}
 	o := doctor.Options{
 		SysfsRoot: *host.sysfsRoot, DevRoot: *host.devRoot, ProcRoot: *procRoot, Netlink: host.netlink(),
@@ -47,13 +42,13 @@ func runDoctor(ctx context.Context, args []string, s stdio) error {
 		Logger: logr.Discard(),
 	}
 	report := doctor.Check(doctor.Gather(ctx, o))
-	if *output == "json" {
+	if *cmd.output == "json" {
 		err = report.WriteJSON(s.out)
 	} else {
 		err = report.WriteText(s.out)
 	}
 	if err != nil {
-		return fmt.Errorf("ibkube doctor: write report: %w", err)
+		return fmt.Errorf("doctor: write report: %w", err)
 	}
 	if report.Failed {
 		return exitError{code: 1}

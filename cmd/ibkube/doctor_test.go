@@ -59,7 +59,7 @@ func TestDoctorCommand(t *testing.T) {
 		}
 	}
 
-	if err := run(context.Background(), []string{"doctor", "-o", "yaml"}, stdio{out: &out, err: &errOut}); err == nil || !strings.Contains(err.Error(), "want text or json") {
+	if err := run(context.Background(), []string{"doctor", "-o", "yaml"}, stdio{out: &out, err: &errOut}); err == nil || !strings.Contains(err.Error(), `-o "yaml": accepted: text, json`) {
 		t.Errorf("-o yaml: err = %v", err)
 	}
 }

@@ -32,7 +32,7 @@ flags:
 
 // runInject implements "ibkube inject".
 func runInject(_ context.Context, args []string, s stdio) error {
-	fs := cmdline.NewFlagSet("inject", s.err)
+	fs := cmdline.NewFlagSet("ibkube inject", s.err)
 	file := fs.String("f", "", "YAML file to read, - for stdin (required)")
 	cfgPath := fs.String("config", "", "WebhookConfig YAML (default: built-in defaults)")
 	labels := fs.String("namespace-labels", "", "the namespace's labels, k=v,... (default: "+contract.LabelInject+"="+contract.InjectEnabled+"); include pod-security.kubernetes.io/enforce=... to model Pod Security")
@@ -42,32 +42,25 @@ func runInject(_ context.Context, args []string, s stdio) error {
 		fmt.Fprint(s.err, injectUsage)
 		fs.PrintDefaults()
 	}
-	if done, err := parse("inject", fs, args, func() error {
+	opts := inject.Options{}
+	if done, err := parse("inject", fs, args, func() (err error) {
 		if *file == "" || fs.NArg() > 0 {
 			fs.Usage()
 			return errors.New("-f FILE or -f - is required, and no positional arguments")
 		}
-		return nil
+		if opts.Labels, err = parseKV("--namespace-labels", *labels); err != nil {
+			return err
+		}
+		opts.Annotations, err = parseKV("--namespace-annotations", *annos)
+		return err
 	}); done {
 		return err
 	}
-
 	cfg, err := webhookConfig("inject", *cfgPath, *release)
 	if err != nil {
 		return err
 	}
-
-	opts := inject.Options{Config: cfg}
-	if *labels != "" {
-		if opts.Labels, err = parseKV("--namespace-labels", *labels); err != nil {
-			return err
-		}
-	}
-	if *annos != "" {
-		if opts.Annotations, err = parseKV("--namespace-annotations", *annos); err != nil {
-			return err
-		}
-	}
+	opts.Config = cfg
 
 	var in io.Reader = s.in
 	if *file != "-" {
@@ -93,8 +86,12 @@ func runInject(_ context.Context, args []string, s stdio) error {
 }
 
 // parseKV reads k=v,k=v. A part without "=" continues the previous value,
-// so infiniband.azure.com/mode=rdma-shared,ipoib works unquoted.
+// so infiniband.azure.com/mode=rdma-shared,ipoib works unquoted. An empty v
+// is nil: the flag was not given.
 func parseKV(flagName, v string) (map[string]string, error) {
+	if v == "" {
+		return nil, nil
+	}
 	out := map[string]string{}
 	last := ""
 	for _, part := range strings.Split(v, ",") {
@@ -107,7 +104,7 @@ func parseKV(flagName, v string) (map[string]string, error) {
 		case !ok && last != "":
 			out[last] += "," + part
 		case !ok || k == "":
-			return nil, fmt.Errorf("inject: %s: invalid entry %q: want key=value[,key=value...]", flagName, part)
+			return nil, fmt.Errorf("%s: invalid entry %q: want key=value[,key=value...]", flagName, part)
 		default:
 			out[k] = val
 			last = k

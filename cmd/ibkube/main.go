@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/ibkube/ibkube/internal/cmdline"
@@ -30,9 +31,13 @@ type exitError struct{ code int }
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 // parse is every subcommand's command line (cmdline.Parse), its errors
-// named after the subcommand. done is true when the subcommand must stop:
-// after -h (fs has printed its usage, err is nil) or on a bad command line
-// (err is a *cmdline.UsageError: exit status 2, printed once).
+// starting with the subcommand's name (every error a subcommand returns
+// does: main writes "ibkube " before it). check refuses what the flag
+// package cannot: a bad -o value, a malformed list, positional arguments;
+// a refusal there is a usage error as much as an unknown flag is. done is
+// true when the subcommand must stop: after -h (fs has printed its usage,
+// err is nil) or on a bad command line (err is a *cmdline.UsageError: exit
+// status 2, printed once).
 func parse(name string, fs *flag.FlagSet, args []string, check func() error) (done bool, err error) {
 	help, err := cmdline.Parse(fs, args, check)
 	if err != nil {
@@ -75,7 +80,11 @@ func run(ctx context.Context, args []string, s stdio) error {
 		}
 	}
 	usage(s.err)
-	return fmt.Errorf("unknown command %q", args[0])
+	names := make([]string, 0, len(subcommands()))
+	for _, c := range subcommands() {
+		names = append(names, c.name)
+	}
+	return &cmdline.UsageError{Err: fmt.Errorf("%s: unknown command; accepted: %s", args[0], strings.Join(names, ", "))}
 }
 
 func main() {
@@ -87,11 +96,16 @@ func main() {
 
 // exitStatus reports err on w, once, and returns the status to exit with:
 // a subcommand's own (doctor's failed checks), 2 for a bad command line,
-// 1 for any other error.
+// 1 for any other error. A subcommand's errors start with its name, so the
+// line reads "ibkube node: ...", as the command was typed.
 func exitStatus(w io.Writer, err error) int {
 	var ee exitError
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	return cmdline.Exit(w, "ibkube", err)
+	var ue *cmdline.UsageError
+	if err != nil && (!errors.As(err, &ue) || !ue.Printed) {
+		fmt.Fprintf(w, "ibkube %v\n", err)
+	}
+	return cmdline.Exit(io.Discard, "ibkube", err)
 }

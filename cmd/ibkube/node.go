@@ -18,7 +18,6 @@ import (
 
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/inventory"
-	"github.com/ibkube/ibkube/internal/cmdline"
 	"github.com/ibkube/ibkube/node/agent"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/counters"
@@ -30,24 +29,16 @@ import (
 // feeds (or which selector excludes it), health and reason; or, with
 // -o slices, the ResourceSlices the DRA agent would publish for them.
 func runNode(ctx context.Context, args []string, s stdio) error {
-	fs := cmdline.NewFlagSet("ibkube node", s.err)
-	host := addHostFlags(fs)
-	output := fs.String("o", "table", "output format: table, json, or slices (the resource.k8s.io/v1 ResourceSlices the agent publishes with --allocation=dra, as a YAML stream)")
-	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "with -o slices: the Kubernetes node the slices are for (default $NODE_NAME, else the host name)")
-	if done, err := parse("node", fs, args, func() error { return cmdline.NoArgs(fs) }); done {
-		return err
-	}
-	switch *output {
-	case "table", "json", "slices":
-	default:
-		return fmt.Errorf("node: -o %q: want table, json or slices", *output)
-	}
-	if *output == "slices" {
-		name, err := sliceNodeName(*nodeName)
-		if err != nil {
-			return err
+	cmd := newHostCommand("node", s, []string{"table", "json", "slices"}, "output format: table, json, or slices (the resource.k8s.io/v1 ResourceSlices the agent publishes with --allocation=dra, as a YAML stream)")
+	host, output := cmd.host, cmd.output
+	nodeName := cmd.fs.String("node-name", os.Getenv("NODE_NAME"), "with -o slices: the Kubernetes node the slices are for (default $NODE_NAME, else the host name)")
+	if done, err := cmd.parse(args, func() (err error) {
+		if *output == "slices" {
+			*nodeName, err = sliceNodeName(*nodeName)
 		}
-		*nodeName = name
+		return err
+	}); done {
+		return err
 	}
 	cfg, err := config.Load(*host.config)
 	if err != nil {
@@ -123,12 +114,12 @@ func sliceNodeName(flag string) (string, error) {
 	if node == "" {
 		h, err := os.Hostname()
 		if err != nil {
-			return "", fmt.Errorf("node: -o slices needs --node-name: %w", err)
+			return "", fmt.Errorf("-o slices needs --node-name: %w", err)
 		}
 		node = h
 	}
 	if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
-		return "", fmt.Errorf("node: --node-name %q: %s; want a Kubernetes node name", node, strings.Join(errs, "; "))
+		return "", fmt.Errorf("--node-name %q: %s; want a Kubernetes node name", node, strings.Join(errs, "; "))
 	}
 	return node, nil
 }

@@ -2,14 +2,47 @@ package main
 
 import (
 	"flag"
+	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/ibkube/ibkube/hca/discovery"
+	"github.com/ibkube/ibkube/internal/cmdline"
 )
 
 // hostFlags are the flags `ibkube node` and `ibkube doctor` share: where to
 // read the node, and the agent's config file, spelled as the agent spells them.
 type hostFlags struct {
 	sysfsRoot, devRoot, config *string
+}
+
+// hostCommand is the command line of `ibkube node` and `ibkube doctor`:
+// the host flags, then -o, one of formats (the first is the default).
+type hostCommand struct {
+	name    string
+	fs      *flag.FlagSet
+	host    hostFlags
+	output  *string
+	formats []string
+}
+
+func newHostCommand(name string, s stdio, formats []string, outputHelp string) hostCommand {
+	fs := cmdline.NewFlagSet("ibkube "+name, s.err)
+	return hostCommand{name: name, fs: fs, host: addHostFlags(fs), output: fs.String("o", formats[0], outputHelp), formats: formats}
+}
+
+// parse reads args (see parse in main.go): no positional arguments, -o one
+// of the formats, then check on the rest.
+func (c hostCommand) parse(args []string, check func() error) (done bool, err error) {
+	return parse(c.name, c.fs, args, func() error {
+		if err := cmdline.NoArgs(c.fs); err != nil {
+			return err
+		}
+		if !slices.Contains(c.formats, *c.output) {
+			return fmt.Errorf("-o %q: accepted: %s", *c.output, strings.Join(c.formats, ", "))
+		}
+		return check()
+	})
 }
 
 func addHostFlags(fs *flag.FlagSet) hostFlags {

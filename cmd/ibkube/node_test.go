@@ -98,7 +98,7 @@ func TestRunNodeErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-o", "yaml"}, `node: -o "yaml": want table, json or slices`},
+		{[]string{"-o", "yaml"}, `node: -o "yaml": accepted: table, json, slices`},
 		{[]string{"--config", "none.yaml", "-o", "slices", "--node-name", "Node_0"}, `node: --node-name "Node_0": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*'); want a Kubernetes node name`},
 		{[]string{"--config", bad}, `node: ` + bad + `: pools[0].mode: "both" is not a mode; accepted: shared, exclusive`},
 		{[]string{"extra"}, `node: unexpected arguments ["extra"]: ibkube node takes flags only`},
