@@ -51,13 +51,25 @@ test-chart: helm ## Chart golden renders and schema tests (make update-golden re
 	HELM=$(HELM) KUBE_VERSION=$(KUBE_VERSION) \
 	  $(GO) test -count=1 -tags chart ./test/chart/...
 
-.PHONY: test-chart-apiserver
-test-chart-apiserver: helm envtest-assets ## Server-side dry-run apply of the rendered chart into envtest's kube-apiserver.
+.PHONY: test-integration-chart
+test-integration-chart: helm envtest-assets ## Server-side dry-run apply of the rendered chart into envtest's kube-apiserver.
 	HELM=$(HELM) KUBE_VERSION=$(KUBE_VERSION) KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) \
 	  $(GO) test -count=1 -tags integration -run TestAPIServer ./test/chart/...
 
-.PHONY: test-certs-integration
-test-certs-integration: envtest-assets ## Self-managed webhook certificates against envtest: bootstrap, serving-cert and CA renewal reach Secret, caBundle and cert dir.
+.PHONY: test-integration-certs
+test-integration-certs: envtest-assets ## Self-managed webhook certificates against envtest: bootstrap, serving-cert and CA renewal reach Secret, caBundle and cert dir.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -tags integration ./webhook/certs/...
 
-TEST_TARGETS += verify-manifests chart-lint test-chart test-chart-apiserver test-certs-integration
+# Integration targets are named test-integration-<area>; the old names stay
+# as aliases.
+.PHONY: test-chart-apiserver
+test-chart-apiserver: # deprecated name, kept for scripts
+	@echo "make test-chart-apiserver is deprecated: it is make test-integration-chart now" >&2
+	@$(MAKE) --no-print-directory test-integration-chart
+
+.PHONY: test-certs-integration
+test-certs-integration: # deprecated name, kept for scripts
+	@echo "make test-certs-integration is deprecated: it is make test-integration-certs now" >&2
+	@$(MAKE) --no-print-directory test-integration-certs
+
+TEST_TARGETS += verify-manifests chart-lint test-chart test-integration-chart test-integration-certs

@@ -14,8 +14,8 @@ cni-ref-plugins: ## Install Debian's reference CNI plugins and iproute2 if missi
 	@for f in $(CNI_REF_PLUGINS); do test -x $$f || missing=1; done; command -v ip >/dev/null || missing=1; \
 	if [ -n "$${missing:-}" ]; then apt-get update -qq && apt-get install -y -qq containernetworking-plugins iproute2; fi
 
-.PHONY: test-cni-integration
-test-cni-integration: cni-ref-plugins ## ibkube-cni ADD/CHECK/DEL via libcni in real netns with Debian's macvlan/host-device (root).
+.PHONY: test-integration-cni
+test-integration-cni: cni-ref-plugins ## ibkube-cni ADD/CHECK/DEL via libcni in real netns with Debian's macvlan/host-device (root).
 	$(GO) test -count=1 -tags cni_integration ./test/integration/cni/...
 
 .PHONY: bench-cni
@@ -23,4 +23,9 @@ bench-cni: ## Benchmark the Multus annotation merge (reports only).
 	$(GO) test -run '^$$' -bench . -benchmem ./webhook/multus
 
 BENCH_TARGETS += bench-cni
-TEST_TARGETS += test-cni-integration
+.PHONY: test-cni-integration
+test-cni-integration: # deprecated name, kept for scripts
+	@echo "make test-cni-integration is deprecated: it is make test-integration-cni now" >&2
+	@$(MAKE) --no-print-directory test-integration-cni
+
+TEST_TARGETS += test-integration-cni

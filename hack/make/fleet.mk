@@ -2,6 +2,8 @@
 # real control plane of the e2e, each node with an ibkube agent's API side
 # running for real. See docs/fleet.md.
 
+##@ Fleet (simulated GPU nodes under KWOK)
+
 KWOK_VERSION := $(call mod_version,kwok,sigs.k8s.io/kwok)
 KWOK         := $(BIN)/kwok
 

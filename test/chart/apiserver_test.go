@@ -44,7 +44,7 @@ func startAPIServer(t *testing.T) *rest.Config {
 // Multus, cert-manager or the Prometheus operator).
 func startEnv(t *testing.T, crdDirs ...string) (*rest.Config, *envtest.Environment) {
 	t.Helper()
-	return testenv.Start(t, "test-chart-apiserver", crdDirs...)
+	return testenv.Start(t, "test-integration-chart", crdDirs...)
 }
 
 // cluster holds the clients the tests apply rendered objects with.

@@ -67,7 +67,7 @@ func TestAPIServerDRADeviceClasses(t *testing.T) {
 func TestAPIServerHelmInstallWithoutDRA(t *testing.T) {
 	env := &envtest.Environment{}
 	env.ControlPlane.GetAPIServer().Configure().Append("runtime-config", "resource.k8s.io/v1=false")
-	cfg := testenv.StartEnv(t, "test-chart-apiserver", env)
+	cfg := testenv.StartEnv(t, "test-integration-chart", env)
 	cs := testenv.Clientset(t, cfg)
 	groups, err := cs.Discovery().ServerGroups()
 	if err != nil {

@@ -43,7 +43,7 @@ const (
 // to expiry (same CA, caBundle unchanged), and renewal of an expiring CA
 // (new caBundle, new serving certificate), each reaching the cert dir.
 func TestSelfManagedCertificates(t *testing.T) {
-	cfg, _ := testenv.Start(t, "test-certs-integration")
+	cfg, _ := testenv.Start(t, "test-integration-certs")
 	log := testr.New(t)
 	ctrllog.SetLogger(log)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

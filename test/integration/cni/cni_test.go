@@ -55,7 +55,7 @@ func run(t *testing.T, args ...string) string {
 func setup(t *testing.T) *env {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Fatal("the CNI integration test needs root (network namespaces, links); run it with make test-cni-integration as root")
+		t.Fatal("the CNI integration test needs root (network namespaces, links); run it with make test-integration-cni as root")
 	}
 	refDir := ""
 	for _, d := range refPluginDirs {
