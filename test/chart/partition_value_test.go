@@ -82,29 +82,7 @@ func readNodeLabelFormat(t *testing.T) nodeLabelFormat {
 func TestNodeLabelPolicyPartitionFormat(t *testing.T) {
 	t.Parallel()
 	f := readNodeLabelFormat(t)
-	env, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Env(environment.StoredExpressions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err = env.Extend(cel.Variable("variables", cel.MapType(cel.StringType, cel.DynType)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eval := func(expr string, vars map[string]any) any {
-		ast, iss := env.Compile(expr)
-		if iss.Err() != nil {
-			t.Fatalf("compile %s: %v", expr, iss.Err())
-		}
-		prg, err := env.Program(ast)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, _, err := prg.Eval(map[string]any{"variables": vars})
-		if err != nil {
-			t.Fatalf("eval %s: %v", expr, err)
-		}
-		return out.Value()
-	}
+	eval := celEval(t)
 	const island = "oci.oraclecloud.com/rdma.hpc_island_id"
 	for _, tc := range []struct {
 		value, from string // value "-": the label removed
@@ -146,5 +124,34 @@ func TestNodeLabelPolicyPartitionFormat(t *testing.T) {
 				t.Errorf("value %q (partitionLabelFrom %q): message %s, want it to name the value and what is accepted", tc.value, tc.from, strconv.Quote(msg))
 			}
 		}
+	}
+}
+
+// celEval compiles and runs an expression in the API server's CEL
+// environment for stored expressions, with variables bound as a map.
+func celEval(t *testing.T) func(expr string, vars map[string]any) any {
+	t.Helper()
+	env, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Env(environment.StoredExpressions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err = env.Extend(cel.Variable("variables", cel.MapType(cel.StringType, cel.DynType)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(expr string, vars map[string]any) any {
+		ast, iss := env.Compile(expr)
+		if iss.Err() != nil {
+			t.Fatalf("compile %s: %v", expr, iss.Err())
+		}
+		prg, err := env.Program(ast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := prg.Eval(map[string]any{"variables": vars})
+		if err != nil {
+			t.Fatalf("eval %s: %v", expr, err)
+		}
+		return out.Value()
 	}
 }

@@ -39,6 +39,67 @@ func TestSchedulerDecoy(t *testing.T) {
 	if sched == "" {
 		t.Skip("$KUBE_SCHEDULER is not set: make kube-scheduler builds _output/bin/k8s/kube-scheduler")
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cs := startScheduler(ctx, t, sched)
+	job := map[string]string{contract.JobLabelBatch: "train", contract.JobUIDLabelBatch: "uid-train", contract.JobUIDLabelBatchLegacy: "uid-train"}
+	nameOnly := func(l map[string]string) *corev1.PodAffinityTerm {
+		term := jobAffinityTerm(l)
+		term.MatchLabelKeys = nil
+		return term
+	}
+	for _, tc := range []struct {
+		ns       string
+		term     func(map[string]string) *corev1.PodAffinityTerm
+		protects bool
+	}{
+		{"uid", jobAffinityTerm, true},
+		{"name-only", nameOnly, false},
+	} {
+		node := splitRank(ctx, t, cs, tc.ns+"-split", job, tc.term(job))
+		t.Logf("%s term, split: rank 1 -> %q", tc.ns, node)
+		if split := node != ""; split == tc.protects {
+			t.Errorf("%s term: rank 1 placed on %q with rank 0 on a-0, its partition full and a decoy on b-0; want %s", tc.ns, node,
+				map[bool]string{true: "Pending (never split)", false: "split onto b (the control)"}[tc.protects])
+		}
+		node = starveRank(ctx, t, cs, tc.ns+"-starve", job, tc.term(job))
+		t.Logf("%s term, starve: rank 0 -> %q", tc.ns, node)
+		if started := node != ""; started != tc.protects {
+			t.Errorf("%s term: rank 0 placed on %q with a decoy on full partition b and a free; want %s", tc.ns, node,
+				map[bool]string{true: "a node of a", false: "Pending behind the decoy (the control)"}[tc.protects])
+		}
+	}
+}
+
+// splitRank places rank 0 on a-0, fills a-1, puts the decoy on b-0, and
+// returns where rank 1 goes ("" for Pending).
+func splitRank(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string, job map[string]string, term *corev1.PodAffinityTerm) string {
+	t.Helper()
+	mkNamespace(ctx, t, cs, ns)
+	defer cleanup(ctx, t, cs, ns)
+	create(ctx, t, cs, rdmaPod(ns, "rank-0", job, term, "a-0"))
+	create(ctx, t, cs, rdmaPod(ns, "filler-a", nil, nil, "a-1"))
+	create(ctx, t, cs, decoy(ns, "b-0"))
+	return placement(ctx, t, cs, create(ctx, t, cs, rdmaPod(ns, "rank-1", job, term, "")))
+}
+
+// starveRank puts the decoy on b-0 and fills b, and returns where rank 0
+// goes ("" for Pending).
+func starveRank(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string, job map[string]string, term *corev1.PodAffinityTerm) string {
+	t.Helper()
+	mkNamespace(ctx, t, cs, ns)
+	defer cleanup(ctx, t, cs, ns)
+	create(ctx, t, cs, decoy(ns, "b-0"))
+	create(ctx, t, cs, rdmaPod(ns, "filler-b0", nil, nil, "b-0"))
+	create(ctx, t, cs, rdmaPod(ns, "filler-b1", nil, nil, "b-1"))
+	return placement(ctx, t, cs, create(ctx, t, cs, rdmaPod(ns, "rank-0", job, term, "")))
+}
+
+// startScheduler runs kube-apiserver (envtest) and the kube-scheduler
+// binary sched against it, with four nodes on two partitions (a: 0x8014,
+// b: 0x800b), one rdma/ib each, and returns once the scheduler has them.
+func startScheduler(ctx context.Context, t *testing.T, sched string) kubernetes.Interface {
+	t.Helper()
 	env := &envtest.Environment{}
 	cfg := testenv.StartEnv(t, "envtest-assets", env)
 	cs := kubernetes.NewForConfigOrDie(cfg)
@@ -54,14 +115,12 @@ func TestSchedulerDecoy(t *testing.T) {
 	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	cmd := exec.CommandContext(ctx, sched, "--kubeconfig="+path, "--leader-elect=false", "--secure-port=0", "-v=0")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 
 	for i, n := range []string{"a-0", "a-1", "b-0", "b-1"} {
 		addNode(ctx, t, cs, n, []string{"0x8014", "0x800b"}[i/2])
@@ -83,49 +142,7 @@ func TestSchedulerDecoy(t *testing.T) {
 		}
 	}
 	cleanup(ctx, t, cs, "probe")
-	job := map[string]string{contract.JobLabelBatch: "train", contract.JobUIDLabelBatch: "uid-train", contract.JobUIDLabelBatchLegacy: "uid-train"}
-	nameOnly := func(l map[string]string) *corev1.PodAffinityTerm {
-		term := jobAffinityTerm(l)
-		term.MatchLabelKeys = nil
-		return term
-	}
-	for _, tc := range []struct {
-		ns       string
-		term     func(map[string]string) *corev1.PodAffinityTerm
-		protects bool
-	}{
-		{"uid", jobAffinityTerm, true},
-		{"name-only", nameOnly, false},
-	} {
-		mkNamespace(ctx, t, cs, tc.ns+"-split")
-		mkNamespace(ctx, t, cs, tc.ns+"-starve")
-
-		// split: rank 0 on a-0, a-1 full, the decoy on b-0.
-		ns := tc.ns + "-split"
-		create(ctx, t, cs, rdmaPod(ns, "rank-0", job, tc.term(job), "a-0"))
-		create(ctx, t, cs, rdmaPod(ns, "filler-a", nil, nil, "a-1"))
-		create(ctx, t, cs, decoy(ns, "b-0"))
-		node := placement(ctx, t, cs, create(ctx, t, cs, rdmaPod(ns, "rank-1", job, tc.term(job), "")))
-		t.Logf("%s term, split: rank 1 -> %q", tc.ns, node)
-		if split := node != ""; split == tc.protects {
-			t.Errorf("%s term: rank 1 placed on %q with rank 0 on a-0, its partition full and a decoy on b-0; want %s", tc.ns, node,
-				map[bool]string{true: "Pending (never split)", false: "split onto b (the control)"}[tc.protects])
-		}
-		cleanup(ctx, t, cs, ns)
-
-		// starve: the decoy on b-0 first, b full.
-		ns = tc.ns + "-starve"
-		create(ctx, t, cs, decoy(ns, "b-0"))
-		create(ctx, t, cs, rdmaPod(ns, "filler-b0", nil, nil, "b-0"))
-		create(ctx, t, cs, rdmaPod(ns, "filler-b1", nil, nil, "b-1"))
-		node = placement(ctx, t, cs, create(ctx, t, cs, rdmaPod(ns, "rank-0", job, tc.term(job), "")))
-		t.Logf("%s term, starve: rank 0 -> %q", tc.ns, node)
-		if started := node != ""; started != tc.protects {
-			t.Errorf("%s term: rank 0 placed on %q with a decoy on full partition b and a free; want %s", tc.ns, node,
-				map[bool]string{true: "a node of a", false: "Pending behind the decoy (the control)"}[tc.protects])
-		}
-		cleanup(ctx, t, cs, ns)
-	}
+	return cs
 }
 
 func addNode(ctx context.Context, t *testing.T, cs kubernetes.Interface, name, partition string) {
