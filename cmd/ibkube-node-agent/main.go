@@ -93,8 +93,11 @@ func addMemlockPlugin(a *agent.Agent, opts options, cluster *api, log logr.Logge
 	if opts.ncclRankConf {
 		cfg.RankConfDir = filepath.Join(opts.stateDir, "nccl-ranks")
 		if opts.containerd.address != "" {
+			// The chart drops CAP_SYS_ADMIN, which hides overlayfs's opaque
+			// marks; reading such directories as merged keeps the common
+			// image (/etc touched in several layers) on its passwd home.
 			cfg.Image = imagefs.Containerd{Address: opts.containerd.address, Namespace: opts.containerd.namespace,
-				Snapshotters: strings.Split(opts.containerd.snapshotters, ",")}
+				Snapshotters: strings.Split(opts.containerd.snapshotters, ","), MergeHidden: true}
 		}
 	}
 	var events nri.EventSink

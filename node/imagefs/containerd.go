@@ -27,6 +27,8 @@ type Containerd struct {
 	// Snapshotters are tried in order (containerd's CRI default is
 	// "overlayfs"; a runtime handler may name another).
 	Snapshotters []string
+	// MergeHidden: see Union.MergeHidden.
+	MergeHidden bool
 }
 
 // Defaults for Containerd.
@@ -65,7 +67,9 @@ func (c Containerd) Union(ctx context.Context, id string) (Union, error) {
 		if err != nil {
 			return Union{}, fmt.Errorf("snapshot %s of snapshotter %s at %s: %w", id, sn, c.Address, err)
 		}
-		return UnionOf(resp.GetMounts())
+		u, err := UnionOf(resp.GetMounts())
+		u.MergeHidden = c.MergeHidden
+		return u, err
 	}
 	return Union{}, fmt.Errorf("no snapshot %s in containerd's snapshotters %s", id, strings.Join(tried, ", "))
 }

@@ -162,3 +162,38 @@ func TestUnionXattrWhiteouts(t *testing.T) {
 		t.Errorf("empty file without the whiteout mark: ReadFile = %q, %v; want it empty", b, err)
 	}
 }
+
+// TestUnionMergeHiddenWithoutCapSysAdmin: the agent's setting. Without
+// CAP_SYS_ADMIN a directory's hidden mark reads as merged, so /etc touched
+// in a later layer keeps the lower layer's passwd (the common image), and
+// the one case it cannot tell (an opaque /etc above) reads the lower passwd
+// too; with the capability every mark is honoured.
+func TestUnionMergeHiddenWithoutCapSysAdmin(t *testing.T) {
+	if os.Geteuid() != 0 || !trustedXattrsVisible() {
+		t.Skip("setting trusted.* xattrs and dropping CAP_SYS_ADMIN need root with it")
+	}
+	t.Parallel()
+	lower := layer(t, map[string]string{"etc/passwd": "lower's passwd"})
+	plain := layer(t, map[string]string{"etc/group": "g"})
+	opaque := markedLayer(t, map[string]string{"etc/group": "g"}, map[string][2]string{"etc": {"trusted.overlay.opaque", "y"}})
+	const found = "lower's passwd"
+	for _, tc := range []struct {
+		name                       string
+		layers                     []string
+		privileged                 error
+		wantPrivileged, wantHidden string
+	}{
+		{name: "a plain /etc above the passwd's layer merges", layers: []string{plain, lower}, wantPrivileged: found, wantHidden: found},
+		{name: "an opaque /etc is honoured only where its mark can be read", layers: []string{opaque, lower}, privileged: ErrNotExist, wantHidden: found},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			u := Union{Layers: tc.layers, MergeHidden: true}
+			read := func() ([]byte, error) { return u.ReadFile(context.Background(), "/etc/passwd", 1024) }
+			got, err := read()
+			checkRead(t, "with CAP_SYS_ADMIN", got, err, tc.privileged, tc.wantPrivileged)
+			got, err = withoutCapSysAdmin(t, read)
+			checkRead(t, "without CAP_SYS_ADMIN", got, err, nil, tc.wantHidden)
+		})
+	}
+}

@@ -59,6 +59,13 @@ type Union struct {
 	// from user.overlay.* (mount option userxattr, rootless runtimes),
 	// which any reader sees, instead of trusted.overlay.*.
 	UserXattr bool
+	// MergeHidden treats a directory whose opaque mark this process cannot
+	// read (trusted.overlay.* without CAP_SYS_ADMIN) as merged, as overlayfs
+	// does for every directory that carries no mark, instead of failing
+	// with ErrOpacityUnknown. A later layer that touches /etc (apt-get after
+	// useradd) leaves /etc in several layers, and only an image that replaced
+	// the directory wholesale reads differently.
+	MergeHidden bool
 }
 
 // ReadFile reads name (an absolute path in the image) within max bytes.

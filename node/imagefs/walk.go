@@ -49,7 +49,7 @@ func newWalk(ctx context.Context, u Union) (*walk, error) {
 	if u.UserXattr {
 		w.marks = "user.overlay."
 	}
-	w.visible = u.UserXattr || trustedXattrsVisible()
+	w.visible = u.UserXattr || u.MergeHidden || trustedXattrsVisible()
 	root := level{root: true}
 	for i, l := range u.Layers {
 		fd, err := unix.Open(l, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
