@@ -3,6 +3,8 @@ package dra
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -599,5 +601,21 @@ func TestAllocatorSplitPools(t *testing.T) {
 	}
 	if a := s.allocate(extendedClaim("eighth", contract.DeviceClassIB, 1)); a != nil {
 		t.Errorf("rdma/ib: 1 got %v while the seven exclusive HCAs are held", s.hcasOf(a))
+	}
+}
+
+// TestRetiredAttributesDocumented: docs/dra.md's table of retired
+// attributes names each one contract.DRARetiredAttributes lists.
+func TestRetiredAttributesDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "dra.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(doc), "### Retired attributes")
+	for _, r := range contract.DRARetiredAttributes() {
+		if !strings.Contains(table, "| `"+r.Name+"` |") {
+			t.Errorf("docs/dra.md's retired attributes have no row for %s", r.Name)
+		}
 	}
 }
