@@ -39,13 +39,12 @@ func TestCoreFunctionsStaySmall(t *testing.T) {
 			if strings.HasSuffix(f, "_test.go") {
 				continue
 			}
-			fset := token.NewFileSet()
-			af, err := parser.ParseFile(fset, f, nil, 0)
+			msgs, err := oversizeFile(f)
 			if err != nil {
 				t.Fatal(err)
 			}
 			rel, _ := filepath.Rel(root, f)
-			for _, msg := range oversize(fset, af) {
+			for _, msg := range msgs {
 				t.Errorf("%s: %s", filepath.ToSlash(rel), msg)
 			}
 		}
@@ -79,6 +78,17 @@ func TestOversizeCatches(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("oversize =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// oversizeFile parses the Go file at path and reports its functions over
+// either limit.
+func oversizeFile(path string) ([]string, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	return oversize(fset, f), nil
 }
 
 // oversize reports the functions of f over either limit.
