@@ -177,6 +177,9 @@ func allocatorRows(b *testing.B) []allocRow {
 				allocRow{fmt.Sprintf("%s-%dk-shares-split-pools", c.name, n/1000), c.claim, sharesCases(newScheduler(b, newHost(b, fixture.NDv5, splitPools())), n)})
 		}
 	}
+	// A node whose shared device has sharers finds it by a map lookup
+	// instead of walking the cluster's shares.
+	rows = append(rows, allocRow{"shared1-30-sharers-10k-shares-split-pools", shared1, sharesCases(busy(newScheduler(b, newHost(b, fixture.NDv5, splitPools()))), 10000)})
 	return rows
 }
 
