@@ -176,19 +176,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.resolveProfile(ctx)
 
 	a.rescan(ctx, "start")
-	srv := a.cfg.Server
-	if srv == nil {
-		var specs []deviceplugin.Spec
-		for _, p := range a.Model().Pools {
-			specs = append(specs, deviceplugin.Spec{Resource: p.Resource, Exclusive: p.Exclusive(), Pool: p})
-		}
-		srv = devicePlugins{deviceplugin.NewManager(deviceplugin.Options{
-			SocketDir: a.cfg.KubeletSocketDir, Logger: a.log.WithName("server"), Observer: a.metrics,
-			Holds: a.cfg.SharedHolds, Grants: a.cfg.SlotGrants, HoldsPeriod: a.cfg.Agent.RescanPeriod.Duration,
-		}, specs)}
-	} else {
-		srv.Update(a.Model())
-	}
+	srv := a.server()
 
 	hints, err := a.cfg.Scanner.Watch(ctx)
 	if err != nil {
@@ -206,34 +194,71 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	a.launchServers(srv, launch)
+	a.serving.Store(true)
+	a.readyWhenPublished(ctx, srv, launch)
+
+	runErr := a.rescanUntilDone(ctx, srv, hints, errs)
+	a.ready.Store(false)
+	a.serving.Store(false)
+	cancel()
+	wg.Wait()
+	return runErr
+}
+
+// server is the kubelet-facing server: the one configured (the DRA driver)
+// told the model found at start, or else one device plugin per pool.
+func (a *Agent) server() Server {
+	if srv := a.cfg.Server; srv != nil {
+		srv.Update(a.Model())
+		return srv
+	}
+	var specs []deviceplugin.Spec
+	for _, p := range a.Model().Pools {
+		specs = append(specs, deviceplugin.Spec{Resource: p.Resource, Exclusive: p.Exclusive(), Pool: p})
+	}
+	return devicePlugins{deviceplugin.NewManager(deviceplugin.Options{
+		SocketDir: a.cfg.KubeletSocketDir, Logger: a.log.WithName("server"), Observer: a.metrics,
+		Holds: a.cfg.SharedHolds, Grants: a.cfg.SlotGrants, HoldsPeriod: a.cfg.Agent.RescanPeriod.Duration,
+	}, specs)}
+}
+
+// launchServers starts, through launch, the kubelet-facing server, the
+// metrics and health servers that are asked for, and the added runnables.
+func (a *Agent) launchServers(srv Server, launch func(string, func(context.Context) error)) {
 	launch("kubelet server", srv.Run)
-	if lis, addr := a.cfg.MetricsListener, a.cfg.MetricsAddr; lis != nil || (addr != "" && addr != "0") {
+	if lis, addr := a.cfg.MetricsListener, a.cfg.MetricsAddr; listens(lis, addr) {
 		mux := http.NewServeMux()
 		// One collector's bad sample (a name from sysfs that is no valid
 		// label value) is logged and left out; the scrape keeps the rest.
 		mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 		launch("metrics server", func(ctx context.Context) error { return serveHTTP(ctx, lis, addr, mux) })
 	}
-	if lis, addr := a.cfg.HealthListener, a.cfg.HealthAddr; lis != nil || (addr != "" && addr != "0") {
+	if lis, addr := a.cfg.HealthListener, a.cfg.HealthAddr; listens(lis, addr) {
 		launch("health server", func(ctx context.Context) error { return serveHTTP(ctx, lis, addr, a.healthMux()) })
 	}
 	for i, r := range a.cfg.Runnables {
 		launch(fmt.Sprintf("runnable %d", i), r)
 	}
-	a.serving.Store(true)
-	a.readyWhenPublished(ctx, srv, launch)
+}
 
+// listens says whether a server is asked for: a listener handed in, or an
+// address other than "" and "0" (off).
+func listens(lis net.Listener, addr string) bool {
+	return lis != nil || (addr != "" && addr != "0")
+}
+
+// rescanUntilDone rescans on each change hint and every rescan period until
+// ctx ends (nil) or a launched server fails (its error).
+func (a *Agent) rescanUntilDone(ctx context.Context, srv Server, hints <-chan struct{}, errs <-chan error) error {
 	ticker := time.NewTicker(a.cfg.Agent.RescanPeriod.Duration)
 	defer ticker.Stop()
-	var runErr error
-loop:
 	for {
 		select {
 		case <-ctx.Done():
-			break loop
+			return nil
 		case err := <-errs:
-			runErr = err
-			break loop
+			return err
 		case _, ok := <-hints:
 			if !ok {
 				hints = nil
@@ -244,11 +269,6 @@ loop:
 			a.rescanAndUpdate(ctx, srv, "periodic")
 		}
 	}
-	a.ready.Store(false)
-	a.serving.Store(false)
-	cancel()
-	wg.Wait()
-	return runErr
 }
 
 // publishWaiter is a Server that can tell when what it serves is usable:
