@@ -213,6 +213,18 @@ func (m *Monitor) reportOverlaps(os []Overlap) {
 }
 
 func (m *Monitor) judge(ctx context.Context, now time.Time, holders []Holder) []IdleVerdict {
+	m.trackHolders(now, holders)
+	verdicts := m.cfg.Idle.Judge(now, holders, m.heldSince, m.history, m.optedOut)
+	if m.readIdlePods(ctx, verdicts) {
+		verdicts = m.cfg.Idle.Judge(now, holders, m.heldSince, m.history, m.optedOut)
+	}
+	m.warnIdle(verdicts)
+	return verdicts
+}
+
+// trackHolders notes when each holder was first seen and forgets what it
+// knew of the ones gone.
+func (m *Monitor) trackHolders(now time.Time, holders []Holder) {
 	present := map[string]bool{}
 	for _, h := range holders {
 		present[h.ID()] = true
@@ -228,10 +240,14 @@ func (m *Monitor) judge(ctx context.Context, now time.Time, holders []Holder) []
 			delete(m.pods, id)
 		}
 	}
-	verdicts := m.cfg.Idle.Judge(now, holders, m.heldSince, m.history, m.optedOut)
-	// The pod (opt-out annotation, UID) is read only for containers the
-	// rule finds idle, once per container's life: a Get per holder per
-	// reading from every node would load the API server for nothing.
+}
+
+// readIdlePods reads the pod (opt-out annotation, UID) only for containers
+// the rule finds idle, once per container's life: a Get per holder per
+// reading from every node would load the API server for nothing. It says
+// whether it read any, so that the verdicts are judged again with the
+// opt-outs.
+func (m *Monitor) readIdlePods(ctx context.Context, verdicts []IdleVerdict) bool {
 	asked := false
 	for _, v := range verdicts {
 		id := v.Holder.ID()
@@ -247,9 +263,12 @@ func (m *Monitor) judge(ctx context.Context, now time.Time, holders []Holder) []
 		m.optedOut[id] = p.Annotations[contract.AnnotationIdleWarning] == "false"
 		asked = true
 	}
-	if asked {
-		verdicts = m.cfg.Idle.Judge(now, holders, m.heldSince, m.history, m.optedOut)
-	}
+	return asked
+}
+
+// warnIdle logs and records an event once for each container found idle,
+// and forgets the warning once it is active again.
+func (m *Monitor) warnIdle(verdicts []IdleVerdict) {
 	for _, v := range verdicts {
 		id := v.Holder.ID()
 		if !v.Idle {
@@ -271,7 +290,6 @@ func (m *Monitor) judge(ctx context.Context, now time.Time, holders []Holder) []
 			m.cfg.Events.PodEvent(p, ReasonIdle, v.Why)
 		}
 	}
-	return verdicts
 }
 
 // Metric names the Monitor exports.

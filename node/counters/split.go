@@ -151,9 +151,21 @@ func (m *Monitor) checkSplits(ctx context.Context, now time.Time, holders []Hold
 	if m.cfg.Jobs == nil {
 		return
 	}
+	local, refs := m.localJobs(ctx, holders)
+	m.split.forgetGone(local)
+	nodes := map[string]string{}
+	for key, pods := range local {
+		m.checkJob(ctx, now, key, refs[key], pods, nodes)
+	}
+}
+
+// localJobs groups the pods holding devices here by job (namespace/selector
+// -> local pods), reading each pod's labels once in its life, and forgets
+// the pods gone.
+func (m *Monitor) localJobs(ctx context.Context, holders []Holder) (local map[string][]string, refs map[string]jobRef) {
 	w := &m.split
-	local := map[string][]string{} // job key -> local pods
-	refs := map[string]jobRef{}
+	local = map[string][]string{}
+	refs = map[string]jobRef{}
 	present := map[string]bool{}
 	for _, h := range holders {
 		id := h.Namespace + "/" + h.Pod
@@ -184,6 +196,11 @@ func (m *Monitor) checkSplits(ctx context.Context, now time.Time, holders []Hold
 			delete(w.told, id)
 		}
 	}
+	return local, refs
+}
+
+// forgetGone forgets the jobs with no local pod left.
+func (w *splitWatch) forgetGone(local map[string][]string) {
 	for key := range w.firstSeen {
 		if _, ok := local[key]; !ok {
 			delete(w.firstSeen, key)
@@ -191,37 +208,41 @@ func (m *Monitor) checkSplits(ctx context.Context, now time.Time, holders []Hold
 			delete(w.last, key)
 		}
 	}
-	nodes := map[string]string{}
-	for key, pods := range local {
-		if _, ok := w.firstSeen[key]; !ok {
-			w.firstSeen[key] = now
-		}
-		young := now.Sub(w.firstSeen[key]) < splitYoung
-		if c, ok := w.checked[key]; ok && !young && now.Sub(c) < splitSettledEvery {
+}
+
+// checkJob reads the partitions of the job key (its local pods are pods)
+// while it is young and every splitSettledEvery after, and tells each
+// local pod once about a split it has not been told of.
+func (m *Monitor) checkJob(ctx context.Context, now time.Time, key string, ref jobRef, pods []string, nodes map[string]string) {
+	w := &m.split
+	if _, ok := w.firstSeen[key]; !ok {
+		w.firstSeen[key] = now
+	}
+	young := now.Sub(w.firstSeen[key]) < splitYoung
+	if c, ok := w.checked[key]; ok && !young && now.Sub(c) < splitSettledEvery {
+		return
+	}
+	w.checked[key] = now
+	ns := strings.SplitN(key, "/", 2)[0]
+	s, err := m.jobSplit(ctx, ns, ref, nodes)
+	if err != nil {
+		m.log.V(1).Info("cannot check the job's partitions", "job", key, "error", err.Error())
+		return
+	}
+	w.last[key] = jobCount{namespace: ns, job: s.Job, partitions: len(s.Nodes)}
+	if len(s.Nodes) < 2 {
+		return
+	}
+	msg := s.Message()
+	for _, pod := range pods {
+		id := ns + "/" + pod
+		if w.told[id] == msg {
 			continue
 		}
-		w.checked[key] = now
-		ns := strings.SplitN(key, "/", 2)[0]
-		s, err := m.jobSplit(ctx, ns, refs[key], nodes)
-		if err != nil {
-			m.log.V(1).Info("cannot check the job's partitions", "job", key, "error", err.Error())
-			continue
-		}
-		w.last[key] = jobCount{namespace: ns, job: s.Job, partitions: len(s.Nodes)}
-		if len(s.Nodes) < 2 {
-			continue
-		}
-		msg := s.Message()
-		for _, pod := range pods {
-			id := ns + "/" + pod
-			if w.told[id] == msg {
-				continue
-			}
-			w.told[id] = msg
-			m.log.Info("job split across InfiniBand partitions", "pod", id, "job", s.Job, "partitions", s.Partitions())
-			if m.cfg.Events != nil {
-				m.cfg.Events.PodEvent(PodInfo{Namespace: ns, Name: pod}, ReasonJobSplit, msg)
-			}
+		w.told[id] = msg
+		m.log.Info("job split across InfiniBand partitions", "pod", id, "job", s.Job, "partitions", s.Partitions())
+		if m.cfg.Events != nil {
+			m.cfg.Events.PodEvent(PodInfo{Namespace: ns, Name: pod}, ReasonJobSplit, msg)
 		}
 	}
 }
