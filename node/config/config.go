@@ -201,43 +201,10 @@ func (c *AgentConfig) Validate() error {
 	}
 	seen := map[string]int{}
 	for i, p := range c.Pools {
-		f := fmt.Sprintf("pools[%d]", i)
-		switch {
-		case !resourceName.MatchString(p.ResourceName):
-			return fmt.Errorf("%s.resourceName: %q is not an extended resource name; accepted: <domain>/<name> such as rdma/ib", f, p.ResourceName)
-		case strings.HasSuffix(strings.SplitN(p.ResourceName, "/", 2)[0], "kubernetes.io"):
-			return fmt.Errorf("%s.resourceName: %q is in a reserved kubernetes.io domain; accepted: another domain such as rdma/ib", f, p.ResourceName)
-		}
-		if j, dup := seen[p.ResourceName]; dup {
-			return fmt.Errorf("%s.resourceName: %q is already used by pools[%d]; accepted: a name no other pool uses", f, p.ResourceName, j)
-		}
-		seen[p.ResourceName] = i
-		switch p.Mode {
-		case ModeShared:
-			if p.Slots < 1 || p.Slots > MaxSlots {
-				return fmt.Errorf("%s.slots: %d is out of range; accepted: 1 to %d", f, p.Slots, MaxSlots)
-			}
-		case ModeExclusive:
-			if p.Slots != 0 {
-				return fmt.Errorf("%s.slots: %d is not allowed in mode exclusive (one device per HCA); accepted: omit slots, or mode shared", f, p.Slots)
-			}
-		default:
-			return fmt.Errorf("%s.mode: %q is not a mode; accepted: %s, %s", f, p.Mode, ModeShared, ModeExclusive)
-		}
-		if err := p.Selector.Validate(f + ".selector"); err != nil {
+		if err := p.validate(fmt.Sprintf("pools[%d]", i), seen); err != nil {
 			return err
 		}
-		for j, d := range p.ManagementDevices {
-			field := fmt.Sprintf("%s.managementDevices[%d]", f, j)
-			if d != ManagementUmad && d != ManagementIssm {
-				return fmt.Errorf("%s: %q is not a management device; accepted: %s, %s (uverbs and rdma_cm are always given)", field, d, ManagementUmad, ManagementIssm)
-			}
-			for _, prev := range p.ManagementDevices[:j] {
-				if prev == d {
-					return fmt.Errorf("%s: %q is listed twice; accepted: each of %s, %s at most once", field, d, ManagementUmad, ManagementIssm)
-				}
-			}
-		}
+		seen[p.ResourceName] = i
 	}
 	if c.RescanPeriod.Duration < MinRescanPeriod {
 		return fmt.Errorf("rescanPeriod: %s is too short; accepted: %s or more", c.RescanPeriod.Duration, MinRescanPeriod)
@@ -245,6 +212,52 @@ func (c *AgentConfig) Validate() error {
 	if k := c.PartitionLabelFrom; k != "" {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 			return fmt.Errorf("partitionLabelFrom: %q is not a label key (%s); accepted: a Node label key such as kubernetes.azure.com/agentpool", k, strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}
+
+// validate checks one pool, named f in errors; seen maps the resource
+// names of the pools before it to their index.
+func (p Pool) validate(f string, seen map[string]int) error {
+	switch {
+	case !resourceName.MatchString(p.ResourceName):
+		return fmt.Errorf("%s.resourceName: %q is not an extended resource name; accepted: <domain>/<name> such as rdma/ib", f, p.ResourceName)
+	case strings.HasSuffix(strings.SplitN(p.ResourceName, "/", 2)[0], "kubernetes.io"):
+		return fmt.Errorf("%s.resourceName: %q is in a reserved kubernetes.io domain; accepted: another domain such as rdma/ib", f, p.ResourceName)
+	}
+	if j, dup := seen[p.ResourceName]; dup {
+		return fmt.Errorf("%s.resourceName: %q is already used by pools[%d]; accepted: a name no other pool uses", f, p.ResourceName, j)
+	}
+	switch p.Mode {
+	case ModeShared:
+		if p.Slots < 1 || p.Slots > MaxSlots {
+			return fmt.Errorf("%s.slots: %d is out of range; accepted: 1 to %d", f, p.Slots, MaxSlots)
+		}
+	case ModeExclusive:
+		if p.Slots != 0 {
+			return fmt.Errorf("%s.slots: %d is not allowed in mode exclusive (one device per HCA); accepted: omit slots, or mode shared", f, p.Slots)
+		}
+	default:
+		return fmt.Errorf("%s.mode: %q is not a mode; accepted: %s, %s", f, p.Mode, ModeShared, ModeExclusive)
+	}
+	if err := p.Selector.Validate(f + ".selector"); err != nil {
+		return err
+	}
+	return p.validateManagementDevices(f)
+}
+
+// validateManagementDevices accepts umad and issm, each at most once.
+func (p Pool) validateManagementDevices(f string) error {
+	for j, d := range p.ManagementDevices {
+		field := fmt.Sprintf("%s.managementDevices[%d]", f, j)
+		if d != ManagementUmad && d != ManagementIssm {
+			return fmt.Errorf("%s: %q is not a management device; accepted: %s, %s (uverbs and rdma_cm are always given)", field, d, ManagementUmad, ManagementIssm)
+		}
+		for _, prev := range p.ManagementDevices[:j] {
+			if prev == d {
+				return fmt.Errorf("%s: %q is listed twice; accepted: each of %s, %s at most once", field, d, ManagementUmad, ManagementIssm)
+			}
 		}
 	}
 	return nil
