@@ -40,7 +40,13 @@ APISERVER_EXTRA=()
 CONTROLLER_MANAGER_EXTRA=(--kube-api-qps=1000 --kube-api-burst=2000)
 # make fleet FLEET_PROFILE=1: the harness profiles the API server during the
 # admission bursts through its /debug/pprof (off otherwise, as in the e2e).
-if [[ -n "${FLEET_PROFILE:-}" ]]; then APISERVER_PROFILING=true; fi
+# The scheduler's too, on its secure port at the API server's address so
+# the harness outside the namespace reaches it (its bursts' profiles).
+SCHEDULER_SERVING=(--bind-address=127.0.0.1 --profiling=false)
+if [[ -n "${FLEET_PROFILE:-}" ]]; then
+	APISERVER_PROFILING=true
+	SCHEDULER_SERVING=(--bind-address="$API_IP" --profiling=true)
+fi
 # The nodes' Lease duration, 40 s as a kubelet's, renewed every quarter of
 # it. FLEET_LEASE_SECONDS=200 slows the heartbeats fivefold (and the node
 # lifecycle controller's grace with them) for a fleet whose 500 renewals a
@@ -135,7 +141,7 @@ up() {
 	stop_pid kube-scheduler
 	start kube-scheduler "$NETNS" - "$K8S_BIN/kube-scheduler" --config="$CONF/scheduler.yaml" \
 		--authentication-kubeconfig="$KUBECONFIG_ADMIN" --authorization-kubeconfig="$KUBECONFIG_ADMIN" \
-		--bind-address=127.0.0.1 --profiling=false --v=2
+		"${SCHEDULER_SERVING[@]}" --v=2
 	start kwok "$NETNS" - "$KWOK" --kubeconfig="$KUBECONFIG_ADMIN" --config="$CONF/kwok.yaml" \
 		--manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
 		--cidr=198.19.0.0/16 --node-ip=198.18.16.20 --server-address=127.0.0.1:10247

@@ -5,6 +5,7 @@ package fleet
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,8 +60,14 @@ func TestFleet(t *testing.T) {
 		f.measureSteady, func(t *testing.T) { f.measureStorage(t, "agents") },
 		f.surgeCheck, f.throughput, f.flapStorm, f.rollout, f.admission,
 	}
+	if s.draFair {
+		phases = slices.Insert(phases, 4, f.draFair) // after throughput
+	}
 	if s.startupOnly {
 		phases = phases[:2]
+	}
+	if s.draOnly {
+		phases = []func(*testing.T){f.throughput, f.draFair}
 	}
 	for _, phase := range phases {
 		f.report.APIServerRSSAfter = apiserverRSS(s.dir)

@@ -48,6 +48,10 @@ type settings struct {
 	// admissionOnly: the admission phase alone, without nodes or agents
 	// (FLEET_PHASES=admission): webhook against policy mode, in minutes.
 	admissionOnly bool
+	// draOnly: nodes, agents, the throughput bursts and the fair DRA phase
+	// (FLEET_PHASES=dra); draFair: the fair DRA phase runs (every full
+	// run but the smoke's, whose fleet is too small to compare).
+	draOnly, draFair bool
 	// profile: a CPU profile of the API server during each admission
 	// burst, written beside the report (FLEET_PROFILE=1; fleet.sh then
 	// serves the API server's /debug/pprof).
@@ -88,12 +92,15 @@ func loadSettings(t *testing.T) settings {
 	}
 	switch v := get("FLEET_PHASES", "all"); v {
 	case "all":
+		s.draFair = !s.smoke
 	case "startup":
 		s.startupOnly = true
 	case "admission":
 		s.admissionOnly = true
+	case "dra":
+		s.draOnly, s.draFair = true, true
 	default:
-		t.Fatalf("FLEET_PHASES=%q: want all (the default), startup (nodes, agents, steady state, storage) or admission (the admission phase alone)", v)
+		t.Fatalf("FLEET_PHASES=%q: want all (the default), startup (nodes, agents, steady state, storage), admission (the admission phase alone) or dra (the throughput bursts and the fair DRA phase: reference driver, GPU slices, sharers)", v)
 	}
 	if v := os.Getenv("FLEET_FLAP"); v != "" {
 		if s.flap, err = time.ParseDuration(v); err != nil {

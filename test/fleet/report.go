@@ -36,7 +36,10 @@ type report struct {
 	Storage           []storage
 	// Surge: what the control plane did with a surging rollout of an
 	// agent-shaped DaemonSet.
-	Surge              surgeResult
+	Surge surgeResult
+	// DRAFair: DRA against a reference driver, and with sharers, on the
+	// same nodes in the same run (make fleet and FLEET_PHASES=dra).
+	DRAFair            draFairResult
 	APIServerRSSBefore int64
 	APIServerRSSAfter  int64
 }

@@ -1,0 +1,74 @@
+//go:build fleet
+
+package fleet
+
+import (
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+)
+
+// TestDRAFairShapes: the reference slice has the scheduler_perf shape (10
+// devices, 4 attributes) and the GPU slice 8 GPUs carrying the standard
+// PCIe attributes, one pool per node.
+func TestDRAFairShapes(t *testing.T) {
+	cases := []struct {
+		name    string
+		s       *resourceapi.ResourceSlice
+		driver  string
+		devices int
+		attrs   []resourceapi.QualifiedName
+	}{
+		{"reference", refSlice("n-1"), refDriver, 10, []resourceapi.QualifiedName{"model", "index", "healthy", "driverVersion"}},
+		{"gpu", gpuSlice("n-1"), gpuDriver, 8, []resourceapi.QualifiedName{
+			deviceattribute.StandardDeviceAttributePCIeRoot, deviceattribute.StandardDeviceAttributePCIBusID, "productName", "index"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := c.s.Spec
+			if s.Driver != c.driver || *s.NodeName != "n-1" || s.Pool.Name != "n-1" || s.Pool.ResourceSliceCount != 1 || len(s.Devices) != c.devices {
+				t.Fatalf("slice %s: driver %s node %s pool %+v, %d devices; want %s on n-1, one slice, %d devices", c.s.Name, s.Driver, *s.NodeName, s.Pool, len(s.Devices), c.driver, c.devices)
+			}
+			for _, d := range s.Devices {
+				if len(d.Attributes) != len(c.attrs) {
+					t.Errorf("%s has %d attributes, want %d", d.Name, len(d.Attributes), len(c.attrs))
+				}
+				for _, a := range c.attrs {
+					if _, ok := d.Attributes[a]; !ok {
+						t.Errorf("%s lacks %s", d.Name, a)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestDRAFairRatioAndPods(t *testing.T) {
+	tp := func(v float64) throughputResult { return throughputResult{PodsPerSecond: v} }
+	for _, c := range []struct {
+		a, b throughputResult
+		want float64
+	}{{tp(8), tp(10), 0.8}, {tp(0), tp(10), 0}, {tp(8), tp(0), 0}} {
+		if got := ratio(c.a, c.b); got != c.want {
+			t.Errorf("ratio(%v, %v) = %v, want %v", c.a.PodsPerSecond, c.b.PodsPerSecond, got, c.want)
+		}
+	}
+	if got := draFairPods(1000, 4000); got != 1000 {
+		t.Errorf("draFairPods(1000, 4000) = %d, want 1000", got)
+	}
+	if got := draFairPods(1000, 100); got != 60 {
+		t.Errorf("draFairPods(1000, 100) = %d, want 60 (room for the sharers' HCA per node)", got)
+	}
+}
+
+func TestSchedulerProfileURL(t *testing.T) {
+	got, err := schedulerProfileURL("https://198.18.16.10:6443", 10*time.Second)
+	if want := "https://198.18.16.10:10259/debug/pprof/profile?seconds=10"; err != nil || got != want {
+		t.Errorf("got %q, %v; want %q", got, err, want)
+	}
+	if _, err := schedulerProfileURL("://bad", time.Second); err == nil {
+		t.Error("a malformed API server address was accepted")
+	}
+}
