@@ -22,8 +22,8 @@ demo-offline: $(BIN)/ibkube ## Run `ibkube inject` on the bundled examples/ and 
 	@printf '\n\033[1m===== a refusal (typo in the mode) =====\033[0m\n'
 	@sed 's/rdma-shared/rdma-shard/' examples/pod-hb-mpi.yaml | $(BIN)/ibkube inject -f - && exit 1 || true
 
-.PHONY: test-affinity-scheduler
-test-affinity-scheduler: envtest-assets kube-scheduler ## The job affinity on the real kube-scheduler: a pod copying a job's name neither splits nor starves it.
+.PHONY: test-integration-affinity
+test-integration-affinity: envtest-assets kube-scheduler ## The job affinity on the real kube-scheduler: a pod copying a job's name neither splits nor starves it.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KUBE_SCHEDULER=$(KUBE_SCHEDULER) \
 	  $(GO) test -count=1 -tags integration -run '^TestSchedulerDecoy$$' -v ./webhook/mutate
-TEST_TARGETS += test-affinity-scheduler
+TEST_TARGETS += test-integration-affinity

@@ -37,7 +37,7 @@ import (
 func TestSchedulerDecoy(t *testing.T) {
 	sched := os.Getenv("KUBE_SCHEDULER")
 	if sched == "" {
-		t.Skip("$KUBE_SCHEDULER is not set: make kube-scheduler builds _output/bin/k8s/kube-scheduler")
+		t.Skip("$KUBE_SCHEDULER is not set: make test-integration-affinity builds kube-scheduler and runs this")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -101,7 +101,7 @@ func starveRank(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns s
 func startScheduler(ctx context.Context, t *testing.T, sched string) kubernetes.Interface {
 	t.Helper()
 	env := &envtest.Environment{}
-	cfg := testenv.StartEnv(t, "envtest-assets", env)
+	cfg := testenv.StartEnv(t, "test-integration-affinity", env)
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	user, err := env.AddUser(envtest.User{Name: "scheduler", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
