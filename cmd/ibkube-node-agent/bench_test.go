@@ -12,7 +12,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/ibkube/ibkube/hca/fixture"
-	"github.com/ibkube/ibkube/node/deviceplugin/kubeletstub"
+	"github.com/ibkube/ibkube/internal/testing/kubeletstub"
 )
 
 // BenchmarkAgentRSS builds the agent binary, runs it on the ND H100 v5

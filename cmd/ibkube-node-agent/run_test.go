@@ -14,7 +14,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/ibkube/ibkube/hca/fixture"
-	"github.com/ibkube/ibkube/node/deviceplugin/kubeletstub"
+	"github.com/ibkube/ibkube/internal/testing/kubeletstub"
 )
 
 // TestRunWithoutNRI runs the whole agent as main does: without the

@@ -49,7 +49,7 @@ func roomOrder(t *testing.T) map[string][]string {
 }
 
 // rank is pkg's place in its room's order: the listed package it is, or is
-// below (node/deviceplugin/kubeletstub ranks as node/deviceplugin).
+// below (node/dra/slice ranks as node/dra).
 func rank(order []string, pkg string) int {
 	return slices.IndexFunc(order, func(p string) bool { return pkg == p || strings.HasPrefix(pkg, p+"/") })
 }

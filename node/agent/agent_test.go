@@ -20,8 +20,8 @@ import (
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/internal/testing/kubeletstub"
 	"github.com/ibkube/ibkube/node/config"
-	"github.com/ibkube/ibkube/node/deviceplugin/kubeletstub"
 )
 
 // fakeScanner returns whatever node the test set and hints on demand.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/internal/testing/kubeletstub"
 	"github.com/ibkube/ibkube/node/config"
-	"github.com/ibkube/ibkube/node/deviceplugin/kubeletstub"
 )
 
 // runOnFixture runs a real agent (discovery on an ndv5 fixture) against a

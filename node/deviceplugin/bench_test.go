@@ -8,8 +8,8 @@ import (
 	"github.com/go-logr/logr"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/ibkube/ibkube/internal/testing/kubeletstub"
 	"github.com/ibkube/ibkube/node/config"
-	"github.com/ibkube/ibkube/node/deviceplugin/kubeletstub"
 	"github.com/ibkube/ibkube/node/resource"
 )
 

@@ -15,8 +15,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/internal/testing/kubeletstub"
 	"github.com/ibkube/ibkube/node/config"
-	"github.com/ibkube/ibkube/node/deviceplugin/kubeletstub"
 	"github.com/ibkube/ibkube/node/resource"
 )
 

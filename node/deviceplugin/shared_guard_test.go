@@ -11,9 +11,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/ibkube/ibkube/internal/testing/kubeletstub"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/counters"
-	"github.com/ibkube/ibkube/node/deviceplugin/kubeletstub"
 	"github.com/ibkube/ibkube/node/resource"
 )
 

@@ -17,8 +17,8 @@ import (
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/internal/testing/golden"
+	"github.com/ibkube/ibkube/internal/testing/kubeletstub"
 	"github.com/ibkube/ibkube/node/deviceplugin"
-	"github.com/ibkube/ibkube/node/deviceplugin/kubeletstub"
 )
 
 // host is the non-RDMA part of a fake node.
