@@ -196,9 +196,22 @@ type portKeys struct {
 }
 
 func portsPartition(hcas []HCA, only []string) Partition {
-	var ports []portKeys
-	var unreadable []string
-	ib := 0
+	ports, unreadable, ib := activePortKeys(hcas, only)
+	switch {
+	case ib == 0:
+		return Partition{State: PartitionNoInfiniBand}
+	case len(unreadable) > 0:
+		return Partition{State: PartitionUnreadable, Reason: "partition table unreadable on " + strings.Join(unreadable, "; ")}
+	case len(ports) == 0:
+		return Partition{State: PartitionNoActivePort, Reason: "no InfiniBand port is ACTIVE"}
+	}
+	return sharedPartition(ports)
+}
+
+// activePortKeys reads the keys of the ACTIVE InfiniBand ports of hcas
+// (those named in only, when only is not nil); it also names the ports
+// whose table could not be read and counts the InfiniBand ports in all.
+func activePortKeys(hcas []HCA, only []string) (ports []portKeys, unreadable []string, ib int) {
 	for _, h := range hcas {
 		if only != nil && !slices.Contains(only, h.Name) {
 			continue
@@ -220,14 +233,13 @@ func portsPartition(hcas []HCA, only []string) Partition {
 			ports = append(ports, portKeys{name: name, keys: p.TenantKeys(), defaultFull: full})
 		}
 	}
-	switch {
-	case ib == 0:
-		return Partition{State: PartitionNoInfiniBand}
-	case len(unreadable) > 0:
-		return Partition{State: PartitionUnreadable, Reason: "partition table unreadable on " + strings.Join(unreadable, "; ")}
-	case len(ports) == 0:
-		return Partition{State: PartitionNoActivePort, Reason: "no InfiniBand port is ACTIVE"}
-	}
+	return ports, unreadable, ib
+}
+
+// sharedPartition decides the partition of readable ports (at least one):
+// the default one when no port has a tenant key, else the tenant key they
+// all share.
+func sharedPartition(ports []portKeys) Partition {
 	var defaultOnly, limited []string
 	shared := ports[0].keys
 	for _, p := range ports {
