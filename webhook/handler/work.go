@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	kjson "sigs.k8s.io/json"
@@ -113,28 +114,29 @@ func (a *annotationHead) UnmarshalJSON(b []byte) error {
 	})
 }
 
-// relevant is mutate.Relevant of the whole annotations object. Above
-// mutate.MaxAnnotations (less the keys ibkube writes) only the known keys
-// decide, so only they are handed over; within it, the keys under
-// contract.Prefix decide, and the head holds them. (A forged object that
-// repeats a key counts it twice; the API server never sends one.)
+// relevant is mutate.Relevant of the whole annotations object, asked of
+// a stand-in that holds the same keys under contract.Prefix, the networks
+// key if there is one, and in place of the others as many placeholder keys
+// (no annotation key can hold a NUL), at most mutate.MaxAnnotations+1 of
+// them: the core's rule reads only these keys and how many annotations
+// there are, up to its bound. (A forged object that repeats a key counts it
+// twice; the API server never sends one.)
 func (a *annotationHead) relevant(ns mutate.Namespace) bool {
-	n := a.count
-	for _, k := range mutate.WrittenKeys() {
-		if _, ok := a.own[k]; ok || (k == multus.Annotation && a.networks) {
-			n--
-		}
+	others := a.count - len(a.own)
+	if a.networks {
+		others--
 	}
-	if n <= mutate.MaxAnnotations {
-		return mutate.Relevant(a.own, ns)
+	stand := make(map[string]string, len(a.own)+min(others, mutate.MaxAnnotations+1)+1)
+	for k, v := range a.own {
+		stand[k] = v
 	}
-	known := map[string]string{}
-	for _, k := range contract.KnownKeys() {
-		if v, ok := a.own[contract.Prefix+k]; ok {
-			known[contract.Prefix+k] = v
-		}
+	if a.networks {
+		stand[multus.Annotation] = ""
 	}
-	return mutate.Relevant(known, ns)
+	for i := range min(others, mutate.MaxAnnotations+1) {
+		stand["\x00"+strconv.Itoa(i)] = ""
+	}
+	return mutate.Relevant(stand, ns)
 }
 
 // ownKey is the JSON string key unquoted when it is under contract.Prefix
