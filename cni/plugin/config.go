@@ -146,6 +146,18 @@ func (c *NetConf) validate() error {
 				PluginType, c.Name, key, PluginType)
 		}
 	}
+	if err := c.validateParent(); err != nil {
+		return err
+	}
+	if _, err := c.request(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// validateParent checks how the parent HCA is chosen: link layer, policy,
+// index, netdev globs and selector.
+func (c *NetConf) validateParent() error {
 	switch c.Parent.LinkLayer {
 	case "", inventory.LinkLayerInfiniBand, inventory.LinkLayerEthernet:
 	default:
@@ -173,9 +185,6 @@ func (c *NetConf) validate() error {
 		if err := c.Parent.Selector.Validate("parent.selector"); err != nil {
 			return configErr("%s: network %q: %v", PluginType, c.Name, err)
 		}
-	}
-	if _, err := c.request(); err != nil {
-		return err
 	}
 	return nil
 }

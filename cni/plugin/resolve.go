@@ -127,45 +127,11 @@ func Resolve(node inventory.Node, p ParentConf, req Request) (Parent, error) {
 		return Parent{}, &ResolveError{Transient: true, Msg: fmt.Sprintf(
 			"no candidate parent interface on this node: %s", describeNode(node, p))}
 	}
-	policy := p.Policy
-	if policy == "" || policy == PolicyAuto {
-		switch {
-		case req.DeviceID != "":
-			policy = PolicyAllocated
-		case req.Index != nil:
-			policy = PolicyIndex
-		default:
-			policy = PolicyFirstActive
-		}
-	}
-	switch policy {
+	switch effectivePolicy(p.Policy, req) {
 	case PolicyAllocated:
-		if req.DeviceID == "" {
-			return Parent{}, &ResolveError{Msg: `parent.policy "allocated" needs the allocated device: ` +
-				`give the NetworkAttachmentDefinition the k8s.v1.cni.cncf.io/resourceName annotation ` +
-				`(e.g. rdma/ib) so Multus passes "deviceID", or set the "hca" CNI arg`}
-		}
-		for _, c := range cands {
-			if c.HCA == req.DeviceID || c.PCIAddress == req.DeviceID || c.Netdev == req.DeviceID {
-				return checkActive(c, p, fmt.Sprintf("allocated device %q", req.DeviceID))
-			}
-		}
-		return Parent{}, &ResolveError{Msg: fmt.Sprintf(
-			"allocated device %q has no candidate port on this node; candidates: %s",
-			req.DeviceID, describe(cands))}
+		return resolveAllocated(cands, p, req.DeviceID)
 	case PolicyIndex:
-		idx := p.Index
-		if req.Index != nil {
-			idx = req.Index
-		}
-		if idx == nil {
-			return Parent{}, &ResolveError{Msg: `parent.policy "index" needs parent.index or the "hcaIndex" CNI arg`}
-		}
-		if *idx < 0 || *idx >= len(cands) {
-			return Parent{}, &ResolveError{Msg: fmt.Sprintf(
-				"parent index %d is out of range: this node has %d candidate(s): %s", *idx, len(cands), describe(cands))}
-		}
-		return checkActive(cands[*idx], p, fmt.Sprintf("index %d", *idx))
+		return resolveIndex(cands, p, req)
 	case PolicyFirstActive:
 		for _, c := range cands {
 			if c.State == inventory.PortStateActive {
@@ -178,6 +144,57 @@ func Resolve(node inventory.Node, p ParentConf, req Request) (Parent, error) {
 		return Parent{}, &ResolveError{Msg: fmt.Sprintf("unknown parent.policy %q; accepted: %s",
 			p.Policy, strings.Join(policies, ", "))}
 	}
+}
+
+// effectivePolicy is policy, or for auto (and unset) what the request
+// carries: the allocated device, else an index, else the first active port.
+func effectivePolicy(policy string, req Request) string {
+	if policy != "" && policy != PolicyAuto {
+		return policy
+	}
+	switch {
+	case req.DeviceID != "":
+		return PolicyAllocated
+	case req.Index != nil:
+		return PolicyIndex
+	default:
+		return PolicyFirstActive
+	}
+}
+
+// resolveAllocated picks the candidate that is the allocated device (an
+// HCA name, a PCI address or a netdev).
+func resolveAllocated(cands []Parent, p ParentConf, deviceID string) (Parent, error) {
+	if deviceID == "" {
+		return Parent{}, &ResolveError{Msg: `parent.policy "allocated" needs the allocated device: ` +
+			`give the NetworkAttachmentDefinition the k8s.v1.cni.cncf.io/resourceName annotation ` +
+			`(e.g. rdma/ib) so Multus passes "deviceID", or set the "hca" CNI arg`}
+	}
+	for _, c := range cands {
+		if c.HCA == deviceID || c.PCIAddress == deviceID || c.Netdev == deviceID {
+			return checkActive(c, p, fmt.Sprintf("allocated device %q", deviceID))
+		}
+	}
+	return Parent{}, &ResolveError{Msg: fmt.Sprintf(
+		"allocated device %q has no candidate port on this node; candidates: %s",
+		deviceID, describe(cands))}
+}
+
+// resolveIndex picks the candidate at the request's index, else at
+// parent.index.
+func resolveIndex(cands []Parent, p ParentConf, req Request) (Parent, error) {
+	idx := p.Index
+	if req.Index != nil {
+		idx = req.Index
+	}
+	if idx == nil {
+		return Parent{}, &ResolveError{Msg: `parent.policy "index" needs parent.index or the "hcaIndex" CNI arg`}
+	}
+	if *idx < 0 || *idx >= len(cands) {
+		return Parent{}, &ResolveError{Msg: fmt.Sprintf(
+			"parent index %d is out of range: this node has %d candidate(s): %s", *idx, len(cands), describe(cands))}
+	}
+	return checkActive(cands[*idx], p, fmt.Sprintf("index %d", *idx))
 }
 
 func matchAny(globs []string, s string) bool {

@@ -31,7 +31,7 @@ var cores = []string{
 	"hca/discovery",
 	"hca/inventory",
 	"hca/selector",
-	"cni/install",
+	"cni/",
 	"nccl/machine",
 }
 
