@@ -49,6 +49,11 @@ const (
 // also applies to InfiniBand ports, and with UCX_IB_ROCE_SUBNETS it is an
 // error (openucx/ucx src/uct/ib/base/ib_iface.c).
 func Builtin() []Profile {
+	return append(azureProfiles(), ociProfiles()...)
+}
+
+// azureProfiles are the generic InfiniBand profile and Azure's machines.
+func azureProfiles() []Profile {
 	return []Profile{
 		{
 			Name:        GenericIB,
@@ -95,6 +100,12 @@ func Builtin() []Profile {
 			// (rc, dc, ud,shm,rc), so ibkube sets none; a site can define it in
 			// the config's profiles.
 		},
+	}
+}
+
+// ociProfiles are OCI's RoCE machines.
+func ociProfiles() []Profile {
+	return []Profile{
 		{
 			Name:              OCIH100RoCE,
 			Description:       "OCI BM.GPU.H100.8: 8 H100, 16 ConnectX-7 ports running RoCEv2 (2 per GPU)",

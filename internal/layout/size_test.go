@@ -32,7 +32,7 @@ var cores = []string{
 	"hca/inventory",
 	"hca/selector",
 	"cni/",
-	"nccl/machine",
+	"nccl/",
 }
 
 func TestCoreFunctionsStaySmall(t *testing.T) {
