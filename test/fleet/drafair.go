@@ -5,6 +5,7 @@ package fleet
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -48,6 +49,10 @@ type draFairResult struct {
 	// DRAOverReference and WithSharersOverWithout are pods/s ratios of
 	// the same run (0 when a side bound nothing).
 	DRAOverReference, WithSharersOverWithout float64
+	// SchedulerCPUPerPodMs: kube-scheduler's CPU time (user and system,
+	// /proc) from each burst's first create to its last binding, over
+	// the pods bound, by burst name.
+	SchedulerCPUPerPodMs map[string]float64
 	// SchedulerProfiles are the kube-scheduler CPU profiles of each burst
 	// (FLEET_PROFILE=1), relative to the run's directory.
 	SchedulerProfiles []string
@@ -133,15 +138,23 @@ func (f *fleet) draFair(t *testing.T) {
 	f.draFairSetup(t)
 	defer f.draFairTeardown(t)
 	w := workloads()[1] // dra-extended: rdma/ib: 1
-	res := draFairResult{Pods: draFairPods(f.s.pods, f.capacity(w))}
+	res := draFairResult{Pods: draFairPods(f.s.pods, f.capacity(w)), SchedulerCPUPerPodMs: map[string]float64{}}
 	defer func() { f.report.DRAFair = res }()
 	burst := func(name string, pod func(i int) *corev1.Pod) throughputResult {
 		stop := f.profileScheduler(t, "dra-fair-"+name)
+		cpu0, err0 := schedulerCPU(f.s.dir)
 		r := f.burst(t, workNS, res.Pods, pod)
+		cpu1, err1 := schedulerCPU(f.s.dir)
 		if p := stop(); p != "" {
 			res.SchedulerProfiles = append(res.SchedulerProfiles, p)
 		}
-		t.Logf("dra-fair %s: %d pods bound in %.1fs: %.1f pods/s (%d unschedulable at the end)", name, r.Pods, r.Seconds, r.PodsPerSecond, r.Unbound)
+		if bound := r.Pods - r.Unbound; err0 == nil && err1 == nil && bound > 0 {
+			res.SchedulerCPUPerPodMs[name] = float64(cpu1-cpu0) / float64(time.Millisecond) / float64(bound)
+		} else if err0 != nil || err1 != nil {
+			t.Logf("dra-fair %s: no scheduler CPU time: %v %v", name, err0, err1)
+		}
+		t.Logf("dra-fair %s: %d pods bound in %.1fs: %.1f pods/s (%d unschedulable at the end), scheduler CPU %.2f ms per pod",
+			name, r.Pods, r.Seconds, r.PodsPerSecond, r.Unbound, res.SchedulerCPUPerPodMs[name])
 		f.deletePods(t, workNS, "app=fleet")
 		return r
 	}

@@ -72,3 +72,25 @@ func TestSchedulerProfileURL(t *testing.T) {
 		t.Error("a malformed API server address was accepted")
 	}
 }
+
+// TestProcCPU: utime and stime (fields 14 and 15, proc(5)) of a
+// /proc/PID/stat line, also behind a command name holding a space and a
+// ')', which the parse must skip; lines cut short are errors.
+func TestProcCPU(t *testing.T) {
+	const tail = " S 1 1234 1234 0 -1 4194560 52345 0 12 0 4321 679 0 0 20 0 18 0 1000 1000000 10000 18446744073709551615"
+	for _, c := range []struct {
+		stat string
+		want time.Duration
+		ok   bool
+	}{
+		{"4242 (kube-scheduler)" + tail, 50 * time.Second, true},
+		{"4242 (odd) name)" + tail, 50 * time.Second, true},
+		{"4242 kube-scheduler S 1", 0, false},
+		{"4242 (kube-scheduler) S 1 2", 0, false},
+	} {
+		got, err := procCPU(c.stat)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("procCPU(%.30q) = %v, %v; want %v (ok %v)", c.stat, got, err, c.want, c.ok)
+		}
+	}
+}
