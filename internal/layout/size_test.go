@@ -29,6 +29,7 @@ var cores = []string{
 	"node/",
 	"cmd/",
 	"hca/discovery",
+	"hca/fixture",
 	"hca/inventory",
 	"hca/selector",
 	"cni/",
