@@ -53,15 +53,14 @@ var (
 // same for every pod.
 const MaxAnnotations = 256
 
-// Relevant reports whether ibkube looks at a pod at all: its namespace has a
-// default mode, it carries a known ibkube annotation, or (for a pod within
-// MaxAnnotations) any annotation under contract.Prefix. Only such pods are
-// refused for their size; a pod over MaxAnnotations with no known key is
-// left alone, unknown keys and all, as the policies must leave it.
+// Relevant reports whether ibkube looks at a pod at all: it carries a known
+// ibkube annotation, or (for a pod within MaxAnnotations) its namespace has
+// a default mode or it carries any annotation under contract.Prefix. Only
+// such pods are refused for their size. A pod over MaxAnnotations is
+// ibkube's by its own known keys only, as the policies can tell before
+// they see its namespace (a match condition has none): without one it is
+// left alone, unknown keys, namespace default and all.
 func Relevant(annotations map[string]string, ns Namespace) bool {
-	if _, ok := ns.Annotations[contract.AnnotationMode]; ok {
-		return true
-	}
 	for _, k := range contract.KnownKeys() {
 		if _, ok := annotations[contract.Prefix+k]; ok {
 			return true
@@ -69,6 +68,9 @@ func Relevant(annotations map[string]string, ns Namespace) bool {
 	}
 	if AnnotationCount(annotations) > MaxAnnotations {
 		return false
+	}
+	if _, ok := ns.Annotations[contract.AnnotationMode]; ok {
+		return true
 	}
 	for k := range annotations {
 		if strings.HasPrefix(k, contract.Prefix) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/memlockvalue"
 	"github.com/ibkube/ibkube/webhook/multus"
 	"github.com/ibkube/ibkube/webhook/mutate"
@@ -29,7 +30,7 @@ func sizeVariables() []variable {
 	size := func(v string) string { return "string(bytes(" + v + ").size())" }
 	accepted := lit(fmt.Sprintf(" bytes; accepted: at most %d bytes", mutate.MaxAnnotationBytes))
 	return []variable{
-		{"containerCount", "object.spec.containers.size() + object.spec.?initContainers.orValue([]).size() + object.spec.?ephemeralContainers.orValue([]).size()"},
+		{"containerCount", containerCount},
 		{"podOversized", over("variables.annos", mutate.BoundedPodKeys)},
 		{"nsOversized", over("variables.nsAnnos", mutate.BoundedNamespaceKeys)},
 		{"sizeRefusal", "!variables.relevant ? '' : " +
@@ -44,8 +45,39 @@ func sizeVariables() []variable {
 
 // annotationCount is mutate.AnnotationCount: the size of the pod's
 // annotations less the keys ibkube writes, looked up one by one.
-func annotationCount() string {
-	return "variables.annos.size() - " + list(mutate.WrittenKeys()...) + ".filter(k, k in variables.annos).size()"
+func annotationCount(annos string) string {
+	return annos + ".size() - " + list(mutate.WrittenKeys()...) + ".filter(k, k in " + annos + ").size()"
+}
+
+// relevance is mutate.Relevant over the pod's and the namespace's
+// annotation expressions and the annotation count expression: direct
+// lookups first, and the look at every key only within the annotation
+// count's bound, so no pod costs more to pass by than the lookups.
+func relevance(annos, nsAnnos, count string) string {
+	return ownKeyPresent(annos) + " || " + fmt.Sprintf("%s <= %d && (", count, mutate.MaxAnnotations) +
+		lit(contract.AnnotationMode) + " in " + nsAnnos + " || " + annos + ".exists(k, k.startsWith(" + lit(contract.Prefix) + ")))"
+}
+
+// ownKeyPresent tells whether annos holds a known ibkube key.
+func ownKeyPresent(annos string) string {
+	return list(prefixed(contract.KnownKeys())...) + ".exists(k, k in " + annos + ")"
+}
+
+// containerCount is the pod's containers of every kind.
+const containerCount = "object.spec.containers.size() + object.spec.?initContainers.orValue([]).size() + object.spec.?ephemeralContainers.orValue([]).size()"
+
+// matchBounded is the policies' match condition: a pod within the
+// annotation count's bound, or (refuse: for the validating policy, which
+// refuses it) over it with a known ibkube key. Match conditions read
+// neither variables nor the namespace, so it is written over the pod
+// itself; the pods it lets through are decided by relevance.
+func matchBounded(refuse bool) string {
+	annos := "object.metadata.?annotations.orValue({})"
+	within := fmt.Sprintf("(%s) <= %d", annotationCount(annos), mutate.MaxAnnotations)
+	if !refuse {
+		return within
+	}
+	return ownKeyPresent(annos) + " || " + within
 }
 
 // guarded is a splitting expression that yields [] once a size refusal

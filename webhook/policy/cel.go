@@ -120,12 +120,8 @@ func variables() []variable {
 		{"nsAnnos", "namespaceObject.metadata.?annotations.orValue({})"},
 		{"nsLabels", "namespaceObject.metadata.?labels.orValue({})"},
 		{"inits", "object.spec.?initContainers.orValue([])"},
-		{"annoCount", annotationCount()},
-		// relevant is mutate.Relevant: direct lookups first, and the look at
-		// every key only within the annotation count's bound, so no pod
-		// costs more to pass by than the lookups.
-		{"relevant", a(contract.AnnotationMode) + " in variables.nsAnnos || " + list(prefixed(known)...) + ".exists(k, k in variables.annos) || " +
-			fmt.Sprintf("variables.annoCount <= %d && ", mutate.MaxAnnotations) + "variables.annos.exists(k, k.startsWith(" + a(P) + "))"},
+		{"annoCount", annotationCount("variables.annos")},
+		{"relevant", relevance("variables.annos", "variables.nsAnnos", "variables.annoCount")},
 	}
 	v = append(v, sizeVariables()...)
 	v = append(v, []variable{

@@ -175,6 +175,16 @@ func celVariables() []admissionregistrationv1.Variable {
 	return out
 }
 
+// matchConditions keep the policies from running for a pod over the
+// annotation count's bound that they would neither change nor (refuse:
+// the validating policy) refuse: the API server would still encode the
+// pod, apply the empty patch and decode the result, which for a pod of
+// 40,000 annotation keys took seconds. The condition is decided by
+// lookups and a size.
+func matchConditions(refuse bool) []admissionregistrationv1.MatchCondition {
+	return []admissionregistrationv1.MatchCondition{{Name: "ibkube-bounded", Expression: matchBounded(refuse)}}
+}
+
 func paramKind() *admissionregistrationv1.ParamKind {
 	return &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"}
 }
@@ -188,6 +198,7 @@ func MutatingPolicy(name string) *admissionregistrationv1.MutatingAdmissionPolic
 		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
 			ParamKind:        paramKind(),
 			MatchConstraints: podRules(),
+			MatchConditions:  matchConditions(false),
 			Variables:        celVariables(),
 			Mutations: []admissionregistrationv1.Mutation{{
 				PatchType: admissionregistrationv1.PatchTypeJSONPatch,
@@ -209,6 +220,7 @@ func ValidatingPolicy(name string) *admissionregistrationv1.ValidatingAdmissionP
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			ParamKind:        paramKind(),
 			MatchConstraints: podRules(),
+			MatchConditions:  matchConditions(true),
 			Variables:        celVariables(),
 			Validations: []admissionregistrationv1.Validation{{
 				Expression:        refusal,
@@ -339,22 +351,26 @@ func ipoibElement(n multus.Network) (string, error) {
 // built-in profiles' parameters. The chart fills in names and the site's
 // settings from its values, as it does for the webhook's WebhookConfig.
 type chartData struct {
-	Variables     []admissionregistrationv1.Variable `json:"variables"`
-	Mutation      string                             `json:"mutation"`
-	Validation    admissionregistrationv1.Validation `json:"validation"`
-	Profiles      string                             `json:"profiles"`
-	ProfileParams map[string]string                  `json:"profileParams"`
+	MutatingMatchConditions   []admissionregistrationv1.MatchCondition `json:"mutatingMatchConditions"`
+	ValidatingMatchConditions []admissionregistrationv1.MatchCondition `json:"validatingMatchConditions"`
+	Variables                 []admissionregistrationv1.Variable       `json:"variables"`
+	Mutation                  string                                   `json:"mutation"`
+	Validation                admissionregistrationv1.Validation       `json:"validation"`
+	Profiles                  string                                   `json:"profiles"`
+	ProfileParams             map[string]string                        `json:"profileParams"`
 }
 
 // ChartData renders charts/ibkube/files/admission-policy.yaml.
 func ChartData() ([]byte, error) {
 	cfg := config.Default()
 	d := chartData{
-		Variables:     celVariables(),
-		Mutation:      mutation(),
-		Validation:    ValidatingPolicy("x").Spec.Validations[0],
-		Profiles:      strings.Join(cfg.ProfileNames(), ", "),
-		ProfileParams: map[string]string{},
+		MutatingMatchConditions:   matchConditions(false),
+		ValidatingMatchConditions: matchConditions(true),
+		Variables:                 celVariables(),
+		Mutation:                  mutation(),
+		Validation:                ValidatingPolicy("x").Spec.Validations[0],
+		Profiles:                  strings.Join(cfg.ProfileNames(), ", "),
+		ProfileParams:             map[string]string{},
 	}
 	for _, name := range cfg.ProfileNames() {
 		p, _ := cfg.Profile(name)

@@ -26,10 +26,16 @@ import (
 // took the policies 21-27 s against 1.3-1.6 s in a plain namespace.
 const manyKeys = 40_000
 
-// maxKeysRatio is the goal: a pod of manyKeys annotation keys in an
-// opted-in namespace costs at most this times what it costs in a plain one.
-// Before the annotation count's bound the ratio was about 16.
-const maxKeysRatio = 1.2
+// keysRatioGoal is the goal: a pod of manyKeys annotation keys in an
+// opted-in namespace costs at most this times what it costs in a plain one
+// (1.16, 0.76 and 1.01 in three runs on 2 loaded cores). The test fails above
+// maxKeysRatio, which a shared machine's noise does not reach and the
+// policies before the bound did (about 16; 2.4 with relevance by lookups
+// but no match conditions).
+const (
+	keysRatioGoal = 1.2
+	maxKeysRatio  = 1.6
+)
 
 // TestManyAnnotationKeys creates a pod of 40,000 annotation keys through
 // the chart's policies and in a namespace without them, alternating, and
@@ -75,7 +81,7 @@ func TestManyAnnotationKeys(t *testing.T) {
 	po, pp := median(opted), median(plain)
 	ratio := float64(po) / float64(pp)
 	t.Logf("%d annotation keys, median of %d dry-run creates: opted-in namespace %s, plain namespace %s, ratio %.2f (goal <= %.1f)",
-		manyKeys, rounds, po.Round(time.Millisecond), pp.Round(time.Millisecond), ratio, maxKeysRatio)
+		manyKeys, rounds, po.Round(time.Millisecond), pp.Round(time.Millisecond), ratio, keysRatioGoal)
 	if ratio > maxKeysRatio {
 		t.Errorf("a pod of %d annotation keys took %.2f times as long in an opted-in namespace; want at most %.1f", manyKeys, ratio, maxKeysRatio)
 	}
