@@ -38,12 +38,21 @@ const (
 )
 
 // BoundedPodKeys are the pod annotations ibkube parses, in the order their
-// size is checked; BoundedNamespaceKeys the namespace's.
+// size is checked: every key a user writes (contract.UserKeys) and the
+// memlock value, which a user may preset; BoundedNamespaceKeys the
+// namespace's.
 var (
-	BoundedPodKeys = []string{contract.AnnotationMode, contract.AnnotationHCAs, contract.AnnotationContainers, contract.AnnotationProfile,
-		contract.AnnotationSocketFallback, contract.AnnotationIdleWarning, contract.AnnotationPlacement, contract.AnnotationMemlock}
+	BoundedPodKeys       = append(prefixed(contract.UserKeys()), contract.AnnotationMemlock)
 	BoundedNamespaceKeys = []string{contract.AnnotationMode, contract.AnnotationProfile, contract.AnnotationSocketFallback}
 )
+
+func prefixed(suffixes []string) []string {
+	out := make([]string, len(suffixes))
+	for i, s := range suffixes {
+		out[i] = contract.Prefix + s
+	}
+	return out
+}
 
 // MaxAnnotations bounds the annotations of a pod ibkube admits. Finding an
 // unknown key under contract.Prefix means looking at every key, which the
@@ -82,12 +91,7 @@ func Relevant(annotations map[string]string, ns Namespace) bool {
 
 // WrittenKeys are the annotations ibkube writes on a pod it admits.
 func WrittenKeys() []string {
-	own := contract.OwnKeys()
-	out := make([]string, 0, len(own)+1)
-	for _, k := range own {
-		out = append(out, contract.Prefix+k)
-	}
-	return append(out, multus.Annotation)
+	return append(prefixed(contract.OwnKeys()), multus.Annotation)
 }
 
 // AnnotationCount is the count MaxAnnotations bounds: the pod's

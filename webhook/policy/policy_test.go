@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/mutate"
 	"github.com/ibkube/ibkube/webhook/policy"
 	"github.com/ibkube/ibkube/webhook/policy/corpus"
@@ -77,5 +79,42 @@ func TestEquivalenceInProcess(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCorpusCoversEveryUserKey: every key a user writes (contract) has a
+// corpus case the webhook admits with it and one it refuses naming it, so
+// a new key cannot reach the policies without its behaviour proven equal.
+func TestCorpusCoversEveryUserKey(t *testing.T) {
+	t.Parallel()
+	cases, err := corpus.Load(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted, refused := map[string]bool{}, map[string]bool{}
+	for _, tc := range cases {
+		p := tc.Pod.DeepCopy()
+		_, merr := mutate.Mutate(p, tc.NS, corpus.Configs()[tc.Config])
+		var r *mutate.Refusal
+		for _, k := range contract.UserKeys() {
+			key := contract.Prefix + k
+			if _, ok := tc.Pod.Annotations[key]; !ok {
+				continue
+			}
+			switch {
+			case merr == nil:
+				accepted[k] = true
+			case errors.As(merr, &r) && strings.Contains(r.Msg, "annotation "+key+":"):
+				refused[k] = true
+			}
+		}
+	}
+	for _, k := range contract.UserKeys() {
+		if !accepted[k] {
+			t.Errorf("annotation %s%s: no corpus case (webhook/policy/corpus) the webhook admits with it", contract.Prefix, k)
+		}
+		if !refused[k] {
+			t.Errorf("annotation %s%s: no corpus case the webhook refuses naming it", contract.Prefix, k)
+		}
 	}
 }

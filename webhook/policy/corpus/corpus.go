@@ -236,6 +236,7 @@ func Load(root string) ([]Case, error) {
 		{"bad-socket-fallback", []string{m, "rdma-shared", sf, "never"}, optedIn("t")},
 		{"bad-socket-fallback-mode-none", []string{m, "none", sf, "Deny"}, optedIn("t")},
 		{"bad-rdma-idle-warning", []string{m, "rdma-shared", iw, "off"}, optedIn("t")},
+		{"rdma-idle-warning-off", []string{m, "rdma-shared", iw, "false"}, optedIn("t")},
 		{"bad-placement", []string{m, "rdma-exclusive", contract.AnnotationPlacement, "same-rack"}, optedIn("t")},
 		{"bad-placement-mode-none", []string{m, "none", contract.AnnotationPlacement, "Any"}, optedIn("t")},
 		{"placement-any", []string{m, "rdma-exclusive", contract.AnnotationPlacement, "any"}, optedIn("t")},
