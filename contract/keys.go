@@ -85,3 +85,34 @@ func KnownKey(suffix string) bool {
 func AcceptedKeys() string {
 	return strings.Join(UserKeys(), ", ") + " (and " + strings.Join(OwnKeys(), ", ") + ", written by ibkube)"
 }
+
+// Enum is a pod annotation whose value is one of a few words: the values
+// it accepts and the "accepted: ..." text a refusal ends with. The
+// webhook's checks and the admission policies' CEL both read them from
+// Enums, so neither can drift from the other.
+type Enum struct {
+	Key      string
+	Values   []string
+	Accepted string
+}
+
+// Enums are the enum-valued pod annotations.
+func Enums() []Enum {
+	return []Enum{
+		{AnnotationSocketFallback, []string{SocketFallbackAllow, SocketFallbackDeny},
+			SocketFallbackAllow + " (NCCL may fall back to TCP sockets, NCCL's default) or " + SocketFallbackDeny + " (NCCL fails instead)"},
+		{AnnotationIdleWarning, []string{"true", "false"}, "true, false"},
+		{AnnotationPlacement, []string{PlacementPartition, PlacementAny},
+			PlacementPartition + " (the job's pods on one InfiniBand partition, the default), " + PlacementAny + " (anywhere)"},
+	}
+}
+
+// EnumOf is key's entry in Enums; ok is false for a key that is no enum.
+func EnumOf(key string) (e Enum, ok bool) {
+	for _, e := range Enums() {
+		if e.Key == key {
+			return e, true
+		}
+	}
+	return Enum{}, false
+}

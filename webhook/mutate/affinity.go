@@ -7,17 +7,6 @@ import (
 	"github.com/ibkube/ibkube/contract"
 )
 
-// checkPlacement refuses a placement annotation ibkube does not know,
-// whatever the mode, like every other ibkube annotation.
-func checkPlacement(pod *corev1.Pod) error {
-	v, ok := pod.Annotations[contract.AnnotationPlacement]
-	if !ok || v == contract.PlacementPartition || v == contract.PlacementAny {
-		return nil
-	}
-	return refusef("annotation %s: invalid value %s; accepted: %s (the job's pods on one InfiniBand partition, the default), %s (anywhere)",
-		contract.AnnotationPlacement, echo(v), contract.PlacementPartition, contract.PlacementAny)
-}
-
 // statesPartitionAffinity says whether the pod already has a pod affinity
 // term, required or preferred, on the partition label: the user placed it.
 func statesPartitionAffinity(a *corev1.Affinity) bool {

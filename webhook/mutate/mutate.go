@@ -121,8 +121,8 @@ func parseSocketFallback(v, where string) (bool, error) {
 	case contract.SocketFallbackDeny:
 		return true, nil
 	}
-	return false, refusef("%s: invalid value %s: accepted: %s (NCCL may fall back to TCP sockets, NCCL's default) or %s (NCCL fails instead)",
-		where, echo(v), contract.SocketFallbackAllow, contract.SocketFallbackDeny)
+	e, _ := contract.EnumOf(contract.AnnotationSocketFallback)
+	return false, refusef("%s: invalid value %s: accepted: %s", where, echo(v), e.Accepted)
 }
 
 // warnWholeHostDevices warns about selected containers that see HCAs of

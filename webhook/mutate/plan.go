@@ -2,6 +2,7 @@ package mutate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -132,10 +133,20 @@ func checkAnnotations(pod *corev1.Pod) error {
 			return err
 		}
 	}
-	if v, ok := pod.Annotations[contract.AnnotationIdleWarning]; ok && v != "true" && v != "false" {
-		return refusef("annotation %s: invalid value %s; accepted: true, false", contract.AnnotationIdleWarning, echo(v))
+	if err := checkEnum(pod, contract.AnnotationIdleWarning); err != nil {
+		return err
 	}
-	return checkPlacement(pod)
+	return checkEnum(pod, contract.AnnotationPlacement)
+}
+
+// checkEnum refuses a value of enum-valued annotation key that
+// contract.Enums does not accept.
+func checkEnum(pod *corev1.Pod, key string) error {
+	e, _ := contract.EnumOf(key)
+	if v, ok := pod.Annotations[key]; ok && !slices.Contains(e.Values, v) {
+		return refusef("annotation %s: invalid value %s; accepted: %s", key, echo(v), e.Accepted)
+	}
+	return nil
 }
 
 // resolveSettings resolves socket fallback, the profile and the resource

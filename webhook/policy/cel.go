@@ -90,6 +90,20 @@ func rangeRegex(max int) string {
 
 type variable struct{ name, expr string }
 
+// refusalStep is one check of the refusal chain: its condition and the
+// message expression when it holds.
+type refusalStep struct{ cond, msg string }
+
+// enumRefusal is mutate.checkEnum (and parseSocketFallback's check, sep
+// ": accepted: ") for key: the values and the accepted text from
+// contract.Enums.
+func enumRefusal(key, sep string) refusalStep {
+	e, _ := contract.EnumOf(key)
+	v := "variables.annos[" + lit(key) + "]"
+	return refusalStep{lit(key) + " in variables.annos && !(" + v + " in " + list(e.Values...) + ")",
+		lit("annotation "+key+": invalid value ") + " + " + echo(v) + " + " + lit(sep+e.Accepted)}
+}
+
 // prefixed is each suffix under contract.Prefix.
 func prefixed(suffixes []string) []string {
 	out := make([]string, len(suffixes))
@@ -109,7 +123,8 @@ func variables() []variable {
 	acceptedKeys := contract.AcceptedKeys()
 	acceptedModes := contract.AcceptedModes
 	modeNames := list(contract.ModeNames()...)
-	sfAccepted := fmt.Sprintf(": accepted: %s (NCCL may fall back to TCP sockets, NCCL's default) or %s (NCCL fails instead)", contract.SocketFallbackAllow, contract.SocketFallbackDeny)
+	sf, _ := contract.EnumOf(contract.AnnotationSocketFallback)
+	sfAccepted := ": accepted: " + sf.Accepted
 	netAccepted := "; accepted: a comma-separated list of [namespace/]name[@interface] or a JSON list of network selection elements"
 	memlockV := "variables.annos[" + a(contract.AnnotationMemlock) + "]"
 	memlockT := memlockV + ".trim()"
@@ -180,7 +195,7 @@ func variables() []variable {
 
 		// resolveSocketFallback
 		{"sfNsBad", "!(" + a(contract.AnnotationSocketFallback) + " in variables.annos) && " + a(contract.AnnotationSocketFallback) + " in variables.nsAnnos && " +
-			"!(variables.nsAnnos[" + a(contract.AnnotationSocketFallback) + "] in " + list(contract.SocketFallbackAllow, contract.SocketFallbackDeny) + ")"},
+			"!(variables.nsAnnos[" + a(contract.AnnotationSocketFallback) + "] in " + list(sf.Values...) + ")"},
 		{"failClosed", a(contract.AnnotationSocketFallback) + " in variables.annos ? variables.annos[" + a(contract.AnnotationSocketFallback) + "] == " + lit(contract.SocketFallbackDeny) + " : " +
 			a(contract.AnnotationSocketFallback) + " in variables.nsAnnos && variables.nsAnnos[" + a(contract.AnnotationSocketFallback) + "] == " + lit(contract.SocketFallbackDeny)},
 
@@ -200,21 +215,17 @@ func variables() []variable {
 	v = append(v, variable{"netHas", "variables.netForm == 'csv' ? variables.netParsed.exists(n, n[0] == variables.ipoibNS && n[1] == params.data.ipoibName) : " +
 		"variables.netForm == 'json' && variables.netJSONSel.size() > 0"})
 	// The refusal: the first thing mutate.Mutate refuses, in its order, or ''.
-	refusals := []struct{ cond, msg string }{
+	refusals := []refusalStep{
 		{"variables.sizeRefusal != ''", "variables.sizeRefusal"},
 		{"variables.annos.exists(k, k.startsWith(" + a(P) + ") && !(k.substring(" + strconv.Itoa(len(P)) + ") in " + list(known...) + "))",
 			"'annotation ' + " + bound("variables.annos.filter(k, k.startsWith("+a(P)+") && !(k.substring("+strconv.Itoa(len(P))+") in "+list(known...)+"))[0]", maxEcho) + " + " +
 				a(": unknown key under "+P+"; accepted keys: "+acceptedKeys)},
 		{a(contract.AnnotationMemlock) + " in variables.annos && variables.memlockProblem != ''",
 			a("annotation "+contract.AnnotationMemlock+": invalid value ") + " + " + echo(memlockV) + " + ': ' + variables.memlockProblem + " + a("; want "+memlockvalue.Accepted)},
-		{a(contract.AnnotationSocketFallback) + " in variables.annos && !(variables.annos[" + a(contract.AnnotationSocketFallback) + "] in " + list(contract.SocketFallbackAllow, contract.SocketFallbackDeny) + ")",
-			a("annotation "+contract.AnnotationSocketFallback+": invalid value ") + " + " + echo("variables.annos["+a(contract.AnnotationSocketFallback)+"]") + " + " + a(sfAccepted)},
-		{a(contract.AnnotationIdleWarning) + " in variables.annos && !(variables.annos[" + a(contract.AnnotationIdleWarning) + "] in ['true', 'false'])",
-			a("annotation "+contract.AnnotationIdleWarning+": invalid value ") + " + " + echo("variables.annos["+a(contract.AnnotationIdleWarning)+"]") + " + '; accepted: true, false'"},
+		enumRefusal(contract.AnnotationSocketFallback, ": accepted: "),
+		enumRefusal(contract.AnnotationIdleWarning, "; accepted: "),
 		// checkPlacement
-		{a(contract.AnnotationPlacement) + " in variables.annos && !(variables.annos[" + a(contract.AnnotationPlacement) + "] in " + list(contract.PlacementPartition, contract.PlacementAny) + ")",
-			a("annotation "+contract.AnnotationPlacement+": invalid value ") + " + " + echo("variables.annos["+a(contract.AnnotationPlacement)+"]") + " + " +
-				a(fmt.Sprintf("; accepted: %s (the job's pods on one InfiniBand partition, the default), %s (anywhere)", contract.PlacementPartition, contract.PlacementAny))},
+		enumRefusal(contract.AnnotationPlacement, "; accepted: "),
 		{"variables.modeBad != ''", "variables.modeBad"},
 		{"variables.injectMode && variables.sfNsBad",
 			"'namespace ' + " + nsName + " + " + a(" annotation "+contract.AnnotationSocketFallback+": invalid value ") + " + " +
