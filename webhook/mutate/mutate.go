@@ -466,7 +466,10 @@ func ncclConf(in confInput) string {
 	for _, v := range p.NCCL {
 		if v.WholeNode && !in.wholeNode {
 			if !seen[v.Name] {
-				skipped = append(skipped, v.Name+"="+v.Value)
+				// No '=' in a comment: NCCL before 2.26.2 skips no '#'
+				// line and sets a variable from any line holding one
+				// (NVIDIA/nccl v2.25.1-1 src/misc/param.cc).
+				skipped = append(skipped, v.Name+" ("+v.Value+")")
 			}
 			continue
 		}

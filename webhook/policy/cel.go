@@ -289,7 +289,7 @@ func mutationVariables() []variable {
 		{"ncclLines", "params.data[variables.pk + 'nccl'].split('\\n').filter(l, l != '')"},
 		{"body", "variables.ncclLines.filter(l, (!l.startsWith('*') || variables.wholeNode) && !(l.substring(l.startsWith('*') ? 1 : 0).split('=')[0] in variables.preNames))" +
 			".map(l, l.startsWith('*') ? l.substring(1) : l)"},
-		{"skipped", "variables.ncclLines.filter(l, l.startsWith('*') && !variables.wholeNode && !(l.substring(1).split('=')[0] in variables.preNames)).map(l, l.substring(1))"},
+		{"skipped", "variables.ncclLines.filter(l, l.startsWith('*') && !variables.wholeNode && !(l.substring(1).split('=')[0] in variables.preNames)).map(l, l.substring(1).replace('=', ' (', 1) + ')')"},
 		{"conf", "'# Written by ibkube: profile ' + variables.profileName + ', mode ' + variables.modeName + '.\\n# Any environment variable overrides a line here.\\n' + " +
 			"(variables.pre + variables.body).map(l, l + '\\n').join('') + " +
 			"(variables.skipped.size() == 0 ? '' : (variables.gpn > 0 ? '# Left out, as this pod does not hold all ' + string(variables.gpn) + ' GPUs of the machine (GPU/HCA pairing unknown): ' : " +
