@@ -11,8 +11,8 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/internal/testing/dratest"
 	"github.com/ibkube/ibkube/internal/testing/testenv"
-	"github.com/ibkube/ibkube/node/dra/dratest"
 )
 
 // TestRunDRA runs the whole agent as main does with --allocation=dra against

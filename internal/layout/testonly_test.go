@@ -17,7 +17,6 @@ import (
 var pendingTestOnly = map[string]string{
 	"webhook/policy/corpus":     "its owners are reworking webhook/policy; moves once they finish",
 	"webhook/policy/policytest": "its owners are reworking webhook/policy; moves once they finish",
-	"node/dra/dratest":          "its owners are reworking node/dra; moves once they finish",
 	"hca/fixture":               "fake hosts from real machines' trees, imported by tests in every room (node/dra, test/e2e, test/fleet among them, still being edited) and by make fixtures; moves with them",
 }
 

@@ -20,7 +20,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
-	"github.com/ibkube/ibkube/node/dra/dratest"
+	"github.com/ibkube/ibkube/internal/testing/dratest"
 )
 
 // runDriver runs a driver for node-0 of fixture ND H100 v5 against a fake

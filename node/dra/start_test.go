@@ -20,8 +20,8 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/internal/testing/dratest"
 	"github.com/ibkube/ibkube/internal/testing/testrun"
-	"github.com/ibkube/ibkube/node/dra/dratest"
 )
 
 // TestRunServesKubelet runs the driver as the agent does, against a fake API

@@ -21,11 +21,11 @@ import (
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/internal/testing/dratest"
 	"github.com/ibkube/ibkube/internal/testing/testenv"
 	"github.com/ibkube/ibkube/internal/testing/testrun"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/dra"
-	"github.com/ibkube/ibkube/node/dra/dratest"
 	"github.com/ibkube/ibkube/node/resource"
 )
 
