@@ -9,7 +9,6 @@ import (
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/counters"
 	"github.com/ibkube/ibkube/node/doctor"
-	"github.com/ibkube/ibkube/node/dra"
 	"github.com/ibkube/ibkube/node/memlock"
 )
 
@@ -24,7 +23,6 @@ func runDoctor(ctx context.Context, args []string, s stdio) error {
 	kubeletSocketDir := fs.String("kubelet-socket-dir", doctor.DefaultKubeletSocketDir, "the kubelet's device plugin directory (the agent's --kubelet-socket-dir), read for other plugins registering ibkube's resources")
 	podResources := fs.String("pod-resources-socket", counters.PodResourcesSocket, "the kubelet's PodResources API socket, read for HCAs held exclusively and shared at once (empty: not checked)")
 	stateDir := fs.String("state-dir", "/var/lib/ibkube", "the agent's --state-dir, where it records the HCAs each shared slot got")
-	cdiDir := fs.String("cdi-dir", dra.DefaultCDIDir, "the agent's --cdi-dir, where the DRA driver writes prepared claims' CDI specs, read for HCAs held exclusively and shared at once (empty: not checked)")
 	memlockMax := fs.String("memlock-max", "", `the agent's --memlock-max ("unlimited", "64Gi"; empty: what the runtime holds)`)
 	var maxV *uint64
 	if done, err := cmd.parse(args, func() (err error) {
@@ -40,7 +38,7 @@ func runDoctor(ctx context.Context, args []string, s stdio) error {
 	o := doctor.Options{
 		SysfsRoot: *host.sysfsRoot, DevRoot: *host.devRoot, ProcRoot: *procRoot, Netlink: host.netlink(),
 		NRI: *nri, NRISocket: *nriSocket, MemlockMax: maxV, Config: cfg, KubeletSocketDir: *kubeletSocketDir,
-		PodResourcesSocket: *podResources, StateDir: *stateDir, CDIDir: *cdiDir,
+		PodResourcesSocket: *podResources, StateDir: *stateDir,
 		Logger: logr.Discard(),
 	}
 	report := doctor.Check(doctor.Gather(ctx, o))

@@ -21,7 +21,7 @@ func TestDoctorCommand(t *testing.T) {
 	os.WriteFile(filepath.Join(proc, "modules"), []byte("nvidia 1 0 - Live 0x0\nnvidia_peermem 1 0 - Live 0x0\n"), 0o644)
 	args := []string{"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir), "--proc-root", proc,
 		"--nri-socket", filepath.Join(dir, "none.sock"), "--config", filepath.Join(dir, "absent.yaml"),
-		"--kubelet-socket-dir", filepath.Join(dir, "no-kubelet"), "--pod-resources-socket=", "--cdi-dir="}
+		"--kubelet-socket-dir", filepath.Join(dir, "no-kubelet"), "--pod-resources-socket="}
 
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), append([]string{"doctor"}, args...), stdio{out: &out, err: &errOut})

@@ -76,9 +76,6 @@ type Facts struct {
 	Holders        []counters.Holder
 	HoldersChecked bool
 	HoldersError   string
-	// HeldTwice is what the DRA driver's CDI specs show of HCAs held
-	// exclusively and shared at once.
-	HeldTwice HeldTwiceFacts
 }
 
 // NRIFacts describe the runtime's NRI socket.
@@ -116,7 +113,7 @@ func Check(f Facts) Report {
 	r := Report{Results: []Result{
 		checkDevices(f), checkPorts(f), checkPartition(f), checkNetdevs(f), checkGPUDirect(f),
 		checkNRI(f), checkMemlock(f), checkAdvertise(f), checkGID(f), checkOtherPlugins(f), checkLinkErrors(f),
-		checkExclusive(f), checkHeldTwice(f),
+		checkExclusive(f),
 	}}
 	for _, res := range r.Results {
 		if res.Status == Fail {

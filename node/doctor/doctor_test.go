@@ -34,8 +34,6 @@ type host struct {
 	podResources []*podresourcesv1.PodResources
 	grants       deviceplugin.SlotGrants
 	gpu          gpuHost
-	// cdiDir holds the DRA driver's CDI specs; "" is a node without any.
-	cdiDir string
 }
 
 // gpuHost is what a node shows of its GPU driver and kernel: the first
@@ -124,10 +122,7 @@ func writeHost(t *testing.T, root string, h host) Options {
 		must(t, err)
 		t.Cleanup(func() { l.Close() })
 	}
-	o := Options{ProcRoot: proc, NRI: true, NRISocket: sock, KubeletSocketDir: writeKubeletDir(t, root, h.rdmaSharedDevPlugin), CDIDir: h.cdiDir}
-	if o.CDIDir == "" {
-		o.CDIDir = filepath.Join(root, "cdi")
-	}
+	o := Options{ProcRoot: proc, NRI: true, NRISocket: sock, KubeletSocketDir: writeKubeletDir(t, root, h.rdmaSharedDevPlugin)}
 	if h.podResources != nil {
 		o.PodResourcesSocket = filepath.Join(root, "pod-resources.sock")
 		stub, err := kubeletstub.StartPodResources(o.PodResourcesSocket)
@@ -184,11 +179,6 @@ func TestDoctorGolden(t *testing.T) {
 			},
 			grants: deviceplugin.SlotGrants{"rdma/shared_ib": {"slot-2": {"mlx5_1", "mlx5_2"}}},
 		}},
-		// DRA claims prepared before HCA holds: mlx5_0 held exclusively
-		// and shared, mlx5_1 by an older agent's device-named exclusive
-		// hold and a share; mlx5_2 is held one way only.
-		tc{name: "ndv5-dra-held-twice", fixture: fixture.NDv5, host: host{modules: goodHost.modules, runtimeMemlock: goodHost.runtimeMemlock, nriListening: true,
-			cdiDir: filepath.Join("testdata", "cdi-held-twice")}},
 	)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

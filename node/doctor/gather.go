@@ -12,7 +12,6 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/ibkube/ibkube/hca/discovery"
-	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/counters"
 	"github.com/ibkube/ibkube/node/deviceplugin"
@@ -41,45 +40,12 @@ type Options struct {
 	// StateDir is the agent's --state-dir, where it records the HCAs each
 	// shared slot got ("" means /var/lib/ibkube).
 	StateDir string
-	// CDIDir is the DRA driver's CDI directory (the agent's --cdi-dir),
-	// read for HCAs held both ways; "" skips that check.
-	CDIDir string
-	Logger logr.Logger
+	Logger   logr.Logger
 }
 
 // Gather reads the facts Check needs. It never fails: what it cannot read
 // becomes a fact the checks report.
 func Gather(ctx context.Context, o Options) Facts {
-	o = o.withDefaults()
-	cfg := o.Config
-	if cfg == nil {
-		cfg = config.Default()
-	}
-	f := Facts{MemlockMax: o.MemlockMax, NRI: NRIFacts{Enabled: o.NRI, Socket: o.NRISocket}}
-	f.Node, f.ScanError = scanNode(ctx, o)
-	node := f.Node
-	f.Netdevs = netdevStates(o.SysfsRoot, node)
-	f.GPUDirect = gatherGPUDirect(o.ProcRoot, o.SysfsRoot)
-	gatherRuntime(o, &f)
-	f.Counters = counters.Reader{SysfsRoot: o.SysfsRoot}.Read(counters.Targets(node))
-
-	model := resource.Build(cfg, node, resource.Options{HostDevRoot: o.DevRoot})
-	f.Advertised = advertised(model)
-	f.KubeletPlugins = gatherKubeletPlugins(o.KubeletSocketDir)
-	f.HeldTwice = gatherHeldTwice(o.CDIDir, model)
-	if o.PodResourcesSocket != "" {
-		f.HoldersChecked = true
-		var err error
-		f.Holders, err = gatherHolders(ctx, o, model)
-		if err != nil {
-			f.HoldersError = err.Error()
-		}
-	}
-	return f
-}
-
-// withDefaults fills the host paths left empty with the host's own.
-func (o Options) withDefaults() Options {
 	if o.SysfsRoot == "" {
 		o.SysfsRoot = "/sys"
 	}
@@ -92,47 +58,39 @@ func (o Options) withDefaults() Options {
 	if o.NRISocket == "" {
 		o.NRISocket = memlock.DefaultSocketPath
 	}
-	if o.KubeletSocketDir == "" {
-		o.KubeletSocketDir = DefaultKubeletSocketDir
+	cfg := o.Config
+	if cfg == nil {
+		cfg = config.Default()
 	}
-	return o
-}
+	f := Facts{MemlockMax: o.MemlockMax, NRI: NRIFacts{Enabled: o.NRI, Socket: o.NRISocket}}
 
-// scanNode discovers the node's HCAs; what it cannot read is the second
-// result, next to what it could.
-func scanNode(ctx context.Context, o Options) (inventory.Node, string) {
 	if err := discovery.CheckSysfsRoot(o.SysfsRoot); err != nil {
-		return inventory.Node{}, err.Error()
+		f.ScanError = err.Error()
+	} else {
+		scanner := discovery.NewScanner(discovery.Options{SysfsRoot: o.SysfsRoot, DevRoot: o.DevRoot, Netlink: o.Netlink, Logger: o.Logger})
+		node, err := scanner.Scan(ctx)
+		if err != nil {
+			f.ScanError = err.Error()
+		}
+		f.Node = node
 	}
-	scanner := discovery.NewScanner(discovery.Options{SysfsRoot: o.SysfsRoot, DevRoot: o.DevRoot, Netlink: o.Netlink, Logger: o.Logger})
-	node, err := scanner.Scan(ctx)
-	if err != nil {
-		return node, err.Error()
-	}
-	return node, ""
-}
+	node := f.Node
 
-// netdevStates reads the operstate of each port's netdev.
-func netdevStates(sysfsRoot string, node inventory.Node) map[string]string {
-	states := map[string]string{}
+	f.Netdevs = map[string]string{}
 	for _, h := range node.HCAs {
 		for _, p := range h.Ports {
 			if p.Netdev == "" {
 				continue
 			}
-			state, err := discovery.ReadFile(filepath.Join(sysfsRoot, "class", "net", p.Netdev, "operstate"), discovery.MaxAttrSize)
+			state, err := discovery.ReadFile(filepath.Join(o.SysfsRoot, "class", "net", p.Netdev, "operstate"), discovery.MaxAttrSize)
 			if err == nil {
-				states[p.Netdev] = strings.TrimSpace(string(state))
+				f.Netdevs[p.Netdev] = strings.TrimSpace(string(state))
 			}
 		}
 	}
-	return states
-}
 
-// gatherRuntime dials the NRI socket when NRI is on, and learns the
-// container runtime's locked-memory limit (from the NRI peer when it
-// answered).
-func gatherRuntime(o Options, f *Facts) {
+	f.GPUDirect = gatherGPUDirect(o.ProcRoot, o.SysfsRoot)
+
 	peer := 0
 	if o.NRI {
 		conn, err := net.DialTimeout("unix", o.NRISocket, 2*time.Second)
@@ -150,11 +108,10 @@ func gatherRuntime(o Options, f *Facts) {
 	} else {
 		f.Runtime = &rl
 	}
-}
 
-// advertised is what the model's pools would advertise to the kubelet.
-func advertised(model *resource.Model) []Advertised {
-	var out []Advertised
+	f.Counters = counters.Reader{SysfsRoot: o.SysfsRoot}.Read(counters.Targets(node))
+
+	model := resource.Build(cfg, node, resource.Options{HostDevRoot: o.DevRoot})
 	for _, p := range model.Pools {
 		a := Advertised{Resource: p.Resource, Mode: p.Mode, HCAs: hcaNames(p.HCAs)}
 		for _, d := range p.Devices() {
@@ -163,9 +120,20 @@ func advertised(model *resource.Model) []Advertised {
 				a.Healthy++
 			}
 		}
-		out = append(out, a)
+		f.Advertised = append(f.Advertised, a)
 	}
-	return out
+	if o.KubeletSocketDir == "" {
+		o.KubeletSocketDir = DefaultKubeletSocketDir
+	}
+	f.KubeletPlugins = gatherKubeletPlugins(o.KubeletSocketDir)
+	if o.PodResourcesSocket != "" {
+		f.HoldersChecked = true
+		f.Holders, err = gatherHolders(ctx, o, model)
+		if err != nil {
+			f.HoldersError = err.Error()
+		}
+	}
+	return f
 }
 
 // gatherHolders lists the containers holding the model's HCAs, with each
