@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/ibkube/ibkube/hca/discovery"
+	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/counters"
 	"github.com/ibkube/ibkube/node/deviceplugin"
@@ -46,6 +47,35 @@ type Options struct {
 // Gather reads the facts Check needs. It never fails: what it cannot read
 // becomes a fact the checks report.
 func Gather(ctx context.Context, o Options) Facts {
+	o = o.withDefaults()
+	cfg := o.Config
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	f := Facts{MemlockMax: o.MemlockMax, NRI: NRIFacts{Enabled: o.NRI, Socket: o.NRISocket}}
+	f.Node, f.ScanError = scanNode(ctx, o)
+	node := f.Node
+	f.Netdevs = netdevStates(o.SysfsRoot, node)
+	f.GPUDirect = gatherGPUDirect(o.ProcRoot, o.SysfsRoot)
+	gatherRuntime(o, &f)
+	f.Counters = counters.Reader{SysfsRoot: o.SysfsRoot}.Read(counters.Targets(node))
+
+	model := resource.Build(cfg, node, resource.Options{HostDevRoot: o.DevRoot})
+	f.Advertised = advertised(model)
+	f.KubeletPlugins = gatherKubeletPlugins(o.KubeletSocketDir)
+	if o.PodResourcesSocket != "" {
+		f.HoldersChecked = true
+		var err error
+		f.Holders, err = gatherHolders(ctx, o, model)
+		if err != nil {
+			f.HoldersError = err.Error()
+		}
+	}
+	return f
+}
+
+// withDefaults fills the host paths left empty with the host's own.
+func (o Options) withDefaults() Options {
 	if o.SysfsRoot == "" {
 		o.SysfsRoot = "/sys"
 	}
@@ -58,39 +88,47 @@ func Gather(ctx context.Context, o Options) Facts {
 	if o.NRISocket == "" {
 		o.NRISocket = memlock.DefaultSocketPath
 	}
-	cfg := o.Config
-	if cfg == nil {
-		cfg = config.Default()
+	if o.KubeletSocketDir == "" {
+		o.KubeletSocketDir = DefaultKubeletSocketDir
 	}
-	f := Facts{MemlockMax: o.MemlockMax, NRI: NRIFacts{Enabled: o.NRI, Socket: o.NRISocket}}
+	return o
+}
 
+// scanNode discovers the node's HCAs; what it cannot read is the second
+// result, next to what it could.
+func scanNode(ctx context.Context, o Options) (inventory.Node, string) {
 	if err := discovery.CheckSysfsRoot(o.SysfsRoot); err != nil {
-		f.ScanError = err.Error()
-	} else {
-		scanner := discovery.NewScanner(discovery.Options{SysfsRoot: o.SysfsRoot, DevRoot: o.DevRoot, Netlink: o.Netlink, Logger: o.Logger})
-		node, err := scanner.Scan(ctx)
-		if err != nil {
-			f.ScanError = err.Error()
-		}
-		f.Node = node
+		return inventory.Node{}, err.Error()
 	}
-	node := f.Node
+	scanner := discovery.NewScanner(discovery.Options{SysfsRoot: o.SysfsRoot, DevRoot: o.DevRoot, Netlink: o.Netlink, Logger: o.Logger})
+	node, err := scanner.Scan(ctx)
+	if err != nil {
+		return node, err.Error()
+	}
+	return node, ""
+}
 
-	f.Netdevs = map[string]string{}
+// netdevStates reads the operstate of each port's netdev.
+func netdevStates(sysfsRoot string, node inventory.Node) map[string]string {
+	states := map[string]string{}
 	for _, h := range node.HCAs {
 		for _, p := range h.Ports {
 			if p.Netdev == "" {
 				continue
 			}
-			state, err := discovery.ReadFile(filepath.Join(o.SysfsRoot, "class", "net", p.Netdev, "operstate"), discovery.MaxAttrSize)
+			state, err := discovery.ReadFile(filepath.Join(sysfsRoot, "class", "net", p.Netdev, "operstate"), discovery.MaxAttrSize)
 			if err == nil {
-				f.Netdevs[p.Netdev] = strings.TrimSpace(string(state))
+				states[p.Netdev] = strings.TrimSpace(string(state))
 			}
 		}
 	}
+	return states
+}
 
-	f.GPUDirect = gatherGPUDirect(o.ProcRoot, o.SysfsRoot)
-
+// gatherRuntime dials the NRI socket when NRI is on, and learns the
+// container runtime's locked-memory limit (from the NRI peer when it
+// answered).
+func gatherRuntime(o Options, f *Facts) {
 	peer := 0
 	if o.NRI {
 		conn, err := net.DialTimeout("unix", o.NRISocket, 2*time.Second)
@@ -108,10 +146,11 @@ func Gather(ctx context.Context, o Options) Facts {
 	} else {
 		f.Runtime = &rl
 	}
+}
 
-	f.Counters = counters.Reader{SysfsRoot: o.SysfsRoot}.Read(counters.Targets(node))
-
-	model := resource.Build(cfg, node, resource.Options{HostDevRoot: o.DevRoot})
+// advertised is what the model's pools would advertise to the kubelet.
+func advertised(model *resource.Model) []Advertised {
+	var out []Advertised
 	for _, p := range model.Pools {
 		a := Advertised{Resource: p.Resource, Mode: p.Mode, HCAs: hcaNames(p.HCAs)}
 		for _, d := range p.Devices() {
@@ -120,20 +159,9 @@ func Gather(ctx context.Context, o Options) Facts {
 				a.Healthy++
 			}
 		}
-		f.Advertised = append(f.Advertised, a)
+		out = append(out, a)
 	}
-	if o.KubeletSocketDir == "" {
-		o.KubeletSocketDir = DefaultKubeletSocketDir
-	}
-	f.KubeletPlugins = gatherKubeletPlugins(o.KubeletSocketDir)
-	if o.PodResourcesSocket != "" {
-		f.HoldersChecked = true
-		f.Holders, err = gatherHolders(ctx, o, model)
-		if err != nil {
-			f.HoldersError = err.Error()
-		}
-	}
-	return f
+	return out
 }
 
 // gatherHolders lists the containers holding the model's HCAs, with each
