@@ -475,18 +475,25 @@ func ncclConf(in confInput) string {
 		}
 		line(v.Name, v.Value)
 	}
-	if len(skipped) > 0 {
-		if p.GPUsPerNode > 0 {
-			b.WriteString("# Left out, as this pod does not hold all ")
-			b.WriteString(strconv.Itoa(p.GPUsPerNode))
-			b.WriteString(" GPUs of the machine (GPU/HCA pairing unknown): ")
-		} else {
-			b.WriteString("# Left out, as the profile states no GPUs per machine (GPU/HCA pairing unknown): ")
-		}
-		b.WriteString(strings.Join(skipped, " "))
-		b.WriteByte('\n')
-	}
+	leftOut(&b, p.GPUsPerNode, skipped)
 	return b.String()
+}
+
+// leftOut writes the comment naming the whole-node settings a partial-node
+// pod does not get, if any.
+func leftOut(b *strings.Builder, gpusPerNode int, skipped []string) {
+	if len(skipped) == 0 {
+		return
+	}
+	if gpusPerNode > 0 {
+		b.WriteString("# Left out, as this pod does not hold all ")
+		b.WriteString(strconv.Itoa(gpusPerNode))
+		b.WriteString(" GPUs of the machine (GPU/HCA pairing unknown): ")
+	} else {
+		b.WriteString("# Left out, as the profile states no GPUs per machine (GPU/HCA pairing unknown): ")
+	}
+	b.WriteString(strings.Join(skipped, " "))
+	b.WriteByte('\n')
 }
 
 func status(modeName string, targets []target, profile string) string {
