@@ -196,6 +196,12 @@ func (h *Handler) admit(ctx context.Context, req *reviewRequest) (outcome, *admi
 		}
 		return out, nil, &httpError{http.StatusInternalServerError, fmt.Errorf("mutate pod: %w", err)}
 	}
+	return h.answer(ctx, req, pod, res, cfg, out, log)
+}
+
+// answer turns a mutation into the response: refused when the pod's
+// networks do not hold what it needs, else the patch (or none).
+func (h *Handler) answer(ctx context.Context, req *reviewRequest, pod *corev1.Pod, res mutate.Result, cfg *config.Config, out outcome, log logr.Logger) (outcome, *admissionv1.AdmissionResponse, error) {
 	if h.opts.Networks != nil {
 		msg, err := h.checkNetworks(ctx, pod, res, cfg)
 		if err != nil {
