@@ -277,37 +277,59 @@ func (c *elementCount) UnmarshalJSON(b []byte) error {
 		}
 		return fmt.Errorf("want a list, got %.20q", b)
 	}
-	n, depth, inString, escaped, empty := 0, 0, false, false, true
+	s := listScan{empty: true}
 	for _, ch := range b {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case ch == '\\':
-				escaped = true
-			case ch == '"':
-				inString = false
-			}
-		case ch == '"':
-			inString = true
-			empty = false
-		case ch == '[' || ch == '{':
-			if depth > 0 {
-				empty = false
-			}
-			depth++
-		case ch == ']' || ch == '}':
-			depth--
-		case ch == ',' && depth == 1:
-			n++
-		case ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r':
-			empty = false
-		}
+		s.step(ch)
 	}
-	if !empty {
-		n++
-	}
-	*c = elementCount(n)
+	*c = elementCount(s.count())
 	return nil
+}
+
+// listScan counts the top-level elements of a JSON list one byte at a
+// time, without decoding them: commas at depth one separate elements,
+// and a list with anything but blanks inside holds at least one.
+type listScan struct {
+	n, depth                 int
+	inString, escaped, empty bool
+}
+
+func (s *listScan) step(ch byte) {
+	switch {
+	case s.inString:
+		s.stringByte(ch)
+	case ch == '"':
+		s.inString = true
+		s.empty = false
+	case ch == '[' || ch == '{':
+		if s.depth > 0 {
+			s.empty = false
+		}
+		s.depth++
+	case ch == ']' || ch == '}':
+		s.depth--
+	case ch == ',' && s.depth == 1:
+		s.n++
+	case ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r':
+		s.empty = false
+	}
+}
+
+// stringByte follows a byte inside a JSON string, where brackets and
+// commas count for nothing and a backslash escapes the next byte.
+func (s *listScan) stringByte(ch byte) {
+	switch {
+	case s.escaped:
+		s.escaped = false
+	case ch == '\\':
+		s.escaped = true
+	case ch == '"':
+		s.inString = false
+	}
+}
+
+func (s *listScan) count() int {
+	if s.empty {
+		return s.n
+	}
+	return s.n + 1
 }
