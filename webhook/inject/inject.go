@@ -142,6 +142,40 @@ func Document(doc []byte, n int, opts Options) ([]byte, []Warning, error) {
 	}
 	kind, _ := root["kind"].(string)
 	name, _ := nested(root, "metadata", "name").(string)
+	object := fmt.Sprintf("document %d (%s %s)", n, kind, name)
+	objNS, ns := namespaceOf(root, opts)
+
+	var warnings []Warning
+	for _, w := range mpiForwardWarnings(root) {
+		warnings = append(warnings, Warning{Where: object, Message: w})
+	}
+	changed := false
+	for _, path := range Templates(root) {
+		where := object
+		if path != "" {
+			where += " " + path
+		}
+		ok, ws, err := injectTemplate(lookup(root, path).(map[string]any), objNS, ns, opts, where)
+		warnings = append(warnings, ws...)
+		if err != nil {
+			return nil, warnings, err
+		}
+		changed = changed || ok
+	}
+	if !changed {
+		return doc, warnings, nil
+	}
+	out, err := render(root, doc)
+	if err != nil {
+		return nil, warnings, fmt.Errorf("document %d: %w", n, err)
+	}
+	return out, warnings, nil
+}
+
+// namespaceOf is the namespace an object lands in ("default" when it names
+// none) and the namespace the mutation sees: the labels and annotations the
+// options give it, or opted in when they give no labels.
+func namespaceOf(root map[string]any, opts Options) (string, mutate.Namespace) {
 	objNS, _ := nested(root, "metadata", "namespace").(string)
 	if objNS == "" {
 		objNS = "default"
@@ -150,45 +184,41 @@ func Document(doc []byte, n int, opts Options) ([]byte, []Warning, error) {
 	if ns.Labels == nil {
 		ns.Labels = map[string]string{contract.LabelInject: contract.InjectEnabled}
 	}
+	return objNS, ns
+}
 
+// injectTemplate mutates one pod template in place, its warnings placed at
+// where; a refusal comes back as an *Error naming where.
+func injectTemplate(tmpl map[string]any, objNS string, ns mutate.Namespace, opts Options, where string) (bool, []Warning, error) {
 	var warnings []Warning
-	for _, w := range mpiForwardWarnings(root) {
-		warnings = append(warnings, Warning{Where: fmt.Sprintf("document %d (%s %s)", n, kind, name), Message: w})
+	ok, ws, err := mutateTemplate(tmpl, objNS, ns, opts.Config)
+	for _, w := range ws {
+		warnings = append(warnings, Warning{Where: where, Message: w})
 	}
-	changed := false
-	for _, path := range Templates(root) {
-		where := fmt.Sprintf("document %d (%s %s)", n, kind, name)
-		if path != "" {
-			where += " " + path
+	if err != nil {
+		var r *mutate.Refusal
+		if errors.As(err, &r) {
+			return false, warnings, &Error{Where: where, Refusal: r}
 		}
-		tmpl := lookup(root, path).(map[string]any)
-		ok, ws, err := mutateTemplate(tmpl, objNS, ns, opts.Config)
-		for _, w := range ws {
-			warnings = append(warnings, Warning{Where: where, Message: w})
-		}
-		if err != nil {
-			var r *mutate.Refusal
-			if errors.As(err, &r) {
-				return nil, warnings, &Error{Where: where, Refusal: r}
-			}
-			return nil, warnings, fmt.Errorf("%s: %w", where, err)
-		}
-		changed = changed || ok
-		if w := roceGIDWarning(tmpl, opts.Config.Profile); w != "" {
-			warnings = append(warnings, Warning{Where: where, Message: w})
-		}
+		return false, warnings, fmt.Errorf("%s: %w", where, err)
 	}
-	if !changed {
-		return doc, warnings, nil
+	if w := roceGIDWarning(tmpl, opts.Config.Profile); w != "" {
+		warnings = append(warnings, Warning{Where: where, Message: w})
 	}
+	return ok, warnings, nil
+}
+
+// render writes the mutated object back as YAML, keeping the document's
+// CRLF line ends when it had them.
+func render(root map[string]any, doc []byte) ([]byte, error) {
 	out, err := yaml.Marshal(root)
 	if err != nil {
-		return nil, warnings, fmt.Errorf("document %d: %w", n, err)
+		return nil, err
 	}
 	if bytes.Contains(doc, []byte("\r\n")) {
 		out = bytes.ReplaceAll(out, []byte("\n"), []byte("\r\n"))
 	}
-	return out, warnings, nil
+	return out, nil
 }
 
 // decode reads a YAML document as generic JSON; nil when it is not an object.
