@@ -312,51 +312,67 @@ func Merge(existing string, add []Network, podNamespace string) (value string, c
 		}
 	}
 
-	matched := make([]bool, len(s.elements))
-	present := make([]bool, len(add))
-	// Pair entries with the same NAD and the same interface first, so that
-	// a second Merge finds exactly what the first one added.
+	added, err := missing(s.elements, add, podNamespace)
+	if err != nil {
+		return existing, false, err
+	}
+	if len(added) == 0 {
+		return existing, false, nil
+	}
+	return s.appendNetworks(added), true, nil
+}
+
+// present says, for each network to add, whether the selection already
+// holds it. Entries with the same NAD and the same interface pair first,
+// so that a second Merge finds exactly what the first one added.
+func present(elements []element, add []Network, podNamespace string) []bool {
+	matched := make([]bool, len(elements))
+	found := make([]bool, len(add))
 	for _, exact := range []bool{true, false} {
 		for i, a := range add {
-			if present[i] {
+			if found[i] {
 				continue
 			}
-			for j, e := range s.elements {
+			for j, e := range elements {
 				if matched[j] || e.key(podNamespace) != a.key(podNamespace) {
 					continue
 				}
 				if exact && e.Interface != a.Interface {
 					continue
 				}
-				matched[j], present[i] = true, true
+				matched[j], found[i] = true, true
 				break
 			}
 		}
 	}
+	return found
+}
 
+// missing lists the networks of add the selection lacks, or a
+// *ConflictError when one asks for an interface name another network
+// already holds.
+func missing(elements []element, add []Network, podNamespace string) ([]Network, error) {
+	have := present(elements, add, podNamespace)
 	taken := map[string]Network{}
-	for _, e := range s.elements {
+	for _, e := range elements {
 		if e.Interface != "" {
 			taken[e.Interface] = e.Network
 		}
 	}
 	var added []Network
 	for i, a := range add {
-		if present[i] {
+		if have[i] {
 			continue
 		}
 		if a.Interface != "" {
 			if other, ok := taken[a.Interface]; ok {
-				return existing, false, &ConflictError{Add: a, Existing: other}
+				return nil, &ConflictError{Add: a, Existing: other}
 			}
 			taken[a.Interface] = a
 		}
 		added = append(added, a)
 	}
-	if len(added) == 0 {
-		return existing, false, nil
-	}
-	return s.appendNetworks(added), true, nil
+	return added, nil
 }
 
 // appendNetworks writes added after the user's text, in the user's form.
