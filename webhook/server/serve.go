@@ -187,21 +187,12 @@ func (s *tlsServer) serve(ctx context.Context, ln net.Listener) error {
 		_ = ln.Close()
 		return fmt.Errorf("webhook server limits: %w", err)
 	}
-	watcher, err := certwatcher.New(filepath.Join(s.certDir, "tls.crt"), filepath.Join(s.certDir, "tls.key"))
-	if err != nil {
-		_ = ln.Close()
-		return fmt.Errorf("webhook server certificate: %w", err)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		if err := watcher.Start(ctx); err != nil {
-			s.log.Error(err, "certificate watcher")
-		}
-	}()
-	cfg := &tls.Config{GetCertificate: watcher.GetCertificate}
-	for _, o := range s.tlsOpts {
-		o(cfg)
+	cfg, err := s.tlsConfig(ctx)
+	if err != nil {
+		_ = ln.Close()
+		return err
 	}
 	conns := newConnTable()
 	s.conns.Store(conns)
@@ -215,38 +206,9 @@ func (s *tlsServer) serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("webhook readiness listener: %w", err)
 	}
 	var draining atomic.Bool
-	// Requests keep ctx's values but not its end: a request answered during
-	// the drain must not see its context cancelled by the stop signal.
-	reqCtx := context.WithoutCancel(ctx)
-	srv := &http.Server{
-		Handler:           closeWhileDraining(gate(s.handler, s.limits, s.metrics), &draining),
-		ConnState:         conns.track,
-		ReadHeaderTimeout: s.limits.ReadHeaderTimeout,
-		ReadTimeout:       s.limits.ReadTimeout,
-		WriteTimeout:      s.limits.WriteTimeout,
-		IdleTimeout:       s.limits.IdleTimeout,
-		MaxHeaderBytes:    s.limits.MaxHeaderBytes,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-	}
+	srv := s.httpServer(ctx, conns, &draining)
 	shutdownDone := make(chan struct{})
-	go func() {
-		defer close(shutdownDone)
-		<-ctx.Done()
-		// The chart's preStop drain has already taken the pod out of the
-		// Service, but the API server still holds kept-alive connections to
-		// it: keep answering, closing each after its answer, then stop.
-		if s.limits.DrainPeriod > 0 {
-			draining.Store(true)
-			s.log.Info("draining webhook connections", "period", s.limits.DrainPeriod.String())
-			t := time.NewTimer(s.limits.DrainPeriod)
-			<-t.C
-		}
-		sctx, scancel := context.WithTimeout(context.Background(), s.limits.WriteTimeout)
-		defer scancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			s.log.Error(err, "webhook server shutdown")
-		}
-	}()
+	go s.shutdownWhenDone(ctx, srv, &draining, shutdownDone)
 	probeAddr := probe.Addr().String()
 	s.addr.Store(&probeAddr)
 	addr := ln.Addr().String()
@@ -266,6 +228,64 @@ func (s *tlsServer) serve(ctx context.Context, ln net.Listener) error {
 		return nil
 	}
 	return fmt.Errorf("webhook server: %w", err)
+}
+
+// tlsConfig serves the certificate in certDir, reloaded as it changes
+// until ctx ends, with the server's TLS options applied.
+func (s *tlsServer) tlsConfig(ctx context.Context) (*tls.Config, error) {
+	watcher, err := certwatcher.New(filepath.Join(s.certDir, "tls.crt"), filepath.Join(s.certDir, "tls.key"))
+	if err != nil {
+		return nil, fmt.Errorf("webhook server certificate: %w", err)
+	}
+	go func() {
+		if err := watcher.Start(ctx); err != nil {
+			s.log.Error(err, "certificate watcher")
+		}
+	}()
+	cfg := &tls.Config{GetCertificate: watcher.GetCertificate}
+	for _, o := range s.tlsOpts {
+		o(cfg)
+	}
+	return cfg, nil
+}
+
+// httpServer is the server under the limits, tracking its connections in
+// conns and closing each after its answer once draining is set.
+func (s *tlsServer) httpServer(ctx context.Context, conns *connTable, draining *atomic.Bool) *http.Server {
+	// Requests keep ctx's values but not its end: a request answered during
+	// the drain must not see its context cancelled by the stop signal.
+	reqCtx := context.WithoutCancel(ctx)
+	return &http.Server{
+		Handler:           closeWhileDraining(gate(s.handler, s.limits, s.metrics), draining),
+		ConnState:         conns.track,
+		ReadHeaderTimeout: s.limits.ReadHeaderTimeout,
+		ReadTimeout:       s.limits.ReadTimeout,
+		WriteTimeout:      s.limits.WriteTimeout,
+		IdleTimeout:       s.limits.IdleTimeout,
+		MaxHeaderBytes:    s.limits.MaxHeaderBytes,
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+	}
+}
+
+// shutdownWhenDone drains and then shuts srv down once ctx ends, closing
+// done when it has.
+func (s *tlsServer) shutdownWhenDone(ctx context.Context, srv *http.Server, draining *atomic.Bool, done chan<- struct{}) {
+	defer close(done)
+	<-ctx.Done()
+	// The chart's preStop drain has already taken the pod out of the
+	// Service, but the API server still holds kept-alive connections to
+	// it: keep answering, closing each after its answer, then stop.
+	if s.limits.DrainPeriod > 0 {
+		draining.Store(true)
+		s.log.Info("draining webhook connections", "period", s.limits.DrainPeriod.String())
+		t := time.NewTimer(s.limits.DrainPeriod)
+		<-t.C
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), s.limits.WriteTimeout)
+	defer scancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		s.log.Error(err, "webhook server shutdown")
+	}
 }
 
 // StartedChecker is the readiness check: healthy once the server completes
