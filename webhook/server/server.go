@@ -86,13 +86,35 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("webhook config loaded", "path", cfg.ConfigFile, "defaults", store.missing)
 
+	mgr, err := newManager(cfg)
+	if err != nil {
+		return err
+	}
+	srv, err := newTLSServer(cfg, mgr, store, reg)
+	if err != nil {
+		return err
+	}
+	if err := addRunnables(ctx, cfg, mgr, srv, store); err != nil {
+		return err
+	}
+	log.Info("starting", "port", cfg.Port, "certDir", cfg.CertDir, "releaseNamespace", cfg.ReleaseNamespace,
+		"checkNetworks", cfg.CheckNetworks)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("webhook manager: %w", err)
+	}
+	return nil
+}
+
+// newManager is the controller-runtime manager the webhook runs under,
+// serving metrics and health probes, without a webhook server of its own.
+func newManager(cfg Config) (manager.Manager, error) {
 	scheme := runtime.NewScheme()
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
-		return fmt.Errorf("scheme: %w", err)
+		return nil, fmt.Errorf("scheme: %w", err)
 	}
 	mgr, err := manager.New(cfg.Rest, manager.Options{
 		Scheme: scheme,
-		Logger: log,
+		Logger: cfg.Log,
 		Cache: cache.Options{
 			// The cache holds only what the handler reads (namespaces, NAD
 			// metadata), as PartialObjectMetadata, without managedFields.
@@ -100,16 +122,21 @@ func Run(ctx context.Context, cfg Config) error {
 		},
 		Metrics:                metricsserver.Options{BindAddress: cfg.MetricsBindAddress},
 		HealthProbeBindAddress: cfg.HealthProbeBindAddress,
-		// The webhook server below is added by hand, gated on CertSetup.
+		// The webhook server is added by hand, gated on CertSetup.
 		WebhookServer: nil,
 	})
 	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
+		return nil, fmt.Errorf("create manager: %w", err)
 	}
+	return mgr, nil
+}
 
+// newTLSServer is the admission handler behind the server's limits,
+// reading namespaces (and NADs when CheckNetworks) through mgr's cache.
+func newTLSServer(cfg Config, mgr manager.Manager, store *configStore, reg ctrlmetrics.RegistererGatherer) (*tlsServer, error) {
 	metrics, err := handler.NewMetrics(reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lookup := handler.ClientLookup{Cached: mgr.GetCache(), Live: mgr.GetAPIReader()}
 	opts := handler.Options{
@@ -117,48 +144,51 @@ func Run(ctx context.Context, cfg Config) error {
 		Namespaces:       lookup,
 		ReleaseNamespace: cfg.ReleaseNamespace,
 		Metrics:          metrics,
-		Log:              log.WithName("admission"),
+		Log:              cfg.Log.WithName("admission"),
 	}
 	if cfg.CheckNetworks {
 		opts.Networks = lookup
 	}
 	h, err := handler.New(opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
-
 	limits := cfg.Limits
 	if limits == (Limits{}) {
 		limits = DefaultLimits()
 	}
 	if err := limits.Validate(); err != nil {
-		return fmt.Errorf("webhook server limits: %w", err)
+		return nil, fmt.Errorf("webhook server limits: %w", err)
 	}
 	limitMetrics, err := newLimitMetrics(reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle(handler.Path, h)
-	srv := &tlsServer{
+	return &tlsServer{
 		host: cfg.Host, port: cfg.Port, certDir: cfg.CertDir,
 		handler: mux, limits: limits, metrics: limitMetrics,
 		tlsOpts: []func(*tls.Config){hardenTLS},
-		log:     log.WithName("server"),
-	}
+		log:     cfg.Log.WithName("server"),
+	}, nil
+}
 
+// addRunnables adds to mgr the webhook server (started once certificates
+// are ready), the cache warmer, the config watcher and the health checks.
+func addRunnables(ctx context.Context, cfg Config, mgr manager.Manager, srv *tlsServer, store *configStore) error {
 	var certsReady <-chan struct{}
 	if cfg.CertSetup != nil {
+		var err error
 		certsReady, err = cfg.CertSetup(ctx, mgr)
 		if err != nil {
 			return fmt.Errorf("certificate setup: %w", err)
 		}
 	}
-	if err := mgr.Add(gatedServer{srv: srv, ready: certsReady, log: log}); err != nil {
+	if err := mgr.Add(gatedServer{srv: srv, ready: certsReady, log: cfg.Log}); err != nil {
 		return fmt.Errorf("add webhook server: %w", err)
 	}
-
-	warm := &cacheWarmer{cache: mgr.GetCache(), networks: cfg.CheckNetworks, log: log}
+	warm := &cacheWarmer{cache: mgr.GetCache(), networks: cfg.CheckNetworks, log: cfg.Log}
 	if err := mgr.Add(warm); err != nil {
 		return fmt.Errorf("add cache warmer: %w", err)
 	}
@@ -167,7 +197,6 @@ func Run(ctx context.Context, cfg Config) error {
 	})); err != nil {
 		return fmt.Errorf("add config watcher: %w", err)
 	}
-
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("healthz: %w", err)
 	}
@@ -178,12 +207,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if err := mgr.AddReadyzCheck("cache", warm.Checker); err != nil {
 		return fmt.Errorf("readyz: %w", err)
-	}
-
-	log.Info("starting", "port", cfg.Port, "certDir", cfg.CertDir, "releaseNamespace", cfg.ReleaseNamespace,
-		"checkNetworks", cfg.CheckNetworks)
-	if err := mgr.Start(ctx); err != nil {
-		return fmt.Errorf("webhook manager: %w", err)
 	}
 	return nil
 }
