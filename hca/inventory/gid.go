@@ -97,16 +97,7 @@ func DecideGIDIndex(hcas []HCA) GIDDecision {
 		why = append(why, "no RoCE v2 GID of an IPv4 address on "+strings.Join(missing, ", ")+" (the port's netdev, or the pod's interface on it, holds no IPv4 address)")
 	}
 	if len(byIndex) > 1 {
-		idx := make([]int, 0, len(byIndex))
-		for i := range byIndex {
-			idx = append(idx, i)
-		}
-		sort.Ints(idx)
-		var parts []string
-		for _, i := range idx {
-			parts = append(parts, fmt.Sprintf("%d on %s", i, strings.Join(byIndex[i], ", ")))
-		}
-		why = append(why, "the RoCE v2 IPv4 GID index differs between ports: "+strings.Join(parts, "; ")+" (NCCL takes one index for all)")
+		why = append(why, "the RoCE v2 IPv4 GID index differs between ports: "+IndexList(byIndex)+" (NCCL takes one index for all)")
 	}
 	if len(why) > 0 {
 		return GIDDecision{RoCE: true, Reason: strings.Join(why, "; ")}
@@ -115,4 +106,20 @@ func DecideGIDIndex(hcas []HCA) GIDDecision {
 		return GIDDecision{RoCE: true, Set: true, Index: i}
 	}
 	return GIDDecision{RoCE: true, Reason: "no RoCE port"}
+}
+
+// IndexList names each GID index with the ports it was found on, in index
+// order ("3 on mlx5_0:1; 5 on mlx5_1:1"), for a message saying the ports
+// disagree.
+func IndexList(byIndex map[int][]string) string {
+	idx := make([]int, 0, len(byIndex))
+	for i := range byIndex {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	parts := make([]string, 0, len(idx))
+	for _, i := range idx {
+		parts = append(parts, fmt.Sprintf("%d on %s", i, strings.Join(byIndex[i], ", ")))
+	}
+	return strings.Join(parts, "; ")
 }

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -215,7 +214,7 @@ func podGIDIndex(hcas []inventory.HCA, addrs []netip.Addr, addrErr error) (int, 
 		why = append(why, m)
 	}
 	if len(byIndex) > 1 {
-		why = append(why, "the pod's RoCE v2 GID index differs between ports: "+indexList(byIndex)+" (NCCL takes one index for all)")
+		why = append(why, "the pod's RoCE v2 GID index differs between ports: "+inventory.IndexList(byIndex)+" (NCCL takes one index for all)")
 	}
 	if len(why) > 0 {
 		return 0, strings.Join(why, "; ")
@@ -247,19 +246,6 @@ func addrList(addrs []netip.Addr) string {
 		return "none known"
 	}
 	return strings.Join(v4, ", ")
-}
-
-func indexList(byIndex map[int][]string) string {
-	idx := make([]int, 0, len(byIndex))
-	for i := range byIndex {
-		idx = append(idx, i)
-	}
-	sort.Ints(idx)
-	var parts []string
-	for _, i := range idx {
-		parts = append(parts, fmt.Sprintf("%d on %s", i, strings.Join(byIndex[i], ", ")))
-	}
-	return strings.Join(parts, "; ")
 }
 
 // PodAddrs implements PodAddrLister: the local IPv4 addresses of the
