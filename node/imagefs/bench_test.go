@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ibkube/ibkube/internal/testing/hostileimage"
 )
 
 // BenchmarkUnionReadPasswd: reading /etc/passwd (a Debian-sized file)
@@ -47,7 +49,7 @@ func cpuTime(b *testing.B) int64 {
 func BenchmarkUnionHostile(b *testing.B) {
 	for _, c := range []struct{ depth, layers int }{{64, 1}, {256, 1}, {1024, 1}, {2046, 1}, {256, 4}, {2046, 4}, {64, 128}} {
 		b.Run(fmt.Sprintf("depth=%d/layers=%d", c.depth, c.layers), func(b *testing.B) {
-			u := Union{Layers: hostileLayers(b, c.depth, c.layers)}
+			u := Union{Layers: hostileimage.Layers(b, c.depth, c.layers)}
 			b.ReportAllocs()
 			start := cpuTime(b)
 			for b.Loop() {

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/ibkube/ibkube/internal/testing/hostileimage"
 )
 
 // countdown is a context that ends after its Err has answered nil left
@@ -35,45 +34,6 @@ func (c *countdown) Err() error {
 	}
 	c.ended.Add(1)
 	return context.Canceled
-}
-
-// hostileLayers: every layer holds a chain of depth nested directories
-// with, at its bottom, a symlink back through the whole chain to itself;
-// /etc/passwd points into it. A lookup that walks it follows symlinks until
-// its bound, each hop through the whole chain in every layer.
-func hostileLayers(tb testing.TB, depth, layers int) []string {
-	tb.Helper()
-	target := "/" + strings.Repeat("d/", depth) + "s"
-	var out []string
-	for range layers {
-		dir := tb.TempDir()
-		if err := os.Mkdir(filepath.Join(dir, "etc"), 0o755); err != nil {
-			tb.Fatal(err)
-		}
-		if err := os.Symlink(target, filepath.Join(dir, "etc", "passwd")); err != nil {
-			tb.Fatal(err)
-		}
-		// Directory by directory from descriptors: the chain's host path
-		// is longer than PATH_MAX.
-		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-		for i := 0; i < depth && err == nil; i++ {
-			if err = unix.Mkdirat(fd, "d", 0o755); err == nil {
-				var next int
-				next, err = unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-				unix.Close(fd)
-				fd = next
-			}
-		}
-		if err == nil {
-			err = unix.Symlinkat(target, fd, "s")
-			unix.Close(fd)
-		}
-		if err != nil {
-			tb.Fatal(err)
-		}
-		out = append(out, dir)
-	}
-	return out
 }
 
 // TestUnionDeadlineReachesEveryStep: whichever step of a lookup its
@@ -116,7 +76,7 @@ func TestUnionHostileImageBounded(t *testing.T) {
 	for _, tc := range []struct{ depth, layers int }{{64, 1}, {1024, 1}, {2046, 1}, {256, 8}} {
 		t.Run(fmt.Sprintf("depth=%d/layers=%d", tc.depth, tc.layers), func(t *testing.T) {
 			t.Parallel()
-			u := Union{Layers: hostileLayers(t, tc.depth, tc.layers)}
+			u := Union{Layers: hostileimage.Layers(t, tc.depth, tc.layers)}
 			ctx := newCountdown(1 << 30)
 			_, err := u.ReadFile(ctx, "/etc/passwd", 1<<10)
 			if !errors.Is(err, ErrTooComplex) && !errors.Is(err, ErrLoop) {
@@ -162,7 +122,7 @@ func (m *runtimeMem) read() {
 // image, each stopped at its deadline or its bound wherever it was, leave
 // no descriptor open and the heap where it was.
 func TestUnionHostileLookupsLeaveNothing(t *testing.T) {
-	u := Union{Layers: hostileLayers(t, 256, 2)}
+	u := Union{Layers: hostileimage.Layers(t, 256, 2)}
 	fds := func() int {
 		entries, err := os.ReadDir("/proc/self/fd")
 		if err != nil {

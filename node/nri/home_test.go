@@ -3,7 +3,6 @@ package nri
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -13,9 +12,9 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/go-logr/logr/testr"
 	"github.com/google/go-cmp/cmp"
-	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ibkube/ibkube/internal/testing/hostileimage"
 	"github.com/ibkube/ibkube/node/imagefs"
 	"github.com/ibkube/ibkube/node/memlock"
 )
@@ -42,37 +41,6 @@ func (i unionImage) ReadFile(ctx context.Context, _, name string, max int64) ([]
 	return i.u.ReadFile(ctx, name, max)
 }
 
-// deepChainLayer is a layer where /etc/passwd is a symlink into depth
-// nested directories whose bottom links back through the whole chain.
-func deepChainLayer(t *testing.T, depth int) string {
-	t.Helper()
-	dir := t.TempDir()
-	target := "/" + strings.Repeat("d/", depth) + "s"
-	if err := os.Mkdir(filepath.Join(dir, "etc"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(target, filepath.Join(dir, "etc", "passwd")); err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	for i := 0; i < depth && err == nil; i++ {
-		if err = unix.Mkdirat(fd, "d", 0o755); err == nil {
-			var next int
-			next, err = unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-			unix.Close(fd)
-			fd = next
-		}
-	}
-	if err == nil {
-		err = unix.Symlinkat(target, fd, "s")
-		unix.Close(fd)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // TestPasswdOfStopsAtDeadline: a lookup in a hostile image that outlasts
 // its deadline has stopped when passwdOf returns; nothing of it runs on.
 func TestPasswdOfStopsAtDeadline(t *testing.T) {
@@ -80,7 +48,7 @@ func TestPasswdOfStopsAtDeadline(t *testing.T) {
 	var inFlight atomic.Int32
 	var layers []string
 	for range 4 {
-		layers = append(layers, deepChainLayer(t, 256))
+		layers = append(layers, hostileimage.Layers(t, 256, 1)[0])
 	}
 	img := unionImage{imagefs.Union{Layers: layers}, &inFlight}
 	p, err := NewPlugin(Config{Image: img, PasswdTimeout: time.Millisecond}, testNode, testr.New(t), nil, nil)
@@ -233,7 +201,7 @@ func TestHomeInTokenDirNotMounted(t *testing.T) {
 // descriptor or heap behind.
 func TestHostileCreatesLeaveNothing(t *testing.T) {
 	var inFlight atomic.Int32
-	img := unionImage{imagefs.Union{Layers: []string{deepChainLayer(t, 64)}}, &inFlight}
+	img := unionImage{imagefs.Union{Layers: []string{hostileimage.Layers(t, 64, 1)[0]}}, &inFlight}
 	p, err := NewPlugin(Config{Image: img, PasswdTimeout: time.Millisecond}, testNode, testr.New(t), nil, nil)
 	if err != nil {
 		t.Fatal(err)
