@@ -30,6 +30,9 @@ var allowed = []struct {
 	{"node/", []string{"node/", "hca/", "nccl/machine", "internal/", "contract"}},
 	{"cni/", []string{"cni/", "hca/", "internal/", "contract"}},
 	{"webhook/", []string{"webhook/", "nccl", "internal/", "contract"}},
+	// Test helpers sit above the product they exercise (the policy corpus
+	// runs webhook/mutate), below cmd/ and test/ that import them.
+	{"internal/testing/", []string{"internal/", "contract", "hca/", "nccl", "nccl/", "node/", "cni/", "webhook/"}},
 }
 
 // constructors build API clients or event broadcasters: only binaries call

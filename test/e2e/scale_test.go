@@ -29,10 +29,10 @@ import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/testing/policytest"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/mutate"
 	"github.com/ibkube/ibkube/webhook/policy"
-	"github.com/ibkube/ibkube/webhook/policy/policytest"
 )
 
 const (

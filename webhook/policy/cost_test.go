@@ -10,11 +10,11 @@ import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/testing/corpus"
+	"github.com/ibkube/ibkube/internal/testing/policytest"
 	"github.com/ibkube/ibkube/webhook/multus"
 	"github.com/ibkube/ibkube/webhook/mutate"
 	"github.com/ibkube/ibkube/webhook/policy"
-	"github.com/ibkube/ibkube/webhook/policy/corpus"
-	"github.com/ibkube/ibkube/webhook/policy/policytest"
 )
 
 // TestCostWithinBudget admits a 16-container pod and checks the CEL cost

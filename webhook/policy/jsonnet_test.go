@@ -4,8 +4,8 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/ibkube/ibkube/internal/testing/corpus"
 	"github.com/ibkube/ibkube/webhook/multus"
-	"github.com/ibkube/ibkube/webhook/policy/corpus"
 )
 
 // TestNetworksPatternsRefuseWhatTheWebhookRefuses: over random JSON

@@ -11,11 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/testing/corpus"
+	"github.com/ibkube/ibkube/internal/testing/policytest"
 	"github.com/ibkube/ibkube/webhook/multus"
 	"github.com/ibkube/ibkube/webhook/mutate"
 	"github.com/ibkube/ibkube/webhook/policy"
-	"github.com/ibkube/ibkube/webhook/policy/corpus"
-	"github.com/ibkube/ibkube/webhook/policy/policytest"
 )
 
 var randomNetworks = flag.Int("random-networks", 2_000, "random JSON networks values TestRandomNetworks admits through both sides (docs/admission-policy.md records a run of 10,000)")

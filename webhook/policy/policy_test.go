@@ -10,10 +10,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/testing/corpus"
+	"github.com/ibkube/ibkube/internal/testing/policytest"
 	"github.com/ibkube/ibkube/webhook/mutate"
 	"github.com/ibkube/ibkube/webhook/policy"
-	"github.com/ibkube/ibkube/webhook/policy/corpus"
-	"github.com/ibkube/ibkube/webhook/policy/policytest"
 )
 
 var testNames = policy.Names{Prefix: "ibkube", Namespace: corpus.ReleaseNamespace}
@@ -111,7 +111,7 @@ func TestCorpusCoversEveryUserKey(t *testing.T) {
 	}
 	for _, k := range contract.UserKeys() {
 		if !accepted[k] {
-			t.Errorf("annotation %s%s: no corpus case (webhook/policy/corpus) the webhook admits with it", contract.Prefix, k)
+			t.Errorf("annotation %s%s: no corpus case (internal/testing/corpus) the webhook admits with it", contract.Prefix, k)
 		}
 		if !refused[k] {
 			t.Errorf("annotation %s%s: no corpus case the webhook refuses naming it", contract.Prefix, k)

@@ -16,9 +16,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/testing/corpus"
 	"github.com/ibkube/ibkube/internal/testing/testenv"
 	"github.com/ibkube/ibkube/webhook/mutate"
-	"github.com/ibkube/ibkube/webhook/policy/corpus"
 )
 
 // manyKeys is the most annotation keys the API server's 256 KiB holds

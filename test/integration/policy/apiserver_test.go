@@ -22,11 +22,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/testing/corpus"
+	"github.com/ibkube/ibkube/internal/testing/policytest"
 	"github.com/ibkube/ibkube/internal/testing/testenv"
 	"github.com/ibkube/ibkube/webhook/mutate"
 	"github.com/ibkube/ibkube/webhook/policy"
-	"github.com/ibkube/ibkube/webhook/policy/corpus"
-	"github.com/ibkube/ibkube/webhook/policy/policytest"
 )
 
 // TestAPIServerEquivalence installs the chart's policy mode into a real

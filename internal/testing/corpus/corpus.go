@@ -130,7 +130,7 @@ func Load(root string) ([]Case, error) {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 		ns, ok := goldenNamespaces[name]
 		if !ok {
-			return nil, fmt.Errorf("%s: no namespace for this golden pod in the policy corpus (webhook/policy/corpus goldenNamespaces)", f)
+			return nil, fmt.Errorf("%s: no namespace for this golden pod in the policy corpus (internal/testing/corpus goldenNamespaces)", f)
 		}
 		pod, err := readPod(f)
 		if err != nil {
