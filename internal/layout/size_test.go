@@ -19,13 +19,10 @@ const (
 )
 
 // cores are the packages whose functions the size rule covers; an entry
-// ending in "/" covers every package below it (testdata left out): the
-// webhook's core (the mutation, the config), and all of node/, cmd/, hca/,
-// cni/ and nccl/. TestListOversize lists what stands between the rest of
-// webhook/ and this list.
+// ending in "/" covers every package below it (testdata left out): all of
+// webhook/, node/, cmd/, hca/, cni/ and nccl/.
 var cores = []string{
-	"webhook/mutate",
-	"webhook/config",
+	"webhook/",
 	"node/",
 	"cmd/",
 	"hca/",
@@ -33,9 +30,19 @@ var cores = []string{
 	"nccl/",
 }
 
+// exceptions are the functions of cores the size rule lets be long, keyed
+// "file function", each with the reason it reads better whole.
+var exceptions = map[string]string{
+	"webhook/policy/cel.go variables": "a table of CEL texts, one entry per " +
+		"variable in the order the policy declares them; the refusal chain " +
+		"reads top-down as one list, and cutting it in pieces only hides " +
+		"which refusal wins",
+}
+
 func TestCoreFunctionsStaySmall(t *testing.T) {
 	t.Parallel()
 	root := filepath.Join("..", "..")
+	excused := map[string]bool{}
 	for _, pkg := range cores {
 		files, err := goFiles(root, pkg)
 		if err != nil || len(files) == 0 {
@@ -48,8 +55,19 @@ func TestCoreFunctionsStaySmall(t *testing.T) {
 			}
 			rel, _ := filepath.Rel(root, f)
 			for _, msg := range msgs {
+				fn, _, _ := strings.Cut(msg, " ")
+				key := filepath.ToSlash(rel) + " " + fn
+				if _, ok := exceptions[key]; ok {
+					excused[key] = true
+					continue
+				}
 				t.Errorf("%s: %s", filepath.ToSlash(rel), msg)
 			}
+		}
+	}
+	for key := range exceptions {
+		if !excused[key] {
+			t.Errorf("exception %q is within the size rule now, or gone: delete it", key)
 		}
 	}
 }
