@@ -103,6 +103,9 @@ func TestMemlockThroughNRI(t *testing.T) {
 		hostileRef("9mb"):         {{name: "etc/passwd", size: 9 << 20, data: "mpiuser:x:1000:1000::/home/mpiuser:/bin/sh\n"}},
 		hostileRef("dotdot-home"): {{name: "etc/passwd", data: "mpiuser:x:1000:1000::../../..:/bin/sh\n"}},
 		hostileRef("proc-home"):   {{name: "etc/passwd", data: "mpiuser:x:1000:1000::/proc/self/root/etc:/bin/sh\n"}},
+		// A home that is not UTF-8: NRI's messages carry UTF-8 strings, and
+		// a reply naming it failed the container's creation.
+		hostileRef("non-utf8-home"): {{name: "etc/passwd", data: "mpiuser:x:1000:1000::/home/\xff\xfe:/bin/sh\n"}},
 	}
 
 	cfg := filepath.Join(base, "config.toml")
@@ -231,10 +234,13 @@ func TestMemlockThroughNRI(t *testing.T) {
 			}
 		})
 		// Kubeflow's non-root image: no HOME in the spec, the passwd home.
+		// The image holds no NCCL the agent can name, so the file carries
+		// no comment line (an NCCL before 2.26.2 would read one holding
+		// '=' as a variable).
 		t.Run("uid-1000-passwd-home", func(t *testing.T) {
 			got, _ := runContainer(ctx, t, rt, base, probeRun{name: "rank-1000", annotations: ann, devices: []*cri.Device{device}, uid: 1000, env: env,
 				args: []string{"cat", "/home/mpiuser/.nccl.conf", "/root/.nccl.conf"}, line: "file"})
-			if !strings.HasPrefix(got, `file "# Written by the ibkube node agent`) || !strings.Contains(got, `NCCL_IB_HCA==mlx5_0:1\n`) || !strings.HasSuffix(got, " absent") {
+			if !strings.HasPrefix(got, `file "NCCL_`) || strings.Contains(got, `#`) || !strings.Contains(got, `NCCL_IB_HCA==mlx5_0:1\n`) || !strings.HasSuffix(got, " absent") {
 				t.Errorf("uid-1000 container without HOME: %s, want /home/mpiuser/.nccl.conf and no /root/.nccl.conf", got)
 			}
 		})
@@ -274,6 +280,7 @@ func TestMemlockThroughNRI(t *testing.T) {
 			{"9mb", string(memlock.RankNoHome)},
 			{"dotdot-home", string(memlock.RankNoHome)},
 			{"proc-home", string(memlock.RankNoHome)},
+			{"non-utf8-home", string(memlock.RankNoHome)},
 		} {
 			t.Run("hostile-"+h.name, func(t *testing.T) {
 				drainEvents(events)
