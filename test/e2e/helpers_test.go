@@ -229,12 +229,6 @@ func (x *harness) containerReport(ctx context.Context, ns, pod, container string
 	return rep, nil
 }
 
-// allocatable returns the e2e node's allocatable quantity of a resource (0
-// if absent).
-func (x *harness) allocatable(ctx context.Context, res corev1.ResourceName) (int64, error) {
-	return x.nodeAllocatable(ctx, nodeName, res)
-}
-
 // waitAllocatable waits until the e2e node's allocatable res satisfies ok.
 func (x *harness) waitAllocatable(ctx context.Context, res corev1.ResourceName, timeout time.Duration, ok func(int64) bool) (int64, error) {
 	return x.waitNodeAllocatable(ctx, nodeName, res, timeout, ok)
