@@ -197,23 +197,13 @@ func skipSpace(b []byte, i int) int {
 // valueEnd is the index of the ',', ':', '}' or ']' that ends the value
 // starting at i, outside nested values and strings.
 func valueEnd(b []byte, i int) int {
-	depth, inString, escaped := 0, false, false
+	depth, str := 0, jsonString{}
 	for ; i < len(b); i++ {
 		ch := b[i]
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case ch == '\\':
-				escaped = true
-			case ch == '"':
-				inString = false
-			}
+		if str.inside(ch) {
 			continue
 		}
 		switch ch {
-		case '"':
-			inString = true
 		case '{', '[':
 			depth++
 		case '}', ']':
@@ -235,17 +225,9 @@ func valueEnd(b []byte, i int) int {
 // each element of a list, which is one per comma outside strings and one
 // per object or list that is not empty. One pass, no allocation.
 func countValues(doc []byte) int {
-	values, inString, escaped, opened := 1, false, false, false
+	values, str, opened := 1, jsonString{}, false
 	for _, ch := range doc {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case ch == '\\':
-				escaped = true
-			case ch == '"':
-				inString = false
-			}
+		if str.inside(ch) {
 			continue
 		}
 		switch ch {
@@ -253,8 +235,6 @@ func countValues(doc []byte) int {
 			continue
 		case ',':
 			values++
-		case '"':
-			inString = true
 		}
 		if opened && ch != '}' && ch != ']' {
 			values++
@@ -289,16 +269,15 @@ func (c *elementCount) UnmarshalJSON(b []byte) error {
 // time, without decoding them: commas at depth one separate elements,
 // and a list with anything but blanks inside holds at least one.
 type listScan struct {
-	n, depth                 int
-	inString, escaped, empty bool
+	n, depth int
+	str      jsonString
+	empty    bool
 }
 
 func (s *listScan) step(ch byte) {
 	switch {
-	case s.inString:
-		s.stringByte(ch)
+	case s.str.inside(ch):
 	case ch == '"':
-		s.inString = true
 		s.empty = false
 	case ch == '[' || ch == '{':
 		if s.depth > 0 {
@@ -314,17 +293,28 @@ func (s *listScan) step(ch byte) {
 	}
 }
 
-// stringByte follows a byte inside a JSON string, where brackets and
-// commas count for nothing and a backslash escapes the next byte.
-func (s *listScan) stringByte(ch byte) {
+// jsonString follows a byte-at-a-time scan in and out of JSON strings,
+// where brackets, commas and colons count for nothing and a backslash
+// escapes the next byte.
+type jsonString struct{ in, escaped bool }
+
+// inside reports whether ch lies inside a string the scan is in, its
+// closing quote included. An opening quote is not inside: the caller sees
+// it, and the bytes after it are.
+func (s *jsonString) inside(ch byte) bool {
+	if !s.in {
+		s.in = ch == '"'
+		return false
+	}
 	switch {
 	case s.escaped:
 		s.escaped = false
 	case ch == '\\':
 		s.escaped = true
 	case ch == '"':
-		s.inString = false
+		s.in = false
 	}
+	return true
 }
 
 func (s *listScan) count() int {
