@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ibkube/ibkube/internal/testing/floods"
 	"github.com/ibkube/ibkube/webhook/handler"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
@@ -104,23 +105,7 @@ func mustJSON(v any) string {
 // ibkube's mode annotation. One more list floods the webhook's decoder per
 // element, whatever the list.
 func listReview(ours bool, open, item string, n int, closing string) []byte {
-	var b bytes.Buffer
-	b.Grow(len(item)*n + 256)
-	annotations := `{"team":"a"}`
-	if ours {
-		annotations = `{"team":"a","infiniband.azure.com/mode":"rdma-shared"}`
-	}
-	fmt.Fprintf(&b, `{"metadata":{"name":"lists","namespace":"training","annotations":%s},"spec":{`, annotations)
-	b.WriteString(open)
-	for i := range n {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(item)
-	}
-	b.WriteString(closing)
-	b.WriteString("}}")
-	return review(b.Bytes(), "u", "training", "lists")
+	return review(floods.Pod(ours, "lists", open, item, n, closing), "u", "training", "lists")
 }
 
 // mountsReview is 128 containers of n empty volumeMounts each.

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/testing/floods"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
@@ -158,23 +159,7 @@ func TestElementCount(t *testing.T) {
 // `"volumes":[` ... `]`), built from n copies of item; ours adds ibkube's
 // mode annotation.
 func listPod(ours bool, open, item string, n int, closing string) []byte {
-	var b bytes.Buffer
-	b.Grow(len(item)*n + 256)
-	annotations := `{"team":"a"}`
-	if ours {
-		annotations = fmt.Sprintf(`{"team":"a",%q:"rdma-shared"}`, contract.AnnotationMode)
-	}
-	fmt.Fprintf(&b, `{"metadata":{"name":"p","namespace":"training","annotations":%s},"spec":{`, annotations)
-	b.WriteString(open)
-	for i := range n {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(item)
-	}
-	b.WriteString(closing)
-	b.WriteString("}}")
-	return b.Bytes()
+	return floods.Pod(ours, "p", open, item, n, closing)
 }
 
 // mountsPod is 128 containers of n empty volumeMounts each.
