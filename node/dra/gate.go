@@ -29,6 +29,25 @@ type SliceCreator interface {
 // consumes.
 const gateCounterSet = "gate-check"
 
+// dryRun asks the API server to validate and default an object and store
+// nothing.
+func dryRun() metav1.CreateOptions {
+	return metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+}
+
+// gateSlice is a ResourceSlice of node in the gate check's own pool of two
+// slices (one of devices, one of counters), holding neither yet.
+func gateSlice(node string) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "ibkube-gate-check-"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   contract.DRADriverName,
+			Pool:     resourceapi.ResourcePool{Name: "ibkube-gate-check", ResourceSliceCount: 2},
+			NodeName: ptr.To(node),
+		},
+	}
+}
+
 func gateCounters() map[string]resourceapi.Counter {
 	return map[string]resourceapi.Counter{gateCounterSet: {Value: *apiresource.NewQuantity(1, apiresource.DecimalSI)}}
 }
@@ -38,16 +57,9 @@ func gateCounters() map[string]resourceapi.Counter {
 // device's consumesCounters: the HCAs' counters keep one HCA from an
 // exclusive claim and sharers at once (DRAPartitionableDevices).
 func countersKept(ctx context.Context, slices SliceCreator, node string, d resourceapi.Device) (bool, error) {
-	counters := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "ibkube-gate-check-"},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver:         contract.DRADriverName,
-			Pool:           resourceapi.ResourcePool{Name: "ibkube-gate-check", ResourceSliceCount: 2},
-			NodeName:       ptr.To(node),
-			SharedCounters: []resourceapi.CounterSet{{Name: gateCounterSet, Counters: gateCounters()}},
-		},
-	}
-	got, err := slices.Create(ctx, counters, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	counters := gateSlice(node)
+	counters.Spec.SharedCounters = []resourceapi.CounterSet{{Name: gateCounterSet, Counters: gateCounters()}}
+	got, err := slices.Create(ctx, counters, dryRun())
 	if err != nil {
 		return false, fmt.Errorf("dry-run create of a ResourceSlice of shared counters for node %s: %w", node, err)
 	}
@@ -73,7 +85,6 @@ const MinKubernetes = "1.36"
 // configured. The kubelet's side (ResourceHealthStatus) cannot be seen from
 // here.
 func CheckGates(ctx context.Context, classes DeviceClassCreator, slices SliceCreator, node string, shared bool) error {
-	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	class := &resourceapi.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "ibkube-gate-check-"},
 		Spec: resourceapi.DeviceClassSpec{
@@ -81,7 +92,7 @@ func CheckGates(ctx context.Context, classes DeviceClassCreator, slices SliceCre
 			ExtendedResourceName: ptr.To("ibkube.io/gate-check"),
 		},
 	}
-	got, err := classes.Create(ctx, class, dry)
+	got, err := classes.Create(ctx, class, dryRun())
 	if err != nil {
 		return fmt.Errorf("dry-run create of a DeviceClass (is resource.k8s.io/v1 served, Kubernetes %s or later, and may the agent create deviceclasses?): %w", MinKubernetes, err)
 	}
@@ -89,22 +100,15 @@ func CheckGates(ctx context.Context, classes DeviceClassCreator, slices SliceCre
 	if got.Spec.ExtendedResourceName == nil {
 		off = append(off, "DRAExtendedResource (DeviceClass spec.extendedResourceName was dropped)")
 	}
-	slice := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "ibkube-gate-check-"},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   contract.DRADriverName,
-			Pool:     resourceapi.ResourcePool{Name: "ibkube-gate-check", ResourceSliceCount: 2},
-			NodeName: ptr.To(node),
-			Devices: []resourceapi.Device{{
-				Name:                     "gate-check",
-				AllowMultipleAllocations: ptr.To(true),
-				ConsumesCounters:         []resourceapi.DeviceCounterConsumption{{CounterSet: gateCounterSet, Counters: gateCounters()}},
-				Capacity:                 map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{contract.DRACapacitySlots: {Value: *apiresource.NewQuantity(1, apiresource.DecimalSI)}},
-				Taints:                   []resourceapi.DeviceTaint{{Key: contract.DRATaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule}},
-			}},
-		},
-	}
-	gotSlice, err := slices.Create(ctx, slice, dry)
+	slice := gateSlice(node)
+	slice.Spec.Devices = []resourceapi.Device{{
+		Name:                     "gate-check",
+		AllowMultipleAllocations: ptr.To(true),
+		ConsumesCounters:         []resourceapi.DeviceCounterConsumption{{CounterSet: gateCounterSet, Counters: gateCounters()}},
+		Capacity:                 map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{contract.DRACapacitySlots: {Value: *apiresource.NewQuantity(1, apiresource.DecimalSI)}},
+		Taints:                   []resourceapi.DeviceTaint{{Key: contract.DRATaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule}},
+	}}
+	gotSlice, err := slices.Create(ctx, slice, dryRun())
 	if err != nil {
 		return fmt.Errorf("dry-run create of a ResourceSlice for node %s (may the agent create resourceslices?): %w", node, err)
 	}
