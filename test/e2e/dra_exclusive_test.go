@@ -74,15 +74,8 @@ func testDRAExclusiveIsExclusive(t *testing.T, st *state, d *draState) {
 	d.need(t, r)
 	ctx := ctxT(t, 8*time.Minute)
 	claimNamespace(ctx, t)
-	free, err := freeHCAs(ctx)
-	if err != nil || len(free) == 0 {
-		fail(t, r, "no free HCA: %v %v", free, err)
-	}
-	hca := free[0]
-	sel := fmt.Sprintf(`device.attributes[%q].rdmaDevice == %q`, draDriver, hca)
-	if err := createTemplates(ctx, draClaimNS,
-		claimTemplate("excl-one", []draRequest{{name: "hca", class: classIB, cel: sel, count: 1}}),
-		claimTemplate("share-one", []draRequest{{name: "hca", class: classSharedIB, cel: sel, count: 1}})); err != nil {
+	hca := needFreeHCAs(ctx, t, r)[0]
+	if err := createTemplates(ctx, draClaimNS, oneHCATemplate("excl-one", classIB, hca), oneHCATemplate("share-one", classSharedIB, hca)); err != nil {
 		fail(t, r, "%v", err)
 	}
 	for _, c := range []struct {
@@ -300,10 +293,7 @@ func testDRAFlapBurst(t *testing.T, st *state, d *draState) {
 	r := h.scenario(t, "9k-dra-flap-burst")
 	d.need(t, r)
 	ctx := ctxT(t, 4*time.Minute)
-	free, err := freeHCAs(ctx)
-	if err != nil || len(free) == 0 {
-		fail(t, r, "no free HCA: %v %v", free, err)
-	}
+	free := needFreeHCAs(ctx, t, r)
 	hca := free[len(free)-1]
 	ws, err := watchSliceWrites(ctx, hca)
 	if err != nil {
@@ -363,11 +353,7 @@ func testDRAStaleCDISpec(t *testing.T, st *state, d *draState) {
 	d.need(t, r)
 	ctx := ctxT(t, 5*time.Minute)
 	claimNamespace(ctx, t)
-	free, err := freeHCAs(ctx)
-	if err != nil || len(free) == 0 {
-		fail(t, r, "no free HCA: %v %v", free, err)
-	}
-	hca := free[0]
+	hca := needFreeHCAs(ctx, t, r)[0]
 	ghost := string(uuid.NewUUID())
 	spec := map[string]any{
 		"cdiVersion": "0.6.0", "kind": contract.DRADriverName + "/hca",
@@ -385,19 +371,15 @@ func testDRAStaleCDISpec(t *testing.T, st *state, d *draState) {
 		fail(t, r, "plant %s: %v", path, err)
 	}
 	defer os.Remove(path)
-	if out, err := h.kubectlRun(ctx, "-n", releaseNS, "delete", "pod", "-l", allocLabel+"=dra", "--wait=true"); err != nil {
-		fail(t, r, "delete the DRA agent: %v %s", err, out)
-	}
-	if err := agentOn(ctx, draAgentDS, dpAgentDS, 2*time.Minute); err != nil {
+	if err := restartDRAAgent(ctx); err != nil {
 		fail(t, r, "%v", err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		_, err := os.Stat(path)
 		return os.IsNotExist(err), nil
 	})
 	check(t, r, err == nil, "the stale CDI spec %s is still there after the agent started", path)
-	sel := fmt.Sprintf(`device.attributes[%q].rdmaDevice == %q`, draDriver, hca)
-	if err := createTemplates(ctx, draClaimNS, claimTemplate("after-stale", []draRequest{{name: "hca", class: classIB, cel: sel, count: 1}})); err != nil {
+	if err := createTemplates(ctx, draClaimNS, oneHCATemplate("after-stale", classIB, hca)); err != nil {
 		fail(t, r, "%v", err)
 	}
 	_, err = startPods(ctx, draClaimNS, claimPod("after-stale", "after-stale"))

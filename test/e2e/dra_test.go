@@ -324,6 +324,43 @@ func claimTemplate(name string, reqs []draRequest, constraints ...resourceapi.De
 	return tpl
 }
 
+// oneHCATemplate is a claim template for the one named HCA from a class
+// (exclusive or shared), picked by its rdmaDevice attribute.
+func oneHCATemplate(name, class, hca string) *resourceapi.ResourceClaimTemplate {
+	sel := fmt.Sprintf(`device.attributes[%q].rdmaDevice == %q`, draDriver, hca)
+	return claimTemplate(name, []draRequest{{name: "hca", class: class, cel: sel, count: 1}})
+}
+
+// needFreeHCAs returns the HCAs no exclusive claim holds, sorted, or fails
+// the scenario when there is none.
+func needFreeHCAs(ctx context.Context, t *testing.T, r *Result) []string {
+	t.Helper()
+	free, err := freeHCAs(ctx)
+	if err != nil || len(free) == 0 {
+		fail(t, r, "no HCA free of exclusive claims: %v %v", free, err)
+	}
+	return free
+}
+
+// switchAllocation labels the node for an allocation ("dra",
+// "deviceplugin") and waits until that allocation's agent DaemonSet (ds)
+// alone runs on it.
+func switchAllocation(ctx context.Context, value, ds, other string) error {
+	if err := labelAllocation(ctx, value); err != nil {
+		return fmt.Errorf("label the node %s=%s: %w", allocLabel, value, err)
+	}
+	return agentOn(ctx, ds, other, draSwitchLimit)
+}
+
+// restartDRAAgent deletes the node's DRA agent pod and waits for the
+// DaemonSet's new one to be Ready.
+func restartDRAAgent(ctx context.Context) error {
+	if out, err := h.kubectlRun(ctx, "-n", releaseNS, "delete", "pod", "-l", allocLabel+"=dra", "--wait=true"); err != nil {
+		return fmt.Errorf("delete the DRA agent: %w %s", err, out)
+	}
+	return agentOn(ctx, draAgentDS, dpAgentDS, 2*time.Minute)
+}
+
 func createTemplates(ctx context.Context, ns string, tpls ...*resourceapi.ResourceClaimTemplate) error {
 	for _, tpl := range tpls {
 		_ = h.cs.ResourceV1().ResourceClaimTemplates(ns).Delete(ctx, tpl.Name, metav1.DeleteOptions{})
@@ -412,10 +449,7 @@ func testDRAMigrate(t *testing.T, st *state, d *draState) {
 	}
 	// The switch.
 	start := time.Now()
-	if err := labelAllocation(ctx, "dra"); err != nil {
-		fail(t, r, "label node: %v", err)
-	}
-	if err := agentOn(ctx, draAgentDS, dpAgentDS, draSwitchLimit); err != nil {
+	if err := switchAllocation(ctx, "dra", draAgentDS, dpAgentDS); err != nil {
 		logs, _ := h.kubectlRun(ctx, "-n", releaseNS, "logs", "ds/"+draAgentDS, "--tail=30")
 		d.why = "the DRA agent did not take the node"
 		fail(t, r, "%v\n%s", err, logs)
@@ -576,13 +610,9 @@ func testDRAShared(t *testing.T, st *state, d *draState) {
 	h.namespace(ctx, t, draClaimNS, map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}, nil)
 	// An HCA no exclusive claim holds (9b's pod keeps its two): a shared
 	// claim on a held HCA is unschedulable, which 9j tests.
-	free, err := freeHCAs(ctx)
-	if err != nil || len(free) == 0 {
-		fail(t, r, "no HCA free of exclusive claims to share (%v): %v", free, err)
-	}
+	free := needFreeHCAs(ctx, t, r)
 	hca := free[len(free)-1]
-	sel := fmt.Sprintf(`device.attributes[%q].rdmaDevice == %q`, draDriver, hca)
-	if err := createTemplates(ctx, draClaimNS, claimTemplate("shared-one", []draRequest{{name: "hca", class: classSharedIB, cel: sel, count: 1}})); err != nil {
+	if err := createTemplates(ctx, draClaimNS, oneHCATemplate("shared-one", classSharedIB, hca)); err != nil {
 		fail(t, r, "%v", err)
 	}
 	if _, err := startPods(ctx, draClaimNS, claimPod("share-a", "shared-one"), claimPod("share-b", "shared-one")); err != nil {
@@ -650,13 +680,9 @@ func testDRAPortDown(t *testing.T, st *state, d *draState) {
 	r := h.scenario(t, "9e-dra-port-down")
 	d.need(t, r)
 	ctx := ctxT(t, 5*time.Minute)
-	free, err := freeHCAs(ctx)
-	if err != nil || len(free) == 0 {
-		fail(t, r, "no free HCA to hold: %v %v", free, err)
-	}
+	free := needFreeHCAs(ctx, t, r)
 	hca := free[len(free)-1]
-	sel := fmt.Sprintf(`device.attributes[%q].rdmaDevice == %q`, draDriver, hca)
-	if err := createTemplates(ctx, draClaimNS, claimTemplate("holds-one", []draRequest{{name: "hca", class: classIB, cel: sel, count: 1}})); err != nil {
+	if err := createTemplates(ctx, draClaimNS, oneHCATemplate("holds-one", classIB, hca)); err != nil {
 		fail(t, r, "%v", err)
 	}
 	if _, err := startPods(ctx, draClaimNS, claimPod("holder", "holds-one")); err != nil {
@@ -698,7 +724,7 @@ func testDRAPortDown(t *testing.T, st *state, d *draState) {
 	}
 	start := time.Now()
 	var taintAt, unhealthyAt time.Duration
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		if taintAt == 0 {
 			if ok, _ := tainted(ctx); ok {
 				taintAt = time.Since(start)
@@ -741,10 +767,7 @@ func testDRAAgentRestart(t *testing.T, st *state, d *draState) {
 		fail(t, r, "the 9b pod: %v", err)
 	}
 	_, uids, _ := allocated(ctx, before)
-	if out, err := h.kubectlRun(ctx, "-n", releaseNS, "delete", "pod", "-l", allocLabel+"=dra", "--wait=true"); err != nil {
-		fail(t, r, "delete the DRA agent: %v %s", err, out)
-	}
-	if err := agentOn(ctx, draAgentDS, dpAgentDS, 2*time.Minute); err != nil {
+	if err := restartDRAAgent(ctx); err != nil {
 		fail(t, r, "%v", err)
 	}
 	if _, err := waitPool(ctx, string(exclusiveRes), fixtureIBHCAs, time.Minute); err != nil {
@@ -917,10 +940,7 @@ func testDRAMigrateBack(t *testing.T, st *state, d *draState) {
 		fail(t, r, "the 9b pod: %v", err)
 	}
 	start := time.Now()
-	if err := labelAllocation(ctx, "deviceplugin"); err != nil {
-		fail(t, r, "%v", err)
-	}
-	if err := agentOn(ctx, dpAgentDS, draAgentDS, draSwitchLimit); err != nil {
+	if err := switchAllocation(ctx, "deviceplugin", dpAgentDS, draAgentDS); err != nil {
 		fail(t, r, "%v", err)
 	}
 	n, err := h.waitAllocatable(ctx, exclusiveRes, 2*time.Minute, func(v int64) bool { return v == fixtureIBHCAs })
