@@ -177,6 +177,14 @@ func echo(v string) string {
 	return strconv.Quote(bound(v, maxEcho))
 }
 
+// Clip cuts a value a request supplied to the same maxEcho bytes, unquoted,
+// for the admission handler's messages and log lines about the request's
+// own fields (uid, kind, name, a header), which a forged review may fill
+// with megabytes.
+func Clip(v string) string {
+	return bound(v, maxEcho)
+}
+
 // bound cuts s to at most n bytes (on a UTF-8 boundary) plus a marker
 // naming how many bytes were cut.
 func bound(s string, n int) string {
