@@ -56,13 +56,7 @@ func (x *harness) advertised(ctx context.Context, node string, res corev1.Resour
 }
 
 func (x *harness) waitAdvertised(ctx context.Context, node string, res corev1.ResourceName, timeout time.Duration, ok func(int64) bool) (int64, error) {
-	var v int64
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		var err error
-		v, err = x.advertised(ctx, node, res)
-		return err == nil && ok(v), nil
-	})
-	return v, err
+	return pollCount(ctx, timeout, func(ctx context.Context) (int64, error) { return x.advertised(ctx, node, res) }, ok)
 }
 
 // servedByDRA says whether the scheduler served a pod's extended resources

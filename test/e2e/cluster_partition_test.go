@@ -370,6 +370,21 @@ func sameSide(node string) []string {
 	return out
 }
 
+// jobOf is a Job of parallelism pods made from a pod's annotations and
+// spec, its pods never restarted and the Job never retried: a scenario
+// reads each pod's placement as the scheduler first made it.
+func jobOf(name string, tmpl *corev1.Pod, parallelism int32) *batchv1.Job {
+	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: batchv1.JobSpec{
+			Parallelism:  ptr.To(parallelism),
+			BackoffLimit: ptr.To[int32](0),
+			Template:     corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: tmpl.Annotations}, Spec: tmpl.Spec},
+		},
+	}
+}
+
 // c12: a 2-pod Job in rdma-exclusive, one HCA per pod: its first pod is
 // kept off the ND node (cordoned), so it takes one of the two HB nodes,
 // whichever the scheduler picks; the HB node left is then made the least
@@ -379,16 +394,7 @@ func testJobOnePartition(ctx context.Context, t *testing.T, r *Result) {
 	const ns, name = "c12-job", "train"
 	partitionNamespace(ctx, t, ns)
 	cordonFor(ctx, t, r, ns, ndNode)
-	tmpl := reportPod("", exclusiveAnnos())
-	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: batchv1.JobSpec{
-			Parallelism:  ptr.To[int32](1),
-			BackoffLimit: ptr.To[int32](0),
-			Template:     corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: tmpl.Annotations}, Spec: tmpl.Spec},
-		},
-	}
+	job := jobOf(name, reportPod("", exclusiveAnnos()), 1)
 	if _, err := h.cs.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		fail(t, r, "create job: %v", err)
 	}
@@ -556,16 +562,7 @@ func testJobNoPartitionFits(ctx context.Context, t *testing.T, r *Result) {
 	if _, err := h.waitRunning(ctx, ns, hold.Name, podStartTimeout); err != nil {
 		fail(t, r, "%v", err)
 	}
-	tmpl := reportPod("", exclusiveAnnos())
-	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: batchv1.JobSpec{
-			Parallelism:  ptr.To[int32](3),
-			BackoffLimit: ptr.To[int32](0),
-			Template:     corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: tmpl.Annotations}, Spec: tmpl.Spec},
-		},
-	}
+	job := jobOf(name, reportPod("", exclusiveAnnos()), 3)
 	if _, err := h.cs.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		fail(t, r, "create job: %v", err)
 	}
@@ -874,15 +871,9 @@ func testScheduling32(ctx context.Context, t *testing.T, r *Result) {
 			}
 			tmpl := reportPod("", annos)
 			tmpl.Spec.Containers[0].Image = pauseImage
-			tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
 			tmpl.Spec.NodeSelector = map[string]string{"infiniband.azure.com/allocation": "deviceplugin"}
-			job := &batchv1.Job{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: batchv1.JobSpec{
-					Parallelism: ptr.To[int32](pods), Completions: ptr.To[int32](pods), BackoffLimit: ptr.To[int32](0),
-					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: tmpl.Annotations}, Spec: tmpl.Spec},
-				},
-			}
+			job := jobOf(name, tmpl, pods)
+			job.Spec.Completions = ptr.To[int32](pods)
 			seen := watchBound(ctx, ns, name, pods)
 			s0, c0, u0, merr := schedMetrics(ctx)
 			start := time.Now()

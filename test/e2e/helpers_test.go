@@ -236,10 +236,16 @@ func (x *harness) waitAllocatable(ctx context.Context, res corev1.ResourceName, 
 
 // waitNodeAllocatable waits until a node's allocatable res satisfies ok.
 func (x *harness) waitNodeAllocatable(ctx context.Context, node string, res corev1.ResourceName, timeout time.Duration, ok func(int64) bool) (int64, error) {
+	return pollCount(ctx, timeout, func(ctx context.Context) (int64, error) { return x.nodeAllocatable(ctx, node, res) }, ok)
+}
+
+// pollCount reads a count every 500 ms until ok accepts it or timeout
+// passes, and returns the last count read.
+func pollCount(ctx context.Context, timeout time.Duration, read func(context.Context) (int64, error), ok func(int64) bool) (int64, error) {
 	var v int64
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		var err error
-		v, err = x.nodeAllocatable(ctx, node, res)
+		v, err = read(ctx)
 		return err == nil && ok(v), nil
 	})
 	return v, err

@@ -65,6 +65,27 @@ func decodeNCCLReport(out []byte) (ncclReport, error) {
 	return rep, fmt.Errorf("no report line in %q", out)
 }
 
+// mainAndRankReports returns the report of a ncclNS pod's main process and
+// of a second one, a rank, started in its main container with flag
+// (-empty-env, -ssh-env: the environment the rank starts with), failing the
+// scenario when either cannot be read.
+func mainAndRankReports(ctx context.Context, t *testing.T, r *Result, pod, flag string) (mainRep, rank ncclReport) {
+	t.Helper()
+	mainRep, err := ncclReportOf(ctx, ncclNS, pod)
+	if err != nil {
+		fail(t, r, "%v", err)
+	}
+	out, err := h.kubectlRun(ctx, "exec", "-n", ncclNS, pod, "-c", "main", "--", "/usr/local/bin/report", flag)
+	if err != nil {
+		fail(t, r, "exec a rank with %s in %s: %v", flag, pod, err)
+	}
+	rank, err = decodeNCCLReport([]byte(out))
+	if err != nil {
+		fail(t, r, "the rank's report: %v", err)
+	}
+	return mainRep, rank
+}
+
 // ncclReportOf reads the main process's report from the container's log.
 func ncclReportOf(ctx context.Context, ns, pod string) (ncclReport, error) {
 	var rep ncclReport
@@ -232,18 +253,7 @@ func testNCCLMPIRanks(ctx context.Context, t *testing.T, r *Result) {
 	if err != nil {
 		fail(t, r, "%v", err)
 	}
-	mainRep, err := ncclReportOf(ctx, ncclNS, "worker")
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
-	out, err := h.kubectlRun(ctx, "exec", "-n", ncclNS, "worker", "-c", "main", "--", "/usr/local/bin/report", "-empty-env")
-	if err != nil {
-		fail(t, r, "exec a process with an empty environment: %v", err)
-	}
-	rank, err := decodeNCCLReport([]byte(out))
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
+	mainRep, rank := mainAndRankReports(ctx, t, r, "worker", "-empty-env")
 
 	check(t, r, mainRep.UID == 0 && rank.UID == 0, "uids %d and %d, want 0 (root worker)", mainRep.UID, rank.UID)
 	check(t, r, len(rank.Env) == 0, "the process started with an empty environment has %v", rank.Env)
@@ -299,18 +309,7 @@ func testNCCLMPIRanksNonRoot(ctx context.Context, t *testing.T, r *Result) {
 	if _, err := h.waitRunning(ctx, ncclNS, "mpiuser", podStartTimeout); err != nil {
 		fail(t, r, "%v", err)
 	}
-	mainRep, err := ncclReportOf(ctx, ncclNS, "mpiuser")
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
-	out, err := h.kubectlRun(ctx, "exec", "-n", ncclNS, "mpiuser", "-c", "main", "--", "/usr/local/bin/report", "-ssh-env")
-	if err != nil {
-		fail(t, r, "exec a process with sshd's environment: %v", err)
-	}
-	rank, err := decodeNCCLReport([]byte(out))
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
+	mainRep, rank := mainAndRankReports(ctx, t, r, "mpiuser", "-ssh-env")
 	const home = "/home/mpiuser"
 	check(t, r, mainRep.UID == 1000 && rank.UID == 1000, "uids %d and %d, want 1000", mainRep.UID, rank.UID)
 	check(t, r, rank.Env["HOME"] == home && rank.Env["NCCL_CONF_FILE"] == "" && rank.Env["NCCL_IB_HCA"] == "",
