@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	"github.com/ibkube/ibkube/contract"
@@ -160,4 +162,64 @@ func BenchmarkPolicy16Containers(b *testing.B) {
 
 func optedInNS() mutate.Namespace {
 	return mutate.Namespace{Name: "training", Labels: map[string]string{contract.LabelInject: contract.InjectEnabled}}
+}
+
+// BenchmarkPolicyVariables reports the CEL cost of each variable of the
+// policies (what it adds once the variables it reads are known) for the
+// 16-container pod of BenchmarkPolicy16Containers and for the fleet's
+// pod (test/fleet: one container of 8 GPUs, rdma-exclusive, profile ndv5),
+// so a change to the CEL can be held to the variables it touches.
+func BenchmarkPolicyVariables(b *testing.B) {
+	objs, err := policy.Render(corpus.Configs()["default"], testNames)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := mustServer(b, objs)
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+	}{{"16containers", policytest.WidePod(16)}, {"fleet", fleetPod()}} {
+		costs, err := s.VariableCosts(context.Background(), tc.pod, optedInNS())
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range costs {
+			b.Run(tc.name+"/"+c.Name, func(b *testing.B) {
+				for b.Loop() {
+				}
+				b.ReportMetric(float64(c.Cost), "cost/op")
+			})
+		}
+	}
+}
+
+// BenchmarkPolicyFleetPod is BenchmarkPolicy16Containers for the fleet's
+// pod, the pod whose admission make fleet-admission profiles.
+func BenchmarkPolicyFleetPod(b *testing.B) {
+	objs, err := policy.Render(corpus.Configs()["default"], testNames)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := mustServer(b, objs)
+	pod := fleetPod()
+	var got policytest.Admitted
+	for b.Loop() {
+		if got, err = s.Admit(context.Background(), pod, optedInNS()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(got.MutateCost), "mutate-cost/op")
+	b.ReportMetric(float64(got.RefuseCost), "refuse-cost/op")
+}
+
+// fleetPod is test/fleet's admitPod: a training job's GPU pod.
+func fleetPod() *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "admit", Labels: map[string]string{"app": "admit"}, Annotations: map[string]string{
+			contract.AnnotationMode: contract.ModeExclusive, contract.AnnotationProfile: "ndv5",
+		}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "trainer", Image: "fake", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")},
+		}}}},
+	}
 }

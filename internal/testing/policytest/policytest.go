@@ -193,3 +193,50 @@ func AsJSON(t testing.TB, v any) map[string]any {
 	}
 	return m
 }
+
+// VariableCost is the CEL cost of one of the policies' variables for one
+// pod: what evaluating it adds once the variables before it are known.
+type VariableCost struct {
+	Name string
+	Cost int64
+}
+
+// VariableCosts is the cost of each variable of the policies for pod,
+// created in ns, in their order: the API server evaluates a variable once
+// per policy, when an expression first reads it, and charges its cost to
+// that policy. Each figure is the difference between reading the
+// variables up to it and up to the one before it in one evaluation, so a
+// variable's figure leaves out the variables it reads and includes the few
+// units of the expression that reads it.
+func (s *Server) VariableCosts(ctx context.Context, pod *corev1.Pod, ns mutate.Namespace) ([]VariableCost, error) {
+	if len(s.compiled) > 0 {
+		return nil, fmt.Errorf("compile: %v", s.compiled)
+	}
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name, Labels: ns.Labels, Annotations: ns.Annotations}}
+	pod = pod.DeepCopy()
+	pod.Namespace = ns.Name
+	a := admission.NewAttributesRecord(pod, nil, podGVK, ns.Name, pod.Name, corev1.SchemeGroupVersion.WithResource("pods"), "",
+		admission.Create, &metav1.CreateOptions{}, false, &user.DefaultInfo{Name: "test"})
+	va := &admission.VersionedAttributes{Attributes: a, VersionedKind: podGVK, VersionedObject: admission.NewLazyObject(pod)}
+	req := plugincel.CreateAdmissionRequest(a, metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"})
+	vars := plugincel.OptionalVariableBindings{VersionedParams: s.objs.Params}
+	opts := plugincel.OptionalVariableDeclarations{HasParams: true, HasAuthorizer: true}
+	var reads []plugincel.ExpressionAccessor
+	out := make([]VariableCost, 0, len(s.objs.Mutating.Spec.Variables))
+	var before int64
+	for _, v := range s.objs.Mutating.Spec.Variables {
+		reads = append(reads, &validating.ValidationCondition{Expression: "[variables." + v.Name + "].size() == 1"})
+		ev := s.mc.CompileCondition(reads, opts, environment.StoredExpressions)
+		if errs := ev.CompilationErrors(); len(errs) > 0 {
+			return nil, fmt.Errorf("read variable %s: %v", v.Name, errs)
+		}
+		_, left, err := ev.ForInput(ctx, va, req, vars, nsObj, celconfig.RuntimeCELCostBudget)
+		if err != nil {
+			return nil, fmt.Errorf("variable %s: %s", v.Name, shorten(err))
+		}
+		total := celconfig.RuntimeCELCostBudget - left
+		out = append(out, VariableCost{Name: v.Name, Cost: total - before})
+		before = total
+	}
+	return out, nil
+}
