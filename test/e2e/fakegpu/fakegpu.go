@@ -4,6 +4,8 @@
 // resource.kubernetes.io/numaNode placed as azhpc-images' ndv5 topology
 // places them (the same facts as the node's HCA fixture), and prepares a
 // claim with a CDI spec that only sets one environment variable per GPU.
+// OCIH100 is the bare-metal layout beside it: GPUs sharing PCIe roots with
+// the oci-h100 fixture's ports, publishing resource.kubernetes.io/pcieRoot.
 //
 // That is all the scheduler needs to align GPUs with HCAs by NUMA node
 // (a ResourceClaimTemplate with matchAttribute resource.kubernetes.io/numaNode)
@@ -39,6 +41,7 @@ const (
 
 	numaNodeAttr = resourceapi.QualifiedName("resource.kubernetes.io/numaNode")
 	pciBusIDAttr = resourceapi.QualifiedName("resource.kubernetes.io/pciBusID")
+	pcieRootAttr = resourceapi.QualifiedName("resource.kubernetes.io/pcieRoot")
 	indexAttr    = resourceapi.QualifiedName("index")
 	// pciClassGPU is the PCI class an NCCL topology gives a GPU (3D
 	// controller, 0x0302).
@@ -49,7 +52,13 @@ const (
 type GPU struct {
 	Index    int
 	PCIBusID string
+	// NUMANode is published as resource.kubernetes.io/numaNode; below 0,
+	// not published (NVIDIA's DRA driver publishes none).
 	NUMANode int64
+	// PCIeRoot is published as resource.kubernetes.io/pcieRoot; "", not
+	// published (an Azure VM's GPUs, each on a root of its own, give none
+	// that an HCA could share).
+	PCIeRoot string
 }
 
 // Name is the device name in the ResourceSlice.
@@ -121,13 +130,41 @@ func attr(el xml.StartElement, name string) string {
 func Devices(gpus []GPU) []resourceapi.Device {
 	out := make([]resourceapi.Device, 0, len(gpus))
 	for _, g := range gpus {
-		out = append(out, resourceapi.Device{
-			Name: g.Name(),
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				numaNodeAttr: {IntValue: ptr.To(g.NUMANode)},
-				pciBusIDAttr: {StringValue: ptr.To(g.PCIBusID)},
-				indexAttr:    {IntValue: ptr.To(int64(g.Index))},
-			},
+		attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			pciBusIDAttr: {StringValue: ptr.To(g.PCIBusID)},
+			indexAttr:    {IntValue: ptr.To(int64(g.Index))},
+		}
+		if g.NUMANode >= 0 {
+			attrs[numaNodeAttr] = resourceapi.DeviceAttribute{IntValue: ptr.To(g.NUMANode)}
+		}
+		if g.PCIeRoot != "" {
+			attrs[pcieRootAttr] = resourceapi.DeviceAttribute{StringValue: ptr.To(g.PCIeRoot)}
+		}
+		out = append(out, resourceapi.Device{Name: g.Name(), Attributes: attrs})
+	}
+	return out
+}
+
+// OCIH100 are the eight GPUs of an OCI BM.GPU.H100.8 (bare-metal HGX
+// H100), one on each PCIe root complex that carries two of the oci-h100
+// fixture's sixteen GPU-fabric ports (hca/fixture/internal/hosts
+// ociHCAs), so that each GPU has a dual-port ConnectX-7 behind its root as
+// on an HGX H100 baseboard, where every GPU shares a PCIe switch with its
+// NIC (NVIDIA DGX H100 User Guide, "Network Ports"; oci-hpc-oke's
+// NCCL_IB_HCA lists two ports per GPU). The bus numbers are illustrative,
+// like the fixture's: the bus after each NIC's, on its root; NUMA node 1
+// from bus 0x80 as in the fixture. withNUMA false leaves numaNode out, as
+// NVIDIA's DRA driver does.
+func OCIH100(withNUMA bool) []GPU {
+	var out []GPU
+	for i, bus := range []int{0x0d, 0x2b, 0x42, 0x59, 0x87, 0xa6, 0xbe, 0xd6} {
+		numa := int64(bus / 0x80)
+		if !withNUMA {
+			numa = -1
+		}
+		out = append(out, GPU{
+			Index: i, PCIBusID: fmt.Sprintf("0000:%02x:00.0", bus), NUMANode: numa,
+			PCIeRoot: fmt.Sprintf("pci0000:%02x", bus&0xf0),
 		})
 	}
 	return out

@@ -2,6 +2,9 @@ package fakegpu
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -22,8 +25,8 @@ func TestGPUsOfNDv5(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []GPU{
-		{0, "0001:00:00.0", 0}, {1, "0002:00:00.0", 0}, {2, "0003:00:00.0", 0}, {3, "0008:00:00.0", 0},
-		{4, "0009:00:00.0", 1}, {5, "000a:00:00.0", 1}, {6, "000b:00:00.0", 1}, {7, "000c:00:00.0", 1},
+		{0, "0001:00:00.0", 0, ""}, {1, "0002:00:00.0", 0, ""}, {2, "0003:00:00.0", 0, ""}, {3, "0008:00:00.0", 0, ""},
+		{4, "0009:00:00.0", 1, ""}, {5, "000a:00:00.0", 1, ""}, {6, "000b:00:00.0", 1, ""}, {7, "000c:00:00.0", 1, ""},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("GPUs (-want +got):\n%s", d)
@@ -82,5 +85,38 @@ func TestCDISpec(t *testing.T) {
 	}
 	if f := CDIFile("uid-1"); f != "e2e.ibkube.io-gpu_uid-1.json" {
 		t.Errorf("CDI file %q", f)
+	}
+}
+
+// TestOCIH100SharesRootsWithTheFixture: each bare-metal GPU sits on one of
+// the PCIe roots that carry two of the oci-h100 fixture's GPU-fabric ports
+// (node/dra/testdata/oci-h100.slices.json, the slices the agent publishes
+// for it), one GPU per root, and publishes numaNode only when asked.
+func TestOCIH100SharesRootsWithTheFixture(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "node", "dra", "testdata", "oci-h100.slices.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := map[string]int{}
+	for _, m := range regexp.MustCompile(`"resource.kubernetes.io/pcieRoot": \{\s*"string": "([^"]+)"`).FindAllStringSubmatch(string(data), -1) {
+		ports[m[1]]++
+	}
+	roots := map[string]bool{}
+	for _, g := range OCIH100(true) {
+		if ports[g.PCIeRoot] != 2 {
+			t.Errorf("GPU %d on %s: the fixture has %d ports there, want 2", g.Index, g.PCIeRoot, ports[g.PCIeRoot])
+		}
+		if roots[g.PCIeRoot] {
+			t.Errorf("two GPUs on %s", g.PCIeRoot)
+		}
+		roots[g.PCIeRoot] = true
+	}
+	for _, d := range Devices(OCIH100(false)) {
+		if _, ok := d.Attributes[numaNodeAttr]; ok {
+			t.Errorf("%s publishes numaNode without NUMA", d.Name)
+		}
+		if _, ok := d.Attributes[pcieRootAttr]; !ok {
+			t.Errorf("%s publishes no pcieRoot", d.Name)
+		}
 	}
 }
