@@ -25,13 +25,9 @@ const zeroGID = "0000:0000:0000:0000:0000:0000:0000:0000"
 // so a sparse table (an address removed between two others) keeps its
 // indexes.
 func ReadGIDs(portDir string) ([]inventory.GIDEntry, string) {
-	var out []inventory.GIDEntry
-	why := readTable(portDir, "gids", "GID table", MaxGIDs, func(i int, v string) error {
-		if _, err := ParseGID(v); err != nil {
-			return err
-		}
-		if v == zeroGID {
-			return nil
+	return readTable(portDir, "gids", "GID table", MaxGIDs, func(i int, v string) (inventory.GIDEntry, bool, error) {
+		if _, err := ParseGID(v); err != nil || v == zeroGID {
+			return inventory.GIDEntry{}, false, err
 		}
 		idx := strconv.Itoa(i)
 		e := inventory.GIDEntry{Index: i, GID: v}
@@ -43,13 +39,8 @@ func ReadGIDs(portDir string) ([]inventory.GIDEntry, string) {
 		if n, err := readAttr(filepath.Join(portDir, "gid_attrs", "ndevs", idx)); err == nil && ValidDeviceName(n) {
 			e.Netdev = n
 		}
-		out = append(out, e)
-		return nil
+		return e, true, nil
 	})
-	if why != "" {
-		return nil, why
-	}
-	return out, ""
 }
 
 // readPortGIDs reads a RoCE port's GID table. A table that cannot be

@@ -13,21 +13,10 @@ const MaxPKeys = 128
 // (…/ports/<n>): the used entries in index order, or the reason the table
 // cannot be trusted.
 func readPKeys(portDir string) ([]inventory.PKeyEntry, string) {
-	var out []inventory.PKeyEntry
-	why := readTable(portDir, "pkeys", "partition table", MaxPKeys, func(i int, v string) error {
+	return readTable(portDir, "pkeys", "partition table", MaxPKeys, func(i int, v string) (inventory.PKeyEntry, bool, error) {
 		k, err := inventory.ParsePKey(v)
-		if err != nil {
-			return err
-		}
-		if !k.Empty() {
-			out = append(out, inventory.PKeyEntry{Index: i, Key: k})
-		}
-		return nil
+		return inventory.PKeyEntry{Index: i, Key: k}, err == nil && !k.Empty(), err
 	})
-	if why != "" {
-		return nil, why
-	}
-	return out, ""
 }
 
 // readPortPKeys reads an InfiniBand port's partition table. A table that

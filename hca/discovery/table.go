@@ -15,10 +15,32 @@ import (
 // Entries are read by index, never by listing the directory, so a tree with
 // millions of names costs no more than max+1 lookups, and a table longer
 // than max is refused rather than read without end or cut short (a cut
-// table could hide the entry that matters). entry sees each index and
-// value in order; its error, or any other reason the table cannot be
-// trusted, is returned as the text recorded on the port ("" when whole).
-func readTable(portDir, name, title string, max int, entry func(i int, v string) error) string {
+// table could hide the entry that matters). entry parses each index's
+// value in order into the entry to keep, or says it is unused (false). The
+// kept entries come back in index order; a table that cannot be trusted
+// (entry's error or any other reason) comes back as none and the text
+// recorded on the port.
+func readTable[T any](portDir, name, title string, max int, entry func(i int, v string) (T, bool, error)) ([]T, string) {
+	var out []T
+	why := walkTable(portDir, name, title, max, func(i int, v string) error {
+		e, used, err := entry(i, v)
+		if err != nil {
+			return err
+		}
+		if used {
+			out = append(out, e)
+		}
+		return nil
+	})
+	if why != "" {
+		return nil, why
+	}
+	return out, ""
+}
+
+// walkTable hands readTable each index and value in order, and says why
+// the table cannot be trusted ("" when whole).
+func walkTable(portDir, name, title string, max int, entry func(i int, v string) error) string {
 	dir := filepath.Join(portDir, name)
 	for i := 0; i <= max; i++ {
 		v, err := readAttr(filepath.Join(dir, strconv.Itoa(i)))
