@@ -47,11 +47,7 @@ func benchAgentRSS(b *testing.B, extra []string) {
 	if err := os.Mkdir(sockets, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	stub, err := kubeletstub.Start(sockets)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stub.Stop()
+	stub := kubeletstub.Start(b, sockets)
 	cmd := exec.Command(bin, "--config", filepath.Join(tmp, "none.yaml"),
 		"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir), "--netlink=false", "--nri=false",
 		"--kubelet-socket-dir", sockets, "--state-dir", filepath.Join(tmp, "state"),

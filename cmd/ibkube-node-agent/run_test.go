@@ -37,11 +37,7 @@ func TestRunWithoutNRI(t *testing.T) {
 			if err := fixture.Build(dir, fixture.NDv5); err != nil {
 				t.Fatal(err)
 			}
-			stub, err := kubeletstub.Start(sockets)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer stub.Stop()
+			stub := kubeletstub.Start(t, sockets)
 			metrics := freeAddr(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)

@@ -90,11 +90,7 @@ func get(t *testing.T, url string) string {
 func TestAgentEndToEnd(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	stub, err := kubeletstub.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stub.Stop()
+	stub := kubeletstub.Start(t, dir)
 	scanner := &fakeScanner{node: node(true, true), hints: make(chan struct{}, 1)}
 	metrics, health := listen(t), listen(t)
 	metricsAddr, healthAddr := metrics.Addr().String(), health.Addr().String()
@@ -248,13 +244,13 @@ func TestAgentOnFixture(t *testing.T) {
 	if err := fixture.SetPortState(dir, "mlx5_5", 1, "DOWN"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stub.WaitList("rdma/ib", 5*time.Second, func(d []*pluginapi.Device) bool { return health(d, "mlx5_5") == "Unhealthy" }); err != nil {
+	if _, err := stub.WaitHealth("rdma/ib", "mlx5_5", "Unhealthy", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if err := fixture.SetPortState(dir, "mlx5_5", 1, "ACTIVE"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stub.WaitList("rdma/ib", 5*time.Second, func(d []*pluginapi.Device) bool { return health(d, "mlx5_5") == "Healthy" }); err != nil {
+	if _, err := stub.WaitHealth("rdma/ib", "mlx5_5", "Healthy", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -267,11 +263,7 @@ func TestAgentOnFixture(t *testing.T) {
 func TestAgentFollowsLateDriversAndCharDevices(t *testing.T) {
 	t.Parallel()
 	dir, sockets := t.TempDir(), t.TempDir()
-	stub, err := kubeletstub.Start(sockets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stub.Stop()
+	stub := kubeletstub.Start(t, sockets)
 	cfg := config.Default()
 	cfg.RescanPeriod.Duration = time.Hour
 	scanner := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Logger: testr.New(t)})

@@ -26,17 +26,14 @@ func runOnFixture(b testing.TB) (dir string, stub *kubeletstub.Stub, a *Agent, s
 		b.Fatal(err)
 	}
 	sockets := b.TempDir()
-	stub, err := kubeletstub.Start(sockets)
-	if err != nil {
-		b.Fatal(err)
-	}
+	stub = kubeletstub.Start(b, sockets)
 	scanner := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir)})
 	// The periodic rescan out of reach: a port change reaches the kubelet
 	// only through discovery's port poll, as on a real host, where sysfs
 	// port attributes emit no inotify event.
 	cfg := config.Default()
 	cfg.RescanPeriod.Duration = time.Hour
-	a, err = New(Config{Agent: cfg, Scanner: scanner, SysfsRoot: fixture.SysfsRoot(dir),
+	a, err := New(Config{Agent: cfg, Scanner: scanner, SysfsRoot: fixture.SysfsRoot(dir),
 		KubeletSocketDir: sockets, StateDir: b.TempDir()}, benchLogger())
 	if err != nil {
 		b.Fatal(err)
@@ -64,15 +61,6 @@ func start(tb testing.TB, a *Agent) (stop func()) {
 	}
 }
 
-func health(devs []*pluginapi.Device, id string) string {
-	for _, d := range devs {
-		if d.ID == id {
-			return d.Health
-		}
-	}
-	return ""
-}
-
 // BenchmarkPortDownToUnhealthy measures the time from a port state change
 // in the fixture (sysfs state + the IPoIB netdev's carrier, as the kernel
 // writes them) to the Unhealthy device on the ListAndWatch stream, and back.
@@ -86,7 +74,7 @@ func BenchmarkPortDownToUnhealthy(b *testing.B) {
 		if err := fixture.SetPortState(dir, "mlx5_3", 1, "DOWN"); err != nil {
 			b.Fatal(err)
 		}
-		l, err := stub.WaitList("rdma/ib", 10*time.Second, func(d []*pluginapi.Device) bool { return health(d, "mlx5_3") == "Unhealthy" })
+		l, err := stub.WaitHealth("rdma/ib", "mlx5_3", "Unhealthy", 10*time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -95,7 +83,7 @@ func BenchmarkPortDownToUnhealthy(b *testing.B) {
 		if err := fixture.SetPortState(dir, "mlx5_3", 1, "ACTIVE"); err != nil {
 			b.Fatal(err)
 		}
-		l, err = stub.WaitList("rdma/ib", 10*time.Second, func(d []*pluginapi.Device) bool { return health(d, "mlx5_3") == "Healthy" })
+		l, err = stub.WaitHealth("rdma/ib", "mlx5_3", "Healthy", 10*time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}

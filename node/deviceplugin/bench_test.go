@@ -18,11 +18,7 @@ import (
 // (all eight HCAs' devices).
 func BenchmarkAllocate(b *testing.B) {
 	dir := b.TempDir()
-	stub, err := kubeletstub.Start(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stub.Stop()
+	stub := kubeletstub.Start(b, dir)
 	m := NewManager(Options{SocketDir: dir, Logger: logr.Discard()},
 		specs(resource.Build(config.Default(), testNode(), resource.Options{HostDevRoot: "/dev"})))
 	ctx, cancel := context.WithCancel(context.Background())

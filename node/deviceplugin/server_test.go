@@ -74,10 +74,7 @@ func (c *counter) Allocated(r string, n int) {
 func start(t *testing.T, node inventory.Node) (*kubeletstub.Stub, *Manager, *counter) {
 	t.Helper()
 	dir := t.TempDir()
-	stub, err := kubeletstub.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stub := kubeletstub.Start(t, dir)
 	t.Cleanup(stub.Stop)
 	obs := newCounter()
 	m := NewManager(Options{SocketDir: dir, Logger: testr.New(t), Observer: obs},
@@ -100,15 +97,6 @@ func runForTest(t *testing.T, m *Manager) context.Context {
 		}
 	})
 	return ctx
-}
-
-func healthOf(devs []*pluginapi.Device, id string) string {
-	for _, d := range devs {
-		if d.ID == id {
-			return d.Health
-		}
-	}
-	return "absent"
 }
 
 func TestRegistrationAndListAndWatch(t *testing.T) {
@@ -206,7 +194,7 @@ func TestHealthFlipAndRecovery(t *testing.T) {
 	t.Parallel()
 	node := testNode()
 	stub, m, _ := start(t, node)
-	if _, err := stub.WaitList("rdma/ib", wait, func(d []*pluginapi.Device) bool { return healthOf(d, "mlx5_3") == "Healthy" }); err != nil {
+	if _, err := stub.WaitHealth("rdma/ib", "mlx5_3", "Healthy", wait); err != nil {
 		t.Fatal(err)
 	}
 	update := func(n inventory.Node) {
@@ -216,16 +204,16 @@ func TestHealthFlipAndRecovery(t *testing.T) {
 	}
 	node.HCAs[3].Healthy, node.HCAs[3].HealthReason = false, "port 1 DOWN"
 	update(node)
-	l, err := stub.WaitList("rdma/ib", wait, func(d []*pluginapi.Device) bool { return healthOf(d, "mlx5_3") == "Unhealthy" })
+	l, err := stub.WaitHealth("rdma/ib", "mlx5_3", "Unhealthy", wait)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(l.Devices) != 8 || healthOf(l.Devices, "mlx5_2") != "Healthy" {
+	if len(l.Devices) != 8 || kubeletstub.HealthOf(l.Devices, "mlx5_2") != "Healthy" {
 		t.Errorf("list after flip is not the whole list: %v", l.Devices)
 	}
 	node.HCAs[3].Healthy = true
 	update(node)
-	if _, err := stub.WaitList("rdma/ib", wait, func(d []*pluginapi.Device) bool { return healthOf(d, "mlx5_3") == "Healthy" }); err != nil {
+	if _, err := stub.WaitHealth("rdma/ib", "mlx5_3", "Healthy", wait); err != nil {
 		t.Fatal(err)
 	}
 	// The shared pool stays healthy while any HCA is, and flips when none is.
@@ -233,7 +221,7 @@ func TestHealthFlipAndRecovery(t *testing.T) {
 		node.HCAs[i].Healthy = false
 	}
 	update(node)
-	if _, err := stub.WaitList("rdma/shared_ib", wait, func(d []*pluginapi.Device) bool { return healthOf(d, "slot-0") == "Unhealthy" }); err != nil {
+	if _, err := stub.WaitHealth("rdma/shared_ib", "slot-0", "Unhealthy", wait); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -265,7 +253,7 @@ func TestReregistrationAfterKubeletRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l, err := stub.WaitList("rdma/ib", wait, func(d []*pluginapi.Device) bool { return healthOf(d, "mlx5_6") == "Unhealthy" })
+	l, err := stub.WaitHealth("rdma/ib", "mlx5_6", "Unhealthy", wait)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,11 +317,7 @@ func TestRegistersWhenKubeletAppearsLater(t *testing.T) {
 	// A retry period beyond the test's patience: only kubelet.sock's
 	// creation event can bring the registration.
 	dir, _ := servingBeforeKubelet(t)
-	stub, err := kubeletstub.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stub.Stop()
+	stub := kubeletstub.Start(t, dir)
 	if _, err := stub.WaitRegistration("rdma/ib", wait); err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +350,7 @@ func TestNewStreamGetsCurrentList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(first.Devices) != 8 || healthOf(first.Devices, "mlx5_2") != "Unhealthy" || healthOf(first.Devices, "mlx5_1") != "Healthy" {
+	if len(first.Devices) != 8 || kubeletstub.HealthOf(first.Devices, "mlx5_2") != "Unhealthy" || kubeletstub.HealthOf(first.Devices, "mlx5_1") != "Healthy" {
 		t.Errorf("first message of a new stream = %v", first.Devices)
 	}
 }
@@ -397,11 +381,7 @@ func TestStaleKubeletSocket(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, KubeletSocket)); err != nil {
 		t.Fatal(err)
 	}
-	stub, err := kubeletstub.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stub.Stop()
+	stub := kubeletstub.Start(t, dir)
 	for _, r := range []string{"rdma/ib", "rdma/shared_ib"} {
 		if _, err := stub.WaitRegistration(r, wait); err != nil {
 			t.Fatal(err)
@@ -521,11 +501,7 @@ func TestPublishedOnceTheKubeletHasTheLists(t *testing.T) {
 	if err := m.Published(gone); err == nil {
 		t.Fatal("published while no kubelet has been sent a device list")
 	}
-	stub, err := kubeletstub.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stub.Stop()
+	stub := kubeletstub.Start(t, dir)
 	for _, r := range []string{"rdma/ib", "rdma/shared_ib"} {
 		if _, err := stub.WaitList(r, wait, func([]*pluginapi.Device) bool { return true }); err != nil {
 			t.Fatal(err)

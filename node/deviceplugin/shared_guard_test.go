@@ -184,10 +184,7 @@ func TestSharedSlotsUnhealthyWhileEveryHCAIsHeld(t *testing.T) {
 func kubeletWithPodResources(t *testing.T) (string, *kubeletstub.Stub, *kubeletstub.PodResources, *counters.PodResourcesLister) {
 	t.Helper()
 	dir := t.TempDir()
-	stub, err := kubeletstub.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stub := kubeletstub.Start(t, dir)
 	t.Cleanup(stub.Stop)
 	socket := filepath.Join(dir, "pod-resources.sock")
 	podres, err := kubeletstub.StartPodResources(socket)

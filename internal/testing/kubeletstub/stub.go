@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"testing"
 	"time"
 
 	"google.golang.org/grpc"
@@ -79,10 +80,16 @@ type Refusal struct {
 	Err     error
 }
 
-// Start serves kubelet.sock in dir.
-func Start(dir string) (*Stub, error) {
+// Start serves kubelet.sock in dir until tb ends (or Stop), failing tb if
+// it cannot.
+func Start(tb testing.TB, dir string) *Stub {
+	tb.Helper()
 	s := &Stub{dir: dir, registrations: map[string]chan Registration{}, refusals: map[string]chan Refusal{}, lists: map[string]chan List{}}
-	return s, s.listen()
+	if err := s.listen(); err != nil {
+		tb.Fatalf("kubelet stub in %s: %v", dir, err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
 }
 
 // Socket is the path of kubelet.sock.
@@ -356,6 +363,22 @@ func (s *Stub) WaitList(resource string, timeout time.Duration, ok func([]*plugi
 			return List{}, errors.New("timed out waiting for a matching device list of " + resource)
 		}
 	}
+}
+
+// WaitHealth waits for a list of resource in which device id has health
+// (pluginapi.Healthy or pluginapi.Unhealthy).
+func (s *Stub) WaitHealth(resource, id, health string, timeout time.Duration) (List, error) {
+	return s.WaitList(resource, timeout, func(devs []*pluginapi.Device) bool { return HealthOf(devs, id) == health })
+}
+
+// HealthOf is the health of device id in devs, or "absent".
+func HealthOf(devs []*pluginapi.Device, id string) string {
+	for _, d := range devs {
+		if d.ID == id {
+			return d.Health
+		}
+	}
+	return "absent"
 }
 
 // WaitRegistration returns the next registration of resource.
