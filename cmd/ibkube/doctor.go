@@ -6,7 +6,6 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/counters"
 	"github.com/ibkube/ibkube/node/doctor"
 	"github.com/ibkube/ibkube/node/memlock"
@@ -25,15 +24,12 @@ func runDoctor(ctx context.Context, args []string, s stdio) error {
 	stateDir := fs.String("state-dir", "/var/lib/ibkube", "the agent's --state-dir, where it records the HCAs each shared slot got")
 	memlockMax := fs.String("memlock-max", "", `the agent's --memlock-max ("unlimited", "64Gi"; empty: what the runtime holds)`)
 	var maxV *uint64
-	if done, err := cmd.parse(args, func() (err error) {
+	cfg, done, err := cmd.parse(args, func() (err error) {
 		maxV, err = memlock.ParseMax(*memlockMax)
 		return err
-	}); done {
+	})
+	if done {
 		return err
-	}
-	cfg, err := config.Load(*host.config)
-	if err != nil {
-		return fmt.Errorf("doctor: %w", err)
 	}
 	o := doctor.Options{
 		SysfsRoot: *host.sysfsRoot, DevRoot: *host.devRoot, ProcRoot: *procRoot, Netlink: host.netlink(),

@@ -19,7 +19,6 @@ import (
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/node/agent"
-	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/counters"
 	"github.com/ibkube/ibkube/node/dra/slice"
 	"github.com/ibkube/ibkube/node/resource"
@@ -32,17 +31,14 @@ func runNode(ctx context.Context, args []string, s stdio) error {
 	cmd := newHostCommand("node", s, []string{"table", "json", "slices"}, "output format: table, json, or slices (the resource.k8s.io/v1 ResourceSlices the agent publishes with --allocation=dra, as a YAML stream)")
 	host, output := cmd.host, cmd.output
 	nodeName := cmd.fs.String("node-name", os.Getenv("NODE_NAME"), "with -o slices: the Kubernetes node the slices are for (default $NODE_NAME, else the host name)")
-	if done, err := cmd.parse(args, func() (err error) {
+	cfg, done, err := cmd.parse(args, func() (err error) {
 		if *output == "slices" {
 			*nodeName, err = sliceNodeName(*nodeName)
 		}
 		return err
-	}); done {
+	})
+	if done {
 		return err
-	}
-	cfg, err := config.Load(*host.config)
-	if err != nil {
-		return fmt.Errorf("node: %w", err)
 	}
 	if err := discovery.CheckSysfsRoot(*host.sysfsRoot); err != nil {
 		return fmt.Errorf("node: %w", err)

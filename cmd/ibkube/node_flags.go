@@ -8,6 +8,7 @@ import (
 
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/internal/cmdline"
+	"github.com/ibkube/ibkube/node/config"
 )
 
 // hostFlags are the flags `ibkube node` and `ibkube doctor` share: where to
@@ -32,9 +33,10 @@ func newHostCommand(name string, s stdio, formats []string, outputHelp string) h
 }
 
 // parse reads args (see parse in main.go): no positional arguments, -o one
-// of the formats, then check on the rest.
-func (c hostCommand) parse(args []string, check func() error) (done bool, err error) {
-	return parse(c.name, c.fs, args, func() error {
+// of the formats, then check on the rest; then the agent's config file that
+// --config names, as the agent would load it.
+func (c hostCommand) parse(args []string, check func() error) (cfg *config.AgentConfig, done bool, err error) {
+	done, err = parse(c.name, c.fs, args, func() error {
 		if err := cmdline.NoArgs(c.fs); err != nil {
 			return err
 		}
@@ -43,6 +45,13 @@ func (c hostCommand) parse(args []string, check func() error) (done bool, err er
 		}
 		return check()
 	})
+	if done {
+		return nil, done, err
+	}
+	if cfg, err = config.Load(*c.host.config); err != nil {
+		return nil, true, fmt.Errorf("%s: %w", c.name, err)
+	}
+	return cfg, false, nil
 }
 
 func addHostFlags(fs *flag.FlagSet) hostFlags {
