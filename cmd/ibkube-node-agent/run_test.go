@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/internal/testing/freeport"
 	"github.com/ibkube/ibkube/internal/testing/kubeletstub"
 )
 
@@ -38,7 +38,7 @@ func TestRunWithoutNRI(t *testing.T) {
 				t.Fatal(err)
 			}
 			stub := kubeletstub.Start(t, sockets)
-			metrics := freeAddr(t)
+			metrics := freeport.Addr(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {
@@ -73,16 +73,6 @@ func TestRunWithoutNRI(t *testing.T) {
 			}
 		})
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // get returns the body of url, "" while it cannot be fetched.

@@ -52,6 +52,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/testing/configmapdir"
+	"github.com/ibkube/ibkube/internal/testing/freeport"
 	"github.com/ibkube/ibkube/internal/testing/testenv"
 	"github.com/ibkube/ibkube/internal/testing/testrun"
 	"github.com/ibkube/ibkube/webhook/handler"
@@ -189,16 +190,6 @@ func servedSerial(port int) (int64, error) {
 	return c.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func httpGet(url string) (int, string, error) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -296,7 +287,7 @@ func TestWebhook(t *testing.T) {
 	ca := newTestCA(t)
 	ca.issue(t, certDir, 2)
 	caBundle := ca.pem
-	port, metricsPort, probePort := freePort(t), freePort(t), freePort(t)
+	port, metricsPort, probePort := freeport.Port(t), freeport.Port(t), freeport.Port(t)
 	cd := configmapdir.New(t.TempDir(), "webhook.yaml")
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -750,7 +741,7 @@ func (w *testWriter) Write(p []byte) (int, error) {
 func TestCertSetupGatesReadiness(t *testing.T) {
 	restCfg, _ := testenv.Start(t, "test-integration-webhook")
 	certDir := t.TempDir()
-	port, probePort := freePort(t), freePort(t)
+	port, probePort := freeport.Port(t), freeport.Port(t)
 	ready := make(chan struct{})
 	setupCalled := make(chan struct{})
 	run := testrun.Start(context.Background(), t, "server.Run", func(ctx context.Context) error {
