@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/ibkube/ibkube/internal/atomicfile"
 )
 
 // Driver is the running fake GPU driver on one node.
@@ -116,8 +118,8 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim) kubeletplugin.Prepare
 	if err != nil {
 		return kubeletplugin.PrepareResult{Err: err}
 	}
-	if err := writeAtomically(filepath.Join(d.cdiDir, CDIFile(claim.UID)), spec); err != nil {
-		return kubeletplugin.PrepareResult{Err: err}
+	if err := atomicfile.Write(filepath.Join(d.cdiDir, CDIFile(claim.UID)), spec, 0o644); err != nil {
+		return kubeletplugin.PrepareResult{Err: fmt.Errorf("write CDI spec: %w", err)}
 	}
 	var devs []kubeletplugin.Device
 	for _, r := range results {
@@ -155,15 +157,4 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 // WatchHealthStatus is not offered (HealthService(false)).
 func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
 	return kubeletplugin.ErrHealthNotSupported
-}
-
-func writeAtomically(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("write CDI spec: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write CDI spec: %w", err)
-	}
-	return nil
 }
