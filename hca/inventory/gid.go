@@ -2,8 +2,9 @@ package inventory
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -112,13 +113,8 @@ func DecideGIDIndex(hcas []HCA) GIDDecision {
 // order ("3 on mlx5_0:1; 5 on mlx5_1:1"), for a message saying the ports
 // disagree.
 func IndexList(byIndex map[int][]string) string {
-	idx := make([]int, 0, len(byIndex))
-	for i := range byIndex {
-		idx = append(idx, i)
-	}
-	sort.Ints(idx)
-	parts := make([]string, 0, len(idx))
-	for _, i := range idx {
+	parts := make([]string, 0, len(byIndex))
+	for _, i := range slices.Sorted(maps.Keys(byIndex)) {
 		parts = append(parts, fmt.Sprintf("%d on %s", i, strings.Join(byIndex[i], ", ")))
 	}
 	return strings.Join(parts, "; ")

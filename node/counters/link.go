@@ -2,7 +2,8 @@ package counters
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -48,13 +49,8 @@ func LinkFindings(ports []PortTotals) []LinkFinding {
 		if rose[LinkDowned] > 0 {
 			f.Reason = ReasonLinkFlapped
 		}
-		names := make([]string, 0, len(rose))
-		for n := range rose {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		parts := make([]string, 0, len(names))
-		for _, n := range names {
+		parts := make([]string, 0, len(rose))
+		for _, n := range slices.Sorted(maps.Keys(rose)) {
 			parts = append(parts, fmt.Sprintf("%s +%d (total %d)", n, rose[n], p.Counters[n]))
 		}
 		f.Message = fmt.Sprintf("%s port %d: %s. Check the cable and the switch port (ibstat, "+
