@@ -145,7 +145,7 @@ func variables() []variable {
 		{"profileSrc", a(contract.AnnotationProfile) + " in variables.annos ? 'pod' : " + a(contract.AnnotationProfile) + " in variables.nsAnnos ? 'ns' : 'cfg'"},
 		{"profileName", "variables.profileSrc == 'pod' ? variables.annos[" + a(contract.AnnotationProfile) + "] : variables.profileSrc == 'ns' ? variables.nsAnnos[" + a(contract.AnnotationProfile) + "] : params.data.defaultProfile"},
 		{"pk", "'profile.' + variables.profileName + '.'"},
-		{"profileKnown", "(variables.pk + 'nccl') in params.data"},
+		{"profileKnown", "(variables.pk + 'gpusPerNode') in params.data"},
 		// gpuResource
 		{"gpuRes", "variables.profileKnown && params.data[variables.pk + 'gpuResource'] != '' ? params.data[variables.pk + 'gpuResource'] : params.data.gpuResource"},
 		{"gpuC", "object.spec.containers.map(c, " + gpuCount("c", "variables.gpuRes") + ")"},
@@ -283,17 +283,14 @@ func mutationVariables() []variable {
 		// ncclConf
 		{"gpn", "int(params.data[variables.pk + 'gpusPerNode'])"},
 		{"wholeNode", "variables.gpn > 0 && variables.tgtGPU.exists(g, g == variables.gpn) && variables.tgtGPU.all(g, g == 0 || g == variables.gpn)"},
-		{"pre", "(variables.rdma ? ['NCCL_IB_DISABLE=0'] : []) + (variables.failClosed && variables.rdma ? ['NCCL_NET=IB'] : []) + " +
-			"(variables.ifname != '' ? ['NCCL_SOCKET_IFNAME=' + variables.ifname] : [])"},
-		{"preNames", "variables.pre.map(l, l.split('=')[0])"},
-		{"ncclLines", "params.data[variables.pk + 'nccl'].split('\\n').filter(l, l != '')"},
-		{"body", "variables.ncclLines.filter(l, (!l.startsWith('*') || variables.wholeNode) && !(l.substring(l.startsWith('*') ? 1 : 0).split('=')[0] in variables.preNames))" +
-			".map(l, l.startsWith('*') ? l.substring(1) : l)"},
-		{"skipped", "variables.ncclLines.filter(l, l.startsWith('*') && !variables.wholeNode && !(l.substring(1).split('=')[0] in variables.preNames)).map(l, l.substring(1).replace('=', ' (', 1) + ')')"},
+		// The lines ibkube writes first, and the profile's after them as
+		// ProfileParams rendered them for this case.
+		{"pre", "(variables.rdma ? 'NCCL_IB_DISABLE=0\\n' : '') + (variables.failClosed && variables.rdma ? 'NCCL_NET=IB\\n' : '') + " +
+			"(variables.ifname != '' ? 'NCCL_SOCKET_IFNAME=' + variables.ifname + '\\n' : '')"},
 		{"conf", "'# Written by ibkube: profile ' + variables.profileName + ', mode ' + variables.modeName + '.\\n# Any environment variable overrides a line here.\\n' + " +
-			"(variables.pre + variables.body).map(l, l + '\\n').join('') + " +
-			"(variables.skipped.size() == 0 ? '' : (variables.gpn > 0 ? '# Left out, as this pod does not hold all ' + string(variables.gpn) + ' GPUs of the machine (GPU/HCA pairing unknown): ' : " +
-			"'# Left out, as the profile states no GPUs per machine (GPU/HCA pairing unknown): ') + variables.skipped.join(' ') + '\\n')"},
+			"variables.pre + params.data[variables.pk + " + lit(confPrefix) + " + " +
+			"(variables.rdma ? (variables.failClosed ? " + lit(confRDMAClosed) + " : " + lit(confRDMA) + ") : variables.ifname != '' ? " + lit(confIPoIB) + " : " + lit(confNone) + ") + " +
+			"(variables.wholeNode ? " + lit(confWhole) + " : " + lit(confPartial) + ")]"},
 		// the capability policy
 		{"addCap", "variables.rdma && (params.data.capabilityPolicy == " + a(string(config.CapabilityAlways)) + " || params.data.capabilityPolicy == " + a(string(config.CapabilityAuto)) +
 			" && !(variables.nsLabels[?" + a(mutate.LabelPodSecurityEnforce) + "].orValue('') in ['baseline', 'restricted']))"},

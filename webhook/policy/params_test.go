@@ -11,8 +11,11 @@ import (
 )
 
 // TestParams pins the parameter ConfigMap's format, which the policies'
-// CEL parses: the IPoIB network in both annotation forms, and a profile's
-// NCCL lines in order with whole-node values marked '*'.
+// CEL reads: the IPoIB network in both annotation forms, and a profile's
+// NCCL conf lines rendered for each case, after the lines ibkube writes
+// first (a profile's own NCCL_NET left out after NCCL_NET=IB), the
+// whole-node values only for a whole-node pod and named in a comment
+// otherwise.
 func TestParams(t *testing.T) {
 	t.Parallel()
 	cfg, err := config.Parse([]byte(`apiVersion: ibkube.io/v1alpha1
@@ -20,7 +23,7 @@ kind: WebhookConfig
 ipoib: {name: fabric, namespace: net, interface: ib0}
 profiles:
 - name: site
-  nccl: {NCCL_DEBUG: WARN}
+  nccl: {NCCL_DEBUG: WARN, NCCL_NET: Socket}
   wholeNodeNCCL: {NCCL_NET_GDR_LEVEL: SYS}
   env: {UCX_TLS: rc}
   gpusPerNode: 8
@@ -35,9 +38,11 @@ profiles:
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"ipoibCSV":                       "net/fabric@ib0",
-		"ipoibJSON":                      `{"name":"fabric","namespace":"net","interface":"ib0"}`,
-		"profile.site.nccl":              "NCCL_DEBUG=WARN\n*NCCL_NET_GDR_LEVEL=SYS\n",
+		"ipoibCSV":                     "net/fabric@ib0",
+		"ipoibJSON":                    `{"name":"fabric","namespace":"net","interface":"ib0"}`,
+		"profile.site.conf.rdma.whole": "NCCL_DEBUG=WARN\nNCCL_NET=Socket\nNCCL_NET_GDR_LEVEL=SYS\n",
+		"profile.site.conf.rdma-closed.partial": "NCCL_DEBUG=WARN\n" +
+			"# Left out, as this pod does not hold all 8 GPUs of the machine (GPU/HCA pairing unknown): NCCL_NET_GDR_LEVEL (SYS)\n",
 		"profile.site.env":               "UCX_TLS=rc\n",
 		"profile.site.gpusPerNode":       "8",
 		"profile.site.hcasPerGPU":        "2",
@@ -49,7 +54,7 @@ profiles:
 			t.Errorf("%s = %q, want %q", k, got[k], w)
 		}
 	}
-	if _, ok := got["profile."+nccl.GenericIB+".nccl"]; !ok {
+	if _, ok := got["profile."+nccl.GenericIB+".gpusPerNode"]; !ok {
 		t.Errorf("built-in profile %s missing from the parameters", nccl.GenericIB)
 	}
 }

@@ -281,8 +281,7 @@ func validatingBinding(n Names) *admissionregistrationv1.ValidatingAdmissionPoli
 
 // Params is the parameter ConfigMap's data for cfg: the settings under
 // their WebhookConfig names, and each resolved profile under
-// profile.<name>.<field>. NCCL lines are NAME=VALUE, one a line in profile
-// order, a whole-node value marked with a leading '*'.
+// profile.<name>.<field> (see ProfileParams).
 func Params(cfg *config.Config) (map[string]string, error) {
 	ipoib := multus.Network{Namespace: cfg.IPoIBNamespace(), Name: cfg.IPoIB.Name, Interface: cfg.IPoIB.Interface}
 	ipoibJSON, err := ipoibElement(ipoib)
@@ -315,26 +314,97 @@ func Params(cfg *config.Config) (map[string]string, error) {
 }
 
 // ProfileParams is one profile's entries in the parameter ConfigMap, keyed
-// by field.
+// by field: its env as NAME=VALUE lines, its numbers and resources, and its
+// NCCL conf lines already rendered for every case a pod can be in
+// (confKey): the policies only prepend the header and the lines ibkube
+// writes first, where splitting and filtering the profile's lines for
+// every pod was most of the mutation's CEL.
 func ProfileParams(p nccl.Profile) map[string]string {
-	var n, e strings.Builder
-	for _, v := range p.NCCL {
-		if v.WholeNode {
-			n.WriteByte('*')
-		}
-		n.WriteString(v.Name + "=" + v.Value + "\n")
-	}
+	var e strings.Builder
 	for _, v := range p.Env {
 		e.WriteString(v.Name + "=" + v.Value + "\n")
 	}
-	return map[string]string{
-		"nccl":              n.String(),
+	d := map[string]string{
 		"env":               e.String(),
 		"gpusPerNode":       strconv.Itoa(p.GPUsPerNode),
 		"hcasPerGPU":        strconv.Itoa(p.HCAsPerGPU),
 		"exclusiveResource": p.ExclusiveResource,
 		"gpuResource":       p.GPUResource,
 	}
+	for _, first := range confFirstLines {
+		for _, whole := range []bool{false, true} {
+			d[confKey(first.key, whole)] = confLines(p, first.names, whole)
+		}
+	}
+	return d
+}
+
+// confFirstLines are the sets of lines mutate's ncclConf writes before the
+// profile's, by the mode and socket fallback (NCCL_IB_DISABLE for RDMA,
+// NCCL_NET too when failing closed, NCCL_SOCKET_IFNAME for IPoIB alone),
+// each under the key the CEL picks it by; the profile's lines of the same
+// names are left out after them.
+var confFirstLines = []struct {
+	key   string
+	names []string
+}{
+	{confRDMA, []string{"NCCL_IB_DISABLE"}},
+	{confRDMAClosed, []string{"NCCL_IB_DISABLE", "NCCL_NET"}},
+	{confIPoIB, []string{"NCCL_SOCKET_IFNAME"}},
+	{confNone, nil},
+}
+
+const (
+	confRDMA       = "rdma"
+	confRDMAClosed = "rdma-closed"
+	confIPoIB      = "ipoib"
+	confNone       = "none"
+	confPrefix     = "conf."
+	confWhole      = ".whole"
+	confPartial    = ".partial"
+)
+
+// confKey is the profile field holding the conf lines after first (a
+// confFirstLines key) for a pod holding the whole machine or not.
+func confKey(first string, whole bool) string {
+	if whole {
+		return confPrefix + first + confWhole
+	}
+	return confPrefix + first + confPartial
+}
+
+// confLines is the part of mutate's ncclConf after the header and the
+// lines named in first: the profile's lines in order, once a name, the
+// whole-node ones only for a whole-node pod, and the comment naming those
+// left out.
+func confLines(p nccl.Profile, first []string, whole bool) string {
+	seen := make(map[string]bool, len(p.NCCL)+len(first))
+	for _, n := range first {
+		seen[n] = true
+	}
+	var b strings.Builder
+	var skipped []string
+	for _, v := range p.NCCL {
+		switch {
+		case v.WholeNode && !whole:
+			if !seen[v.Name] {
+				skipped = append(skipped, v.Name+" ("+v.Value+")")
+			}
+		case !seen[v.Name]:
+			seen[v.Name] = true
+			b.WriteString(v.Name + "=" + v.Value + "\n")
+		}
+	}
+	if len(skipped) == 0 {
+		return b.String()
+	}
+	if p.GPUsPerNode > 0 {
+		b.WriteString("# Left out, as this pod does not hold all " + strconv.Itoa(p.GPUsPerNode) + " GPUs of the machine (GPU/HCA pairing unknown): ")
+	} else {
+		b.WriteString("# Left out, as the profile states no GPUs per machine (GPU/HCA pairing unknown): ")
+	}
+	b.WriteString(strings.Join(skipped, " ") + "\n")
+	return b.String()
 }
 
 // ipoibElement is the network as multus.Merge appends it to a JSON-form
