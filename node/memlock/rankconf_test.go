@@ -36,10 +36,15 @@ func TestParseNCCLConf(t *testing.T) {
 
 func uid(u uint32) *uint32 { return &u }
 
+// uverbs0 is a node's one ibkube device, uverbs0, and the container's
+// device list holding it.
+func uverbs0() (DeviceSet, []Device) {
+	return DeviceSet{{231, 192}: "uverbs0"}, []Device{{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192}}
+}
+
 func TestDecideRankConf(t *testing.T) {
 	t.Parallel()
-	ib := DeviceSet{{231, 192}: "uverbs0"}
-	dev := []Device{{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192}}
+	ib, dev := uverbs0()
 	profileConf := "NCCL_IB_PCI_RELAXED_ORDERING=1\nNCCL_NET_GDR_LEVEL=SYS\nNCCL_IB_HCA=profile-loses\n"
 	ann := map[string]string{contract.AnnotationNCCLConf: profileConf}
 	// What the kubelet and containerd give a worker on an ND H100 v5 node:
@@ -99,27 +104,6 @@ func TestDecideRankConf(t *testing.T) {
 			wantContent: header + "NCCL_DEBUG=INFO\nNCCL_IB_HCA==mlx5_0:1,mlx5_1:1\nNCCL_IB_PCI_RELAXED_ORDERING=1\nNCCL_NET_GDR_LEVEL=SYS\nNCCL_TOPO_FILE=/etc/ibkube/nccl-topo.xml\n",
 		},
 		{
-			name: "HOME equal to the passwd home: one target",
-			in: RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Passwd: mpiPw,
-				Env: []string{"HOME=/home/mpiuser/", "NCCL_IB_HCA==mlx5_0:1"}},
-			wantOutcome: RankWritten, wantTargets: []string{"/home/mpiuser/.nccl.conf"},
-			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
-		},
-		{
-			name: "HOME=/tmp and the passwd home: both",
-			in: RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Passwd: mpiPw,
-				Env: []string{"HOME=/tmp", "NCCL_IB_HCA==mlx5_0:1"}},
-			wantOutcome: RankWritten, wantTargets: []string{"/home/mpiuser/.nccl.conf", "/tmp/.nccl.conf"},
-			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
-		},
-		{
-			name: "relative HOME is not a target",
-			in: RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Passwd: mpiPw,
-				Env: []string{"HOME=work", "NCCL_IB_HCA==mlx5_0:1"}},
-			wantOutcome: RankWritten, wantTargets: []string{"/home/mpiuser/.nccl.conf"},
-			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
-		},
-		{
 			name:        "uid without a passwd entry: no file, an Event saying ssh ranks cannot run",
 			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(4242), Passwd: Passwd{Status: PasswdNoEntry}, Env: []string{"HOME=/tmp", "NCCL_IB_HCA==mlx5_0:1"}},
 			wantOutcome: RankNoPasswd,
@@ -132,45 +116,10 @@ func TestDecideRankConf(t *testing.T) {
 			wantReason:  `the home of uid 1000 in the image's /etc/passwd "../../.." is not where the file can go (not an absolute path); no NCCL conf file mounted for processes started without the container's environment`,
 		},
 		{
-			name:        "a passwd home under /proc: nothing mounted",
-			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Passwd: Passwd{Status: PasswdFound, Home: "/proc/self/root/etc"}, Env: []string{"NCCL_IB_HCA==mlx5_0:1"}},
-			wantOutcome: RankNoHome,
-		},
-		{
-			name:        "a passwd home not clean, HOME good: HOME only, with a warning",
-			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Passwd: Passwd{Status: PasswdFound, Home: "/home/../etc"}, Env: []string{"HOME=/tmp", "NCCL_IB_HCA==mlx5_0:1"}},
-			wantOutcome: RankWritten, wantTargets: []string{"/tmp/.nccl.conf"}, wantWarn: true,
-			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
-		},
-		{
-			name:        "HOME under /sys is not a target",
-			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Passwd: mpiPw, Env: []string{"HOME=/sys/fs", "NCCL_IB_HCA==mlx5_0:1"}},
-			wantOutcome: RankWritten, wantTargets: []string{"/home/mpiuser/.nccl.conf"}, wantWarn: true,
-			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
-		},
-		{
 			name:        "passwd unread, non-root without HOME: skipped, saying how to fix it",
 			in:          RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, UID: uid(1000), Env: env, Passwd: Passwd{Why: "no runtime snapshot access"}},
 			wantOutcome: RankNoHome,
 			wantReason:  "container runs as uid 1000 without HOME in its environment and the image's /etc/passwd was not read (no runtime snapshot access), so ibkube cannot tell where NCCL looks for ~/.nccl.conf; set env HOME to the user's home directory, or pass NCCL_CONF_FILE to the processes you start (mpirun -x NCCL_CONF_FILE -x NCCL_IB_HCA -x NCCL_TOPO_FILE)",
-		},
-		{
-			name:        "passwd unread, non-root with HOME",
-			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(1000), Env: []string{"HOME=/home/u", "NCCL_IB_HCA==mlx5_0:1"}},
-			wantOutcome: RankWritten, wantTargets: []string{"/home/u/.nccl.conf"},
-			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
-		},
-		{
-			name:        "uid unknown, HOME set",
-			in:          RankInput{Devices: dev, IBDevices: ib, Env: []string{"HOME=/home/u", "NCCL_IB_HCA==mlx5_0:1"}},
-			wantOutcome: RankWritten, wantTargets: []string{"/home/u/.nccl.conf"},
-			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
-		},
-		{
-			name:        "uid unknown, no HOME: root assumed",
-			in:          RankInput{Devices: dev, IBDevices: ib, Env: []string{"NCCL_IB_HCA==mlx5_0:1"}},
-			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
-			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
 		},
 		{
 			name:        "no ibkube device",
@@ -181,12 +130,6 @@ func TestDecideRankConf(t *testing.T) {
 			name:        "the user mounts the file",
 			in:          RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, Env: env, UID: uid(0), Passwd: rootPw, MountDestinations: []string{"/root/.nccl.conf"}},
 			wantOutcome: RankUserMount,
-		},
-		{
-			name:        "the user mounts one of two targets: the other is written",
-			in:          RankInput{Devices: dev, IBDevices: ib, Env: []string{"HOME=/tmp", "NCCL_IB_HCA==mlx5_0:1"}, UID: uid(1000), Passwd: mpiPw, MountDestinations: []string{"/tmp/.nccl.conf"}},
-			wantOutcome: RankWritten, wantTargets: []string{"/home/mpiuser/.nccl.conf"},
-			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
 		},
 		{
 			name: "the container's own NCCL_CONF_FILE: its environment only",
@@ -262,6 +205,52 @@ func TestDecideRankConf(t *testing.T) {
 	}
 }
 
+// TestRankConfTargets: where the file goes for a uid, its entry in the
+// image's /etc/passwd and HOME; the file is the same one-HCA file
+// throughout. A home must be absolute, clean and outside /proc and /sys;
+// one the user mounts is left to the user.
+func TestRankConfTargets(t *testing.T) {
+	t.Parallel()
+	ib, dev := uverbs0()
+	mpiPw := Passwd{Status: PasswdFound, Home: "/home/mpiuser"}
+	for _, tc := range []struct {
+		name    string
+		uid     *uint32
+		passwd  Passwd
+		home    string // HOME in the container's environment, "" for none
+		mounts  []string
+		outcome RankOutcome
+		targets []string
+		warn    bool
+	}{
+		{"HOME equal to the passwd home: one target", uid(1000), mpiPw, "/home/mpiuser/", nil, RankWritten, []string{"/home/mpiuser/.nccl.conf"}, false},
+		{"HOME=/tmp and the passwd home: both", uid(1000), mpiPw, "/tmp", nil, RankWritten, []string{"/home/mpiuser/.nccl.conf", "/tmp/.nccl.conf"}, false},
+		{"relative HOME is not a target", uid(1000), mpiPw, "work", nil, RankWritten, []string{"/home/mpiuser/.nccl.conf"}, false},
+		{"HOME under /sys is not a target", uid(1000), mpiPw, "/sys/fs", nil, RankWritten, []string{"/home/mpiuser/.nccl.conf"}, true},
+		{"a passwd home under /proc: nothing mounted", uid(1000), Passwd{Status: PasswdFound, Home: "/proc/self/root/etc"}, "", nil, RankNoHome, nil, false},
+		{"a passwd home not clean, HOME good: HOME only, with a warning", uid(1000), Passwd{Status: PasswdFound, Home: "/home/../etc"}, "/tmp", nil, RankWritten, []string{"/tmp/.nccl.conf"}, true},
+		{"passwd unread, non-root with HOME", uid(1000), Passwd{}, "/home/u", nil, RankWritten, []string{"/home/u/.nccl.conf"}, false},
+		{"uid unknown, HOME set", nil, Passwd{}, "/home/u", nil, RankWritten, []string{"/home/u/.nccl.conf"}, false},
+		{"uid unknown, no HOME: root assumed", nil, Passwd{}, "", nil, RankWritten, []string{"/root/.nccl.conf"}, false},
+		{"the user mounts one of two targets: the other is written", uid(1000), mpiPw, "/tmp", []string{"/tmp/.nccl.conf"}, RankWritten, []string{"/home/mpiuser/.nccl.conf"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := []string{"NCCL_IB_HCA==mlx5_0:1"}
+			if tc.home != "" {
+				env = append([]string{"HOME=" + tc.home}, env...)
+			}
+			got := DecideRankConf(RankInput{Devices: dev, IBDevices: ib, UID: tc.uid, Passwd: tc.passwd, Env: env, MountDestinations: tc.mounts})
+			if got.Outcome != tc.outcome || !cmp.Equal(got.Targets, tc.targets) || got.Warn != tc.warn {
+				t.Fatalf("outcome, targets, warn = %s, %q, %t; want %s, %q, %t (reason: %s)", got.Outcome, got.Targets, got.Warn, tc.outcome, tc.targets, tc.warn, got.Reason)
+			}
+			if want := "NCCL_IB_HCA==mlx5_0:1\n"; got.Outcome == RankWritten && got.Content != want {
+				t.Errorf("content %q, want %q", got.Content, want)
+			}
+		})
+	}
+}
+
 // manyNCCL is an environment of n NCCL_* variables of 20-byte lines.
 func manyNCCL(n int) []string {
 	env := make([]string, n)
@@ -319,13 +308,13 @@ const rankHeader = "# Written by the ibkube node agent: the NCCL settings this c
 // (RCCL) gets .rccl.conf beside .nccl.conf in each home and no comments.
 func TestRankConfPerNCCLRelease(t *testing.T) {
 	t.Parallel()
-	uid := uint32(1000)
+	ib, dev := uverbs0()
 	base := RankInput{
 		PodAnnotations: map[string]string{contract.AnnotationNCCLConf: "NCCL_NET_GDR_LEVEL=SYS\n"},
-		Devices:        []Device{{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192}},
-		IBDevices:      DeviceSet{{231, 192}: "uverbs0"},
+		Devices:        dev,
+		IBDevices:      ib,
 		Env:            []string{"HOME=/workspace", "NCCL_IB_HCA==mlx5_0:1", "NCCL_CONF_FILE=" + contract.NCCLConfFile},
-		UID:            &uid,
+		UID:            uid(1000),
 		Passwd:         Passwd{Status: PasswdFound, Home: "/home/mpiuser"},
 	}
 	body := "NCCL_IB_HCA==mlx5_0:1\nNCCL_NET_GDR_LEVEL=SYS\n"
@@ -363,12 +352,12 @@ func TestRankConfPerNCCLRelease(t *testing.T) {
 // ignores it), and not where the main process never reads it.
 func TestRankConfCarriesImageHomeConf(t *testing.T) {
 	t.Parallel()
-	uid := uint32(0)
+	ib, dev := uverbs0()
 	base := RankInput{
 		PodAnnotations: map[string]string{contract.AnnotationNCCLConf: "NCCL_NET_GDR_LEVEL=SYS\n"},
-		Devices:        []Device{{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192}},
-		IBDevices:      DeviceSet{{231, 192}: "uverbs0"},
-		UID:            &uid,
+		Devices:        dev,
+		IBDevices:      ib,
+		UID:            uid(0),
 		Passwd:         Passwd{Status: PasswdFound, Home: "/root"},
 		ImageHomeConf:  "NCCL_SOCKET_IFNAME=eth9\nNCCL_NET_GDR_LEVEL=LOC\nNCCL_IB_HCA=image-loses\nNCCL_SOCKET_IFNAME=second-loses\n",
 	}
