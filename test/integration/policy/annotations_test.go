@@ -17,7 +17,6 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/testing/corpus"
-	"github.com/ibkube/ibkube/internal/testing/testenv"
 	"github.com/ibkube/ibkube/webhook/mutate"
 )
 
@@ -45,13 +44,7 @@ const (
 // nothing; ibkube's own pod of as many keys is refused by its count. The
 // figures are logged for docs/admission-policy.md.
 func TestManyAnnotationKeys(t *testing.T) {
-	rest, _ := testenv.Start(t, "test-integration-policy")
-	cs := testenv.Clientset(t, rest)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	mkNS(ctx, t, cs, namespace, nil, nil)
-	install(ctx, t, cs, decode(t, helmTemplate(t, "--set", "admission.mode=policy")))
-	mkNS(ctx, t, cs, "probe", map[string]string{contract.LabelInject: contract.InjectEnabled}, nil)
+	ctx, cs := policyCluster(t, 5*time.Minute)
 	waitForParams(ctx, t, cs, false)
 	mkNS(ctx, t, cs, "opted-in", map[string]string{contract.LabelInject: contract.InjectEnabled}, nil)
 	mkNS(ctx, t, cs, "plain", nil, nil)

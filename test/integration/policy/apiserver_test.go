@@ -38,22 +38,14 @@ import (
 // differ. The second configuration is reached by re-applying only the
 // parameter ConfigMap: a changed setting needs no policy edit.
 func TestAPIServerEquivalence(t *testing.T) {
-	rest, _ := testenv.Start(t, "test-integration-policy")
-	cs := testenv.Clientset(t, rest)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	mkNS(ctx, t, cs, namespace, nil, nil)
 	// The chart's defaults, but for the memlock it takes from the node
 	// agent's NRI cap: the corpus's default configuration is the binary's.
-	objs := decode(t, helmTemplate(t, "--set", "admission.mode=policy", "--set", "webhook.config.memlock=unlimited"))
-	install(ctx, t, cs, objs)
-
+	ctx, cs := policyCluster(t, 10*time.Minute, "webhook.config.memlock=unlimited")
 	cases, err := corpus.Load("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
 	configs := corpus.Configs()
-	mkNS(ctx, t, cs, "probe", map[string]string{contract.LabelInject: contract.InjectEnabled}, nil)
 	n := 0
 	for _, cfgName := range []string{"default", "never+ifname"} {
 		cfg := configs[cfgName]
@@ -83,6 +75,26 @@ func TestAPIServerEquivalence(t *testing.T) {
 			})
 		}
 	}
+}
+
+// policyCluster starts a kube-apiserver, installs the chart in policy mode
+// into namespace (helm --set values added to admission.mode=policy) and
+// makes the opted-in namespace "probe" that waitForParams admits through.
+// The context ends with the test or after within.
+func policyCluster(t *testing.T, within time.Duration, set ...string) (context.Context, *kubernetes.Clientset) {
+	t.Helper()
+	rest, _ := testenv.Start(t, "test-integration-policy")
+	cs := testenv.Clientset(t, rest)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	t.Cleanup(cancel)
+	mkNS(ctx, t, cs, namespace, nil, nil)
+	args := []string{"--set", "admission.mode=policy"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	install(ctx, t, cs, decode(t, helmTemplate(t, args...)))
+	mkNS(ctx, t, cs, "probe", map[string]string{contract.LabelInject: contract.InjectEnabled}, nil)
+	return ctx, cs
 }
 
 // compare admits tc through the Go core and through the API server.
