@@ -70,9 +70,7 @@ func unschedulable(ctx context.Context, ns, name string, within time.Duration) (
 // sharer at once; the third case shows that the agent's Prepare holds the
 // HCA until the holder is unprepared.
 func testDRAExclusiveIsExclusive(t *testing.T, st *state, d *draState) {
-	r := h.scenario(t, "9j-dra-exclusive-is-exclusive")
-	d.need(t, r)
-	ctx := ctxT(t, 8*time.Minute)
+	r, ctx := d.scenario(t, "9j-dra-exclusive-is-exclusive", 8*time.Minute)
 	claimNamespace(ctx, t)
 	hca := needFreeHCAs(ctx, t, r)[0]
 	if err := createTemplates(ctx, draClaimNS, oneHCATemplate("excl-one", classIB, hca), oneHCATemplate("share-one", classSharedIB, hca)); err != nil {
@@ -290,9 +288,7 @@ func watchSliceWrites(ctx context.Context, hca string) (*sliceWrites, error) {
 // shows it to the agent's port poll: the API watch sees at most two slice
 // writes, and the taint is there within 1 s of the final down.
 func testDRAFlapBurst(t *testing.T, st *state, d *draState) {
-	r := h.scenario(t, "9k-dra-flap-burst")
-	d.need(t, r)
-	ctx := ctxT(t, 4*time.Minute)
+	r, ctx := d.scenario(t, "9k-dra-flap-burst", 4*time.Minute)
 	free := needFreeHCAs(ctx, t, r)
 	hca := free[len(free)-1]
 	ws, err := watchSliceWrites(ctx, hca)
@@ -349,9 +345,7 @@ collect:
 // 9l: a CDI spec left behind for a claim that no longer exists, holding an
 // HCA, is removed when the agent starts, and a pod wanting that HCA runs.
 func testDRAStaleCDISpec(t *testing.T, st *state, d *draState) {
-	r := h.scenario(t, "9l-dra-stale-cdi-spec")
-	d.need(t, r)
-	ctx := ctxT(t, 5*time.Minute)
+	r, ctx := d.scenario(t, "9l-dra-stale-cdi-spec", 5*time.Minute)
 	claimNamespace(ctx, t)
 	hca := needFreeHCAs(ctx, t, r)[0]
 	ghost := string(uuid.NewUUID())

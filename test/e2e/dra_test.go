@@ -55,11 +55,16 @@ type draState struct {
 	dpPodStart, dpSchedRate float64
 }
 
-func (d *draState) need(t *testing.T, r *Result) {
+// scenario starts a DRA scenario that needs the node on DRA (skipped,
+// saying why, when it is not) and returns its result and a context that
+// ends with it or after within.
+func (d *draState) scenario(t *testing.T, name string, within time.Duration) (*Result, context.Context) {
 	t.Helper()
+	r := h.scenario(t, name)
 	if !d.on {
 		skip(t, r, "%s", d.why)
 	}
+	return r, ctxT(t, within)
 }
 
 // draCapable says why the agent binary cannot run in DRA mode, or "".
@@ -556,9 +561,7 @@ func schedulingRate(ctx context.Context, ns, prefix string, mk func(string) *cor
 // DeviceClass's extendedResourceName): exactly two HCAs' devices, matching
 // NCCL_IB_HCA, memlock raised for uid 1000 under Pod Security baseline.
 func testDRAExtendedResource(t *testing.T, st *state, d *draState) {
-	r := h.scenario(t, "9b-dra-extended-resource")
-	d.need(t, r)
-	ctx := ctxT(t, 5*time.Minute)
+	r, ctx := d.scenario(t, "9b-dra-extended-resource", 5*time.Minute)
 	times, err := startPods(ctx, draNS, exclusivePod("dra-two", 2))
 	if err != nil {
 		fail(t, r, "%v", err)
@@ -604,9 +607,7 @@ func testDRAExtendedResource(t *testing.T, st *state, d *draState) {
 // 9c: two pods' claims for the same shared HCA both run, each with its
 // share of it.
 func testDRAShared(t *testing.T, st *state, d *draState) {
-	r := h.scenario(t, "9c-dra-shared")
-	d.need(t, r)
-	ctx := ctxT(t, 5*time.Minute)
+	r, ctx := d.scenario(t, "9c-dra-shared", 5*time.Minute)
 	h.namespace(ctx, t, draClaimNS, map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}, nil)
 	// An HCA no exclusive claim holds (9b's pod keeps its two): a shared
 	// claim on a held HCA is unschedulable, which 9j tests.
@@ -634,9 +635,7 @@ func testDRAShared(t *testing.T, st *state, d *draState) {
 // 9d: a claim selecting by attribute (InfiniBand, at least 400 Gb/s) gets a
 // device that has them; one asking 800 Gb/s stays pending.
 func testDRAAttributes(t *testing.T, st *state, d *draState) {
-	r := h.scenario(t, "9d-dra-attribute-claim")
-	d.need(t, r)
-	ctx := ctxT(t, 5*time.Minute)
+	r, ctx := d.scenario(t, "9d-dra-attribute-claim", 5*time.Minute)
 	sel := func(rate int) string {
 		return fmt.Sprintf(`device.attributes[%q].linkLayer == "InfiniBand" && device.attributes[%q].rate >= %d`, draDriver, draDriver, rate)
 	}
@@ -677,9 +676,7 @@ func testDRAAttributes(t *testing.T, st *state, d *draState) {
 // 9e: a port going down taints its device in the ResourceSlice and a pod
 // holding it sees it Unhealthy in allocatedResourcesStatus; both recover.
 func testDRAPortDown(t *testing.T, st *state, d *draState) {
-	r := h.scenario(t, "9e-dra-port-down")
-	d.need(t, r)
-	ctx := ctxT(t, 5*time.Minute)
+	r, ctx := d.scenario(t, "9e-dra-port-down", 5*time.Minute)
 	free := needFreeHCAs(ctx, t, r)
 	hca := free[len(free)-1]
 	if err := createTemplates(ctx, draClaimNS, oneHCATemplate("holds-one", classIB, hca)); err != nil {
@@ -759,9 +756,7 @@ func testDRAPortDown(t *testing.T, st *state, d *draState) {
 // 9f: the DRA agent restarts: running pods keep their devices (and their
 // CDI specs), and a new pod is prepared.
 func testDRAAgentRestart(t *testing.T, st *state, d *draState) {
-	r := h.scenario(t, "9f-dra-agent-restart")
-	d.need(t, r)
-	ctx := ctxT(t, 5*time.Minute)
+	r, ctx := d.scenario(t, "9f-dra-agent-restart", 5*time.Minute)
 	before, err := h.cs.CoreV1().Pods(draNS).Get(ctx, "dra-two", metav1.GetOptions{})
 	if err != nil {
 		fail(t, r, "the 9b pod: %v", err)
@@ -791,9 +786,7 @@ func testDRAAgentRestart(t *testing.T, st *state, d *draState) {
 
 // 9g: deleting a pod unprepares its claim: the CDI spec is gone.
 func testDRAUnprepare(t *testing.T, st *state, d *draState) {
-	r := h.scenario(t, "9g-dra-unprepare")
-	d.need(t, r)
-	ctx := ctxT(t, 3*time.Minute)
+	r, ctx := d.scenario(t, "9g-dra-unprepare", 3*time.Minute)
 	pod, err := h.cs.CoreV1().Pods(draNS).Get(ctx, "after-restart", metav1.GetOptions{})
 	if err != nil {
 		fail(t, r, "the 9f pod: %v", err)
@@ -823,9 +816,7 @@ func testDRAUnprepare(t *testing.T, st *state, d *draState) {
 // NUMA node, even when the HCAs of NUMA node 0 are all taken; scheduling
 // rates of DRA claims with and without the constraint.
 func testDRAAligned(t *testing.T, st *state, d *draState) {
-	r := h.scenario(t, "9h-dra-gpu-hca-aligned")
-	d.need(t, r)
-	ctx := ctxT(t, 8*time.Minute)
+	r, ctx := d.scenario(t, "9h-dra-gpu-hca-aligned", 8*time.Minute)
 	topo, err := nccl.Topology("ndv5-topo.xml")
 	if err != nil {
 		fail(t, r, "%v", err)
@@ -932,9 +923,7 @@ func testDRAAligned(t *testing.T, st *state, d *draState) {
 
 // 9i: back to the device plugin by relabelling, with a DRA pod left alone.
 func testDRAMigrateBack(t *testing.T, st *state, d *draState) {
-	r := h.scenario(t, "9i-dra-migrate-back")
-	d.need(t, r)
-	ctx := ctxT(t, 5*time.Minute)
+	r, ctx := d.scenario(t, "9i-dra-migrate-back", 5*time.Minute)
 	before, err := h.cs.CoreV1().Pods(draNS).Get(ctx, "dra-two", metav1.GetOptions{})
 	if err != nil {
 		fail(t, r, "the 9b pod: %v", err)
