@@ -448,10 +448,7 @@ func testDRAMigrate(t *testing.T, st *state, d *draState) {
 	}
 	d.dpSchedRate = rate
 	r.Figures["deviceplugin_pods_scheduled_per_second"] = rate
-	before, err := h.cs.CoreV1().Pods(draNS).Get(ctx, "dp-two", metav1.GetOptions{})
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
+	before := needPod(ctx, t, r, "dp-two")
 	// The switch.
 	start := time.Now()
 	if err := switchAllocation(ctx, "dra", draAgentDS, dpAgentDS); err != nil {
@@ -480,10 +477,30 @@ func testDRAMigrate(t *testing.T, st *state, d *draState) {
 		check(t, r, devString(dev, "resource.kubernetes.io/pciBusID") != "", "device %s has no pciBusID", dev.Name)
 	}
 	// The running pod is left alone.
-	after, err := h.cs.CoreV1().Pods(draNS).Get(ctx, "dp-two", metav1.GetOptions{})
-	check(t, r, err == nil && after.Status.Phase == corev1.PodRunning && sameContainers(before, after),
-		"the device-plugin pod did not keep running untouched across the switch: %s", podWhy(after))
+	ok, now := untouched(ctx, before)
+	check(t, r, ok, "the device-plugin pod did not keep running untouched across the switch: %s", now)
 	d.on = true
+}
+
+// needPod is the pod name in draNS that an earlier scenario left, or fails
+// the scenario.
+func needPod(ctx context.Context, t *testing.T, r *Result, name string) *corev1.Pod {
+	t.Helper()
+	pod, err := h.cs.CoreV1().Pods(draNS).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		fail(t, r, "the pod %s an earlier scenario left: %v", name, err)
+	}
+	return pod
+}
+
+// untouched says whether the pod before still runs its same containers,
+// never restarted, and describes it as it is now.
+func untouched(ctx context.Context, before *corev1.Pod) (bool, string) {
+	after, err := h.cs.CoreV1().Pods(before.Namespace).Get(ctx, before.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	return after.Status.Phase == corev1.PodRunning && sameContainers(before, after), podWhy(after)
 }
 
 // sameContainers says whether a pod's containers are the same ones, never restarted.
@@ -570,10 +587,7 @@ func testDRAExtendedResource(t *testing.T, st *state, d *draState) {
 	if d.dpPodStart > 0 {
 		r.Figures["dra_vs_deviceplugin_pod_start_ratio"] = round3(times[0] / d.dpPodStart)
 	}
-	pod, err := h.cs.CoreV1().Pods(draNS).Get(ctx, "dra-two", metav1.GetOptions{})
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
+	pod := needPod(ctx, t, r, "dra-two")
 	check(t, r, pod.Status.ExtendedResourceClaimStatus != nil, "pod has no extendedResourceClaimStatus: not served by DRA")
 	devs, uids, err := allocated(ctx, pod)
 	if err != nil {
@@ -757,10 +771,7 @@ func testDRAPortDown(t *testing.T, st *state, d *draState) {
 // CDI specs), and a new pod is prepared.
 func testDRAAgentRestart(t *testing.T, st *state, d *draState) {
 	r, ctx := d.scenario(t, "9f-dra-agent-restart", 5*time.Minute)
-	before, err := h.cs.CoreV1().Pods(draNS).Get(ctx, "dra-two", metav1.GetOptions{})
-	if err != nil {
-		fail(t, r, "the 9b pod: %v", err)
-	}
+	before := needPod(ctx, t, r, "dra-two")
 	_, uids, _ := allocated(ctx, before)
 	if err := restartDRAAgent(ctx); err != nil {
 		fail(t, r, "%v", err)
@@ -768,8 +779,8 @@ func testDRAAgentRestart(t *testing.T, st *state, d *draState) {
 	if _, err := waitPool(ctx, string(exclusiveRes), fixtureIBHCAs, time.Minute); err != nil {
 		fail(t, r, "%v", err)
 	}
-	after, err := h.cs.CoreV1().Pods(draNS).Get(ctx, "dra-two", metav1.GetOptions{})
-	check(t, r, err == nil && sameContainers(before, after), "the running pod was disturbed by the agent restart: %s", podWhy(after))
+	ok, now := untouched(ctx, before)
+	check(t, r, ok, "the running pod was disturbed by the agent restart: %s", now)
 	for _, u := range uids {
 		check(t, r, len(cdiFiles(u)) > 0, "the running pod's claim %s lost its CDI spec", u)
 	}
@@ -787,10 +798,7 @@ func testDRAAgentRestart(t *testing.T, st *state, d *draState) {
 // 9g: deleting a pod unprepares its claim: the CDI spec is gone.
 func testDRAUnprepare(t *testing.T, st *state, d *draState) {
 	r, ctx := d.scenario(t, "9g-dra-unprepare", 3*time.Minute)
-	pod, err := h.cs.CoreV1().Pods(draNS).Get(ctx, "after-restart", metav1.GetOptions{})
-	if err != nil {
-		fail(t, r, "the 9f pod: %v", err)
-	}
+	pod := needPod(ctx, t, r, "after-restart")
 	_, uids, _ := allocated(ctx, pod)
 	if len(uids) == 0 {
 		fail(t, r, "pod after-restart holds no claim")
@@ -801,7 +809,7 @@ func testDRAUnprepare(t *testing.T, st *state, d *draState) {
 	if err := deletePodsNow(ctx, draNS, "after-restart"); err != nil {
 		fail(t, r, "%v", err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, u := range uids {
 			if len(cdiFiles(u)) > 0 {
 				return false, nil
@@ -924,10 +932,7 @@ func testDRAAligned(t *testing.T, st *state, d *draState) {
 // 9i: back to the device plugin by relabelling, with a DRA pod left alone.
 func testDRAMigrateBack(t *testing.T, st *state, d *draState) {
 	r, ctx := d.scenario(t, "9i-dra-migrate-back", 5*time.Minute)
-	before, err := h.cs.CoreV1().Pods(draNS).Get(ctx, "dra-two", metav1.GetOptions{})
-	if err != nil {
-		fail(t, r, "the 9b pod: %v", err)
-	}
+	before := needPod(ctx, t, r, "dra-two")
 	start := time.Now()
 	if err := switchAllocation(ctx, "deviceplugin", dpAgentDS, draAgentDS); err != nil {
 		fail(t, r, "%v", err)
@@ -937,8 +942,8 @@ func testDRAMigrateBack(t *testing.T, st *state, d *draState) {
 		fail(t, r, "allocatable %s is %d back on the device plugin, want %d", exclusiveRes, n, fixtureIBHCAs)
 	}
 	r.Figures["switch_to_deviceplugin_seconds"] = time.Since(start).Seconds()
-	after, err := h.cs.CoreV1().Pods(draNS).Get(ctx, "dra-two", metav1.GetOptions{})
-	check(t, r, err == nil && sameContainers(before, after), "the DRA pod did not keep running untouched: %s", podWhy(after))
+	ok, now := untouched(ctx, before)
+	check(t, r, ok, "the DRA pod did not keep running untouched: %s", now)
 	// Nodes without the label run the chart's default (device plugin).
 	if err := labelAllocation(ctx, ""); err != nil {
 		check(t, r, false, "remove the label: %v", err)
