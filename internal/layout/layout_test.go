@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -50,23 +49,9 @@ func TestImportGraphReadsTopDown(t *testing.T) {
 	root := filepath.Join("..", "..")
 	fset := token.NewFileSet()
 	checked := 0
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			switch {
-			case path == root:
-			case strings.HasPrefix(d.Name(), ".") || strings.HasPrefix(d.Name(), "_") || d.Name() == "testdata":
-				return filepath.SkipDir
-			case rel == "test" || rel == "hack":
-				return filepath.SkipDir // test harnesses and tools, not the product
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+	// test/ and hack/ are test harnesses and tools, not the product.
+	err := walkGo(root, []string{"test", "hack"}, func(path, rel string) error {
+		if strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
 		pkg := filepath.ToSlash(filepath.Dir(rel))

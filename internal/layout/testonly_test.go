@@ -48,19 +48,7 @@ func testOnlyPackages(root string) ([]string, error) {
 	fromProduct, fromTests := map[string]bool{}, map[string]bool{}
 	libraries := map[string]bool{}
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != root && (strings.HasPrefix(d.Name(), ".") || strings.HasPrefix(d.Name(), "_") || d.Name() == "testdata" || d.Name() == "vendor") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") {
-			return nil
-		}
+	err := walkGo(root, nil, func(path, _ string) error {
 		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
 		if err != nil {
 			return err
@@ -91,6 +79,31 @@ func testOnlyPackages(root string) ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, err
+}
+
+// walkGo calls visit for each Go file under root with its path and its
+// slash-separated path from root, leaving out hidden and _-prefixed
+// directories, testdata, vendor and the directories skip names (paths from
+// root).
+func walkGo(root string, skip []string, visit func(path, rel string) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if !d.IsDir() {
+			if !strings.HasSuffix(path, ".go") {
+				return nil
+			}
+			return visit(path, rel)
+		}
+		name := d.Name()
+		if path != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor" || slices.Contains(skip, rel)) {
+			return filepath.SkipDir
+		}
+		return nil
+	})
 }
 
 // underAny says whether pkg is one of roots or below one.
