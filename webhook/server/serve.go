@@ -36,10 +36,15 @@ type Limits struct {
 	// BodyTimeout bounds the arrival of a request body, from the end of
 	// its headers. The API server writes a review in one go.
 	BodyTimeout time.Duration
-	// MaxBufferedBytes is the shared allowance for request bodies being
-	// received beyond the first 64 KiB of each; a request that would pass
-	// it gets 429 with Retry-After.
+	// MaxBufferedBytes is the shared allowance for request bodies over 64
+	// KiB, arriving or being decided: each reserves its declared length
+	// (the body cap when chunked) before it is read and holds it until
+	// answered. One more waits in line up to BodyWait, then gets 429 with
+	// Retry-After.
 	MaxBufferedBytes int64
+	// BodyWait is how long a body over 64 KiB waits in line for
+	// MaxBufferedBytes before it is read; BodyTimeout starts after it.
+	BodyWait time.Duration
 	// MaxConns is how many connections are open at once. At the cap, the
 	// idle kept-alive connection that waited longest (else one that has
 	// not delivered a request's headers within a second) is closed to
@@ -68,19 +73,20 @@ type Limits struct {
 	DrainPeriod time.Duration
 }
 
-// DefaultLimits fit the chart's 256 MiB memory limit: 8 requests of at most
-// handler.MaxBodyBytes (4 MiB) being decided, each held as the body, the
-// decoded pod and the patch (a few times the body; the work per container
-// is bounded by mutate.MaxContainers), 32 MiB of bodies arriving plus 64
-// KiB for each of 256 connections, and the connections themselves (TLS and
-// bufio buffers, a goroutine) stay below it; docs/webhook-operations.md has
-// the measured peaks.
+// DefaultLimits keep any traffic within 64 MiB over the idle process, a
+// quarter of the chart's 256 MiB memory limit: 16 MiB of bodies over 64
+// KiB held at once (four of the largest, handler.MaxBodyBytes), 64 KiB for
+// each of 256 connections, 8 requests being decided (the decoded pod and
+// the patch are bounded by handler.MaxReviewValues and
+// mutate.MaxContainers), and the connections themselves (TLS and bufio
+// buffers, a goroutine); docs/webhook-operations.md has the measured peaks.
 func DefaultLimits() Limits {
 	return Limits{
 		MaxInFlight:       8,
 		SlotWait:          2 * time.Second,
 		BodyTimeout:       5 * time.Second,
-		MaxBufferedBytes:  32 << 20,
+		MaxBufferedBytes:  16 << 20,
+		BodyWait:          5 * time.Second,
 		MaxConns:          256,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -106,7 +112,7 @@ func (l Limits) Validate() error {
 		name string
 		v    time.Duration
 	}{{"read header timeout", l.ReadHeaderTimeout}, {"read timeout", l.ReadTimeout}, {"write timeout", l.WriteTimeout}, {"idle timeout", l.IdleTimeout},
-		{"body timeout", l.BodyTimeout}, {"slot wait", l.SlotWait}} {
+		{"body timeout", l.BodyTimeout}, {"body wait", l.BodyWait}, {"slot wait", l.SlotWait}} {
 		if f.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s %s: want more than 0", f.name, f.v))
 		}
