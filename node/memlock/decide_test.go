@@ -49,27 +49,10 @@ func TestDecide(t *testing.T) {
 		in:   Input{PodAnnotations: anno("unlimited"), Devices: []Device{{Path: "/dev/null", Type: "c", Major: 1, Minor: 3}}, IBDevices: ib, Runtime: rt},
 		want: noDevices("unlimited"),
 	}, {
-		name: "device under /dev/infiniband that is not ibkube's",
-		in:   Input{PodAnnotations: anno("8Mi"), Devices: []Device{{Path: "/dev/infiniband/uverbs9", Type: "c", Major: 231, Minor: 201}}, IBDevices: ib, Runtime: rt},
-		want: noDevices("8Mi"),
-	}, {
-		name: "ibkube major:minor at another path does not count",
-		in:   Input{PodAnnotations: anno("8Mi"), Devices: []Device{{Path: "/dev/uverbs0", Type: "c", Major: 231, Minor: 192}}, IBDevices: ib, Runtime: rt},
-		want: noDevices("8Mi"),
-	}, {
-		name: "block device with the same numbers does not count",
-		in:   Input{PodAnnotations: anno("8Mi"), Devices: []Device{{Path: "/dev/infiniband/uverbs0", Type: "b", Major: 231, Minor: 192}}, IBDevices: ib, Runtime: rt},
-		want: noDevices("8Mi"),
-	}, {
 		name: "raised to the request",
 		in:   Input{PodAnnotations: anno("8Mi"), Devices: uverbs, IBDevices: ib, Runtime: rt},
 		want: Decision{Outcome: OutcomeSet, Set: true, Limit: Limit{8 * mib, 8 * mib}, Requested: "8Mi", Device: "/dev/infiniband/uverbs0",
 			Reason: "memlock set to 8Mi as requested"},
-	}, {
-		name: "rdma_cm alone counts",
-		in:   Input{PodAnnotations: anno("1Mi"), Devices: []Device{{Path: "/dev/infiniband/rdma_cm", Type: "c", Major: 10, Minor: 58}}, IBDevices: ib, Runtime: rt},
-		want: Decision{Outcome: OutcomeSet, Set: true, Limit: Limit{1 * mib, 1 * mib}, Requested: "1Mi", Device: "/dev/infiniband/rdma_cm",
-			Reason: "memlock set to 1Mi as requested"},
 	}, {
 		name: "unlimited clamped to the runtime's hard limit",
 		in:   Input{PodAnnotations: anno("unlimited"), Devices: uverbs, IBDevices: ib, Runtime: rt},
@@ -131,6 +114,36 @@ func TestDecide(t *testing.T) {
 			t.Parallel()
 			if diff := cmp.Diff(tt.want, Decide(tt.in)); diff != "" {
 				t.Errorf("Decide() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestDecideCountsIbkubeDevicesOnly: a container's device raises memlock
+// only when it is one of the node's ibkube devices (its character
+// major:minor) at its place under /dev/infiniband/.
+func TestDecideCountsIbkubeDevicesOnly(t *testing.T) {
+	t.Parallel()
+	ib := DevicesOf(inventory.Node{
+		HCAs:   []inventory.HCA{{Name: "mlx5_0", CharDevices: []inventory.CharDevice{{Name: "uverbs0", Major: 231, Minor: 192, Present: true}}}},
+		RDMACM: &inventory.CharDevice{Name: "rdma_cm", Major: 10, Minor: 58, Present: true},
+	})
+	for _, tc := range []struct {
+		name   string
+		device Device
+		counts bool
+	}{
+		{"uverbs0", Device{Path: "/dev/infiniband/uverbs0", Type: "c", Major: 231, Minor: 192}, true},
+		{"rdma_cm alone", Device{Path: "/dev/infiniband/rdma_cm", Type: "c", Major: 10, Minor: 58}, true},
+		{"a device under /dev/infiniband that is not ibkube's", Device{Path: "/dev/infiniband/uverbs9", Type: "c", Major: 231, Minor: 201}, false},
+		{"ibkube's major:minor at another path", Device{Path: "/dev/uverbs0", Type: "c", Major: 231, Minor: 192}, false},
+		{"a block device with the same numbers", Device{Path: "/dev/infiniband/uverbs0", Type: "b", Major: 231, Minor: 192}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := Decide(Input{PodAnnotations: map[string]string{contract.AnnotationMemlock: "8Mi"}, Devices: []Device{tc.device}, IBDevices: ib, Runtime: &Limit{Soft: 64 << 10, Hard: 8 << 20}})
+			if counts := got.Outcome != OutcomeNoDevices; counts != tc.counts || (counts && got.Device != tc.device.Path) {
+				t.Errorf("Decide() = %s for device %s (reason: %s); want it counted: %t", got.Outcome, got.Device, got.Reason, tc.counts)
 			}
 		})
 	}
