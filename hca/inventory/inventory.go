@@ -34,6 +34,9 @@ type Node struct {
 	RDMACM *CharDevice `json:"rdmaCM,omitempty"`
 	// Source says how the device list was obtained ("netlink" or "sysfs").
 	Source string `json:"source,omitempty"`
+	// GPUs are the node's GPUs as its PCI tree shows them, sorted by PCI
+	// address; discovery reads them only to name each HCA's GPUPartner.
+	GPUs []GPU `json:"gpus,omitempty"`
 }
 
 // HCA is one RDMA device (a PF, VF or SF) as the kernel names it (mlx5_0).
@@ -51,6 +54,10 @@ type HCA struct {
 	Firmware     string       `json:"firmwareVersion,omitempty"`
 	Healthy      bool         `json:"healthy"`
 	HealthReason string       `json:"healthReason,omitempty"`
+	// GPUPartner is the GPUs nearest this HCA in the machine's topology;
+	// nil when the node has no GPU, or none shares a PCIe root or a known
+	// NUMA node with the HCA.
+	GPUPartner *GPUPartner `json:"gpuPartner,omitempty"`
 }
 
 // Port is one port of an HCA (numbered from 1).
