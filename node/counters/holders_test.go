@@ -2,42 +2,25 @@ package counters
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/grpc"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/ibkube/ibkube/internal/testing/kubeletstub"
 )
-
-// kubeletPodResources is a stub of the kubelet's PodResources service.
-type kubeletPodResources struct {
-	podresourcesv1.UnimplementedPodResourcesListerServer
-	pods []*podresourcesv1.PodResources
-}
-
-func (k *kubeletPodResources) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
-	return &podresourcesv1.ListPodResourcesResponse{PodResources: k.pods}, nil
-}
 
 // TestPodResourcesLister lists over a real gRPC server on a unix socket, as
 // the agent talks to the kubelet.
 func TestPodResourcesLister(t *testing.T) {
 	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "kubelet.sock")
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	podresourcesv1.RegisterPodResourcesListerServer(srv, &kubeletPodResources{pods: []*podresourcesv1.PodResources{
-		{Namespace: "ml", Name: "train-0", Containers: []*podresourcesv1.ContainerResources{
+	kubeletstub.StartPodResources(t, sock, &podresourcesv1.PodResources{
+		Namespace: "ml", Name: "train-0", Containers: []*podresourcesv1.ContainerResources{
 			{Name: "trainer", Devices: []*podresourcesv1.ContainerDevices{{ResourceName: "rdma/ib", DeviceIds: []string{"mlx5_0"}}}},
-		}},
-	}})
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
+		},
+	})
 
 	l, err := NewPodResourcesLister(sock)
 	if err != nil {

@@ -185,13 +185,8 @@ func kubeletWithPodResources(t *testing.T) (string, *kubeletstub.Stub, *kubelets
 	t.Helper()
 	dir := t.TempDir()
 	stub := kubeletstub.Start(t, dir)
-	t.Cleanup(stub.Stop)
 	socket := filepath.Join(dir, "pod-resources.sock")
-	podres, err := kubeletstub.StartPodResources(socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(podres.Stop)
+	podres := kubeletstub.StartPodResources(t, socket)
 	lister, err := counters.NewPodResourcesLister(socket)
 	if err != nil {
 		t.Fatal(err)

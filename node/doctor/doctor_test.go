@@ -125,10 +125,7 @@ func writeHost(t *testing.T, root string, h host) Options {
 	o := Options{ProcRoot: proc, NRI: true, NRISocket: sock, KubeletSocketDir: writeKubeletDir(t, root, h.rdmaSharedDevPlugin)}
 	if h.podResources != nil {
 		o.PodResourcesSocket = filepath.Join(root, "pod-resources.sock")
-		stub, err := kubeletstub.StartPodResources(o.PodResourcesSocket)
-		must(t, err)
-		t.Cleanup(stub.Stop)
-		stub.Set(h.podResources...)
+		kubeletstub.StartPodResources(t, o.PodResourcesSocket, h.podResources...)
 		o.StateDir = filepath.Join(root, "state")
 		g := &deviceplugin.GrantsFile{Path: filepath.Join(o.StateDir, deviceplugin.GrantsFileName)}
 		for res, slots := range h.grants {

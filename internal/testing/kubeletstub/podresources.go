@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"testing"
 	"time"
 
 	"google.golang.org/grpc"
@@ -26,16 +27,20 @@ type PodResources struct {
 	listed chan struct{}
 }
 
-// StartPodResources serves the API on socket until Stop.
-func StartPodResources(socket string) (*PodResources, error) {
+// StartPodResources serves the API on socket until tb ends (or Stop),
+// answering List with the pods given (Set changes them), and fails tb if
+// it cannot.
+func StartPodResources(tb testing.TB, socket string, pods ...*podresourcesv1.PodResources) *PodResources {
+	tb.Helper()
 	lis, err := net.Listen("unix", socket)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", socket, err)
+		tb.Fatalf("PodResources stub: listen on %s: %v", socket, err)
 	}
-	s := &PodResources{srv: grpc.NewServer(), listed: make(chan struct{})}
+	s := &PodResources{srv: grpc.NewServer(), pods: pods, listed: make(chan struct{})}
 	podresourcesv1.RegisterPodResourcesListerServer(s.srv, s)
 	go func() { _ = s.srv.Serve(lis) }()
-	return s, nil
+	tb.Cleanup(s.Stop)
+	return s
 }
 
 // Set replaces what List answers.
