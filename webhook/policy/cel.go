@@ -295,7 +295,8 @@ func mutationVariables() []variable {
 		{"addCap", "variables.rdma && (params.data.capabilityPolicy == " + a(string(config.CapabilityAlways)) + " || params.data.capabilityPolicy == " + a(string(config.CapabilityAuto)) +
 			" && !(variables.nsLabels[?" + a(mutate.LabelPodSecurityEnforce) + "].orValue('') in ['baseline', 'restricted']))"},
 		{"exclRes", "params.data[variables.pk + 'exclusiveResource'] != '' ? params.data[variables.pk + 'exclusiveResource'] : params.data.exclusiveResource"},
-		{"profEnv", "params.data[variables.pk + 'env'].split('\\n').filter(l, l != '')"},
+		// [name, value] of each of the profile's env lines
+		{"profEnv", "params.data[variables.pk + 'env'].split('\\n').filter(l, l != '').map(l, [l.substring(0, l.indexOf('=')), l.substring(l.indexOf('=') + 1)])"},
 		// multus.Merge
 		{"netValue", "variables.netForm == 'empty' ? params.data.ipoibCSV : variables.netForm == 'csv' ? variables.netRaw.trim() + ', ' + params.data.ipoibCSV : " +
 			"variables.netRaw.lastIndexOf(']') < 0 ? variables.netRaw : " +
@@ -380,16 +381,16 @@ func ensureResource(c, t, res, n string) string {
 	esc := res + ".replace('~', '~0').replace('/', '~1')"
 	return "((" + c + ".?resources.?limits[?" + res + "].hasValue() || " + c + ".?resources.?requests[?" + res + "].hasValue()) ? [] : " +
 		"(!has(" + c + ".resources) || (!has(" + c + ".resources.limits) && !has(" + c + ".resources.requests) && !has(" + c + ".resources.claims))) ? " +
-		"[" + jsonPatch("add", t+" + '/resources'", "Object.spec.containers.resources{limits: {"+res+": "+n+"}, requests: {"+res+": "+n+"}}") + "] : " +
+		"[" + jsonPatch("add", t+" + '/resources'", "{'limits': {"+res+": "+n+"}, 'requests': {"+res+": "+n+"}}") + "] : " +
 		"[has(" + c + ".resources.limits) ? " + jsonPatch("add", t+" + '/resources/limits/' + "+esc, n) + " : " + jsonPatch("add", t+" + '/resources/limits'", "{"+res+": "+n+"}") + ", " +
 		"has(" + c + ".resources.requests) ? " + jsonPatch("add", t+" + '/resources/requests/' + "+esc, n) + " : " + jsonPatch("add", t+" + '/resources/requests'", "{"+res+": "+n+"}") + "])"
 }
 
 // ensureCapability is the IPC_LOCK of a containerPlan and addCapability.
 func ensureCapability(c, t string) string {
-	caps := "Object.spec.containers.securityContext.capabilities{add: ['IPC_LOCK']}"
+	caps := "{'add': ['IPC_LOCK']}"
 	return "(!variables.addCap || " + c + ".?securityContext.?capabilities.?add.orValue([]).exists(x, x in ['IPC_LOCK', 'CAP_IPC_LOCK', 'ALL'])) ? [] : " +
-		"!has(" + c + ".securityContext) ? [" + jsonPatch("add", t+" + '/securityContext'", "Object.spec.containers.securityContext{capabilities: "+caps+"}") + "] : " +
+		"!has(" + c + ".securityContext) ? [" + jsonPatch("add", t+" + '/securityContext'", "{'capabilities': "+caps+"}") + "] : " +
 		"!has(" + c + ".securityContext.capabilities) ? [" + jsonPatch("add", t+" + '/securityContext/capabilities'", caps) + "] : " +
 		"!has(" + c + ".securityContext.capabilities.add) ? [" + jsonPatch("add", t+" + '/securityContext/capabilities/add'", "['IPC_LOCK']") + "] : " +
 		"[" + jsonPatch("add", t+" + '/securityContext/capabilities/add/-'", "'IPC_LOCK'") + "]"
@@ -397,15 +398,15 @@ func ensureCapability(c, t string) string {
 
 // ensureEnv is needEnv and addEnv: NCCL_CONF_FILE and the profile's other
 // variables, where the container does not set them (none of the latter
-// with envFrom).
+// with envFrom). The container's names are listed once (names), and a
+// container without env gets its list in one operation.
 func ensureEnv(c, t string) string {
-	names := c + ".?env.orValue([]).map(e, e.name)"
-	adds := "(" + lit(contract.EnvNCCLConfFile) + " in " + names + " ? [] : [[" + lit(contract.EnvNCCLConfFile) + ", " + lit(contract.NCCLConfFile) + "]]) + " +
-		"(" + c + ".?envFrom.orValue([]).size() > 0 ? [] : variables.profEnv.filter(l, !(l.split('=')[0] in " + names + ")).map(l, [l.split('=')[0], l.substring(l.indexOf('=') + 1)]))"
-	env := "Object.spec.containers.env{name: e[0], value: e[1]}"
-	return "[" + adds + "].map(adds, adds.size() == 0 ? [] : !has(" + c + ".env) ? " +
+	adds := "(" + lit(contract.EnvNCCLConfFile) + " in names ? [] : [[" + lit(contract.EnvNCCLConfFile) + ", " + lit(contract.NCCLConfFile) + "]]) + " +
+		"(" + c + ".?envFrom.orValue([]).size() > 0 ? [] : variables.profEnv.filter(e, !(e[0] in names)))"
+	env := "{'name': e[0], 'value': e[1]}"
+	return "[" + c + ".?env.orValue([]).map(e, e.name)].map(names, [" + adds + "].map(adds, adds.size() == 0 ? [] : !has(" + c + ".env) ? " +
 		"[" + jsonPatch("add", t+" + '/env'", "adds.map(e, "+env+")") + "] : " +
-		"adds.map(e, " + jsonPatch("add", t+" + '/env/-'", env) + "))[0]"
+		"adds.map(e, " + jsonPatch("add", t+" + '/env/-'", env) + "))[0])[0]"
 }
 
 // ensureMount is needMount and addMount.
