@@ -30,7 +30,8 @@ type review struct {
 }
 
 type reviewRequest struct {
-	UID         types.UID                   `json:"uid"`
+	UID         types.UID                   `json:"-"` // from uid, once decodeReview has checked it
+	RawUID      uidField                    `json:"uid"`
 	Kind        metav1.GroupVersionKind     `json:"kind"`
 	Resource    metav1.GroupVersionResource `json:"resource"`
 	SubResource string                      `json:"subResource"`
@@ -53,6 +54,29 @@ func (r *rawObject) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// uidField is a request's uid, decoded only when its JSON text could be a
+// uid at all (each byte of it at most 6 bytes of text, `\u00XX`): a forged
+// review of megabytes there is refused whole, and copying them into a
+// string first doubled what such a review held. textLen is the text's
+// length, without its quotes, when it is too long to decode.
+type uidField struct {
+	uid     types.UID
+	textLen int
+}
+
+func (u *uidField) UnmarshalJSON(b []byte) error {
+	if len(b) > 6*maxUIDBytes+2 {
+		u.textLen = len(b) - 2
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("request uid: %w", err)
+	}
+	u.uid = types.UID(s)
+	return nil
+}
+
 // errBadReview marks a request body that is not an AdmissionReview the handler
 // can answer; the HTTP layer turns it into 400.
 var errBadReview = errors.New("bad AdmissionReview")
@@ -72,10 +96,11 @@ func decodeReview(body []byte) (*review, error) {
 	if r.Request == nil {
 		return nil, fmt.Errorf("%w: no request", errBadReview)
 	}
-	if r.Request.UID == "" {
+	r.Request.UID = r.Request.RawUID.uid
+	if r.Request.UID == "" && r.Request.RawUID.textLen == 0 {
 		return nil, fmt.Errorf("%w: request has no uid", errBadReview)
 	}
-	if n := len(r.Request.UID); n > maxUIDBytes {
+	if n := max(len(r.Request.UID), r.Request.RawUID.textLen); n > maxUIDBytes {
 		return nil, fmt.Errorf("%w: request uid of %d bytes; accepted: at most %d (the API server sends a 36-byte UUID)", errBadReview, n, maxUIDBytes)
 	}
 	r.Request.values = countValues(body)
