@@ -59,9 +59,9 @@ func runNode(ctx context.Context, args []string, s stdio) error {
 	if *output == "json" {
 		enc := json.NewEncoder(s.out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(withCounters(report, counters.Reader{SysfsRoot: *host.sysfsRoot}.Read(counters.Targets(node))))
+		return enc.Encode(withCounters(report, gpuPartners(node), counters.Reader{SysfsRoot: *host.sysfsRoot}.Read(counters.Targets(node))))
 	}
-	if err := nodeTable(s.out, report); err != nil {
+	if err := nodeTable(s.out, report, gpuPartners(node)); err != nil {
 		return err
 	}
 	return partitionLine(s.out, agent.NodePartition(model))
@@ -121,14 +121,34 @@ func sliceNodeName(flag string) (string, error) {
 }
 
 // nodeHCA is one HCA in `ibkube node -o json`: the agent's report plus
-// each port's counters at this reading (raw sysfs values, data in 4-octet
-// units; see docs/observability.md).
+// its GPU partner by the machine's topology and each port's counters at
+// this reading (raw sysfs values, data in 4-octet units; see
+// docs/observability.md).
 type nodeHCA struct {
 	agent.HCAReport
-	Counters []counters.Port `json:"counters"`
+	GPUPartner *inventory.GPUPartner `json:"gpuPartner,omitempty"`
+	Counters   []counters.Port       `json:"counters"`
 }
 
-func withCounters(report []agent.HCAReport, ports []counters.Port) []nodeHCA {
+// gpuPartners indexes the HCAs' GPU partners by HCA name.
+func gpuPartners(node inventory.Node) map[string]*inventory.GPUPartner {
+	out := map[string]*inventory.GPUPartner{}
+	for _, h := range node.HCAs {
+		out[h.Name] = h.GPUPartner
+	}
+	return out
+}
+
+// gpuCell is the GPU column: the partner GPUs' PCI addresses and how near
+// they are, "0000:0f:00.0(switch)"; "-" for none.
+func gpuCell(p *inventory.GPUPartner) string {
+	if p == nil {
+		return "-"
+	}
+	return cell(strings.Join(p.GPUs, ",") + "(" + string(p.Affinity) + ")")
+}
+
+func withCounters(report []agent.HCAReport, partners map[string]*inventory.GPUPartner, ports []counters.Port) []nodeHCA {
 	byHCA := map[string][]counters.Port{}
 	for _, p := range ports {
 		byHCA[p.HCA] = append(byHCA[p.HCA], p)
@@ -139,14 +159,14 @@ func withCounters(report []agent.HCAReport, ports []counters.Port) []nodeHCA {
 		if cs == nil {
 			cs = []counters.Port{}
 		}
-		out = append(out, nodeHCA{HCAReport: h, Counters: cs})
+		out = append(out, nodeHCA{HCAReport: h, GPUPartner: partners[h.Name], Counters: cs})
 	}
 	return out
 }
 
-func nodeTable(w io.Writer, report []agent.HCAReport) error {
+func nodeTable(w io.Writer, report []agent.HCAReport, partners map[string]*inventory.GPUPartner) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tPCI\tNUMA\tLINK\tPORTS\tNETDEVS\tPKEYS\tGID\tHEALTHY\tRESOURCE\tREASON")
+	fmt.Fprintln(tw, "NAME\tPCI\tNUMA\tGPU\tLINK\tPORTS\tNETDEVS\tPKEYS\tGID\tHEALTHY\tRESOURCE\tREASON")
 	for _, h := range report {
 		var ports, netdevs, pkeys, gids []string
 		for _, p := range h.Ports {
@@ -165,7 +185,7 @@ func nodeTable(w io.Writer, report []agent.HCAReport) error {
 		if h.NUMANode < 0 {
 			numa = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\n", cell(h.Name), cell(h.PCIAddress), numa, cell(h.LinkLayer),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\n", cell(h.Name), cell(h.PCIAddress), numa, gpuCell(partners[h.Name]), cell(h.LinkLayer),
 			cell(strings.Join(ports, ",")), cell(strings.Join(netdevs, ",")), cell(strings.Join(pkeys, ",")), cell(strings.Join(gids, ",")), h.Healthy, cell(h.Resource), text(h.Reason))
 	}
 	return tw.Flush()
