@@ -129,25 +129,6 @@ func (c *cluster) installManifests(ctx context.Context, t *testing.T) {
 	}
 }
 
-// adminKubeconfig writes a kubeconfig of a system:masters user of env, for
-// helm, and returns its path.
-func adminKubeconfig(t *testing.T, env *envtest.Environment) string {
-	t.Helper()
-	user, err := env.AddUser(envtest.User{Name: "helm-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return kubeconfig
-}
-
 // TestAPIServer validates every render (manifests/ibkube.yaml and each golden
 // case) against the real API server: a server-side apply with dryRun=All runs
 // schema validation, defaulting, CEL compilation of matchConditions and every

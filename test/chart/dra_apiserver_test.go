@@ -78,7 +78,7 @@ func TestAPIServerHelmInstallWithoutDRA(t *testing.T) {
 			t.Fatalf("the API server still serves resource.k8s.io (%v): the case would prove nothing", g.Versions)
 		}
 	}
-	kubeconfig := adminKubeconfig(t, env)
+	kubeconfig := testenv.AdminKubeconfig(t, env, "helm-admin")
 	install := func(set ...string) (string, error) {
 		args := []string{"install", release, charttest.ChartDir(), "--namespace", namespace, "--create-namespace", "--dry-run=server", "--kubeconfig", kubeconfig}
 		for _, s := range set {

@@ -22,7 +22,7 @@ func TestAPIServerHelmInstall(t *testing.T) {
 	cfg, env := startEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	kubeconfig := adminKubeconfig(t, env)
+	kubeconfig := testenv.AdminKubeconfig(t, env, "helm-admin")
 	helmKube := func(args ...string) string {
 		t.Helper()
 		out, err := helm(t, append(args, "--kubeconfig", kubeconfig)...)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -103,18 +102,7 @@ func startScheduler(ctx context.Context, t *testing.T, sched string) kubernetes.
 	env := &envtest.Environment{}
 	cfg := testenv.StartEnv(t, "test-integration-affinity", env)
 	cs := kubernetes.NewForConfigOrDie(cfg)
-	user, err := env.AddUser(envtest.User{Name: "scheduler", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := testenv.AdminKubeconfig(t, env, "scheduler")
 	cmd := exec.CommandContext(ctx, sched, "--kubeconfig="+path, "--leader-elect=false", "--secure-port=0", "-v=0")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {

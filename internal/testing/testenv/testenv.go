@@ -52,6 +52,26 @@ func StartEnv(t testing.TB, makeTarget string, env *envtest.Environment) *rest.C
 	return cfg
 }
 
+// AdminKubeconfig writes a kubeconfig of user, a system:masters user of
+// env, for a binary the test runs against it (helm, kube-scheduler), and
+// returns its path.
+func AdminKubeconfig(t testing.TB, env *envtest.Environment, user string) string {
+	t.Helper()
+	u, err := env.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatalf("envtest user %s: %v", user, err)
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		t.Fatalf("kubeconfig of envtest user %s: %v", user, err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // NADCRD is the NetworkAttachmentDefinition CRD file in the NAD client
 // module, read where Go keeps the module rather than copied into the repo.
 func NADCRD(t testing.TB) string {
