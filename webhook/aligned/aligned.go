@@ -1,9 +1,9 @@
 // Package aligned builds the ResourceClaim that keeps a pod's HCAs next to
 // its GPUs under DRA: from the pod's counts it makes one claim in which
-// every GPU is paired with its share of the HCAs, and each pair's HCAs come
-// from the first rung of a ladder the node can give: the GPU's PCIe root,
-// else its NUMA node, else anywhere (docs/dra.md, "Aligned GPU and HCA
-// pairs"). It is pure: no client, no clock.
+// every GPU is paired with its share of the HCAs, and each GPU comes from
+// the first rung of a ladder the node can give: one on the PCIe root of
+// its HCAs, else on their NUMA node, else anywhere (docs/dra.md, "Aligned
+// GPU and HCA pairs"). It is pure: no client, no clock.
 package aligned
 
 import (
@@ -16,17 +16,17 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// The rungs of each pair's HCA request, best first. A result's request
-// names the rung it was allocated for: "hcas-0/pcie-root".
+// The rungs of each pair's GPU request, best first. A result's request
+// names the rung it was allocated for: "gpu-0/pcie-root".
 const (
 	RungPCIeRoot = "pcie-root"
 	RungNUMANode = "numa-node"
 	RungAny      = "any"
 )
 
-// MaxGPUs is the most GPUs one aligned claim pairs: each pair takes two of
-// the claim's 32 constraints (resourceapi.DeviceConstraintsMaxSize).
-const MaxGPUs = resourceapi.DeviceConstraintsMaxSize / 2
+// MaxHCAs is the most HCAs one aligned claim pairs: each takes two of the
+// claim's 32 constraints (resourceapi.DeviceConstraintsMaxSize).
+const MaxHCAs = resourceapi.DeviceConstraintsMaxSize / 2
 
 // Shape is what a pod asks: its GPU and HCA counts and the DeviceClasses
 // that serve them.
@@ -43,10 +43,10 @@ type Shape struct {
 // Validate says what is wrong with a shape, naming what is accepted.
 func (s Shape) Validate() error {
 	switch {
-	case s.GPUs < 1 || s.GPUs > MaxGPUs:
-		return fmt.Errorf("aligned claim: %d GPUs; accepted: 1 to %d (two constraints per GPU, %d per claim)", s.GPUs, MaxGPUs, resourceapi.DeviceConstraintsMaxSize)
-	case s.HCAs < 1:
-		return fmt.Errorf("aligned claim: %d HCAs; accepted: at least 1", s.HCAs)
+	case s.GPUs < 1:
+		return fmt.Errorf("aligned claim: %d GPUs; accepted: at least 1", s.GPUs)
+	case s.HCAs < 1 || s.HCAs > MaxHCAs:
+		return fmt.Errorf("aligned claim: %d HCAs; accepted: 1 to %d (two constraints per HCA, %d per claim)", s.HCAs, MaxHCAs, resourceapi.DeviceConstraintsMaxSize)
 	case s.GPUs+s.HCAs > resourceapi.AllocationResultsMaxSize:
 		return fmt.Errorf("aligned claim: %d GPUs and %d HCAs are %d devices; accepted: at most %d in one claim", s.GPUs, s.HCAs, s.GPUs+s.HCAs, resourceapi.AllocationResultsMaxSize)
 	case s.GPUClass == "" || s.HCAClass == "":
@@ -81,39 +81,53 @@ func (s Shape) pairs() []pair {
 	return out
 }
 
-// GPURequest and HCARequest name a pair's requests in the claim.
+// GPURequest names pair's GPU request; its rungs are GPURequest/Rung*.
 func GPURequest(pair int) string { return "gpu-" + strconv.Itoa(pair) }
 
-// HCARequest names pair's HCA request; its rungs are HCARequest/Rung*.
-func HCARequest(pair int) string { return "hcas-" + strconv.Itoa(pair) }
+// HCARequest names the j-th HCA of pair.
+func HCARequest(pair, j int) string { return fmt.Sprintf("hca-%d-%d", pair, j) }
 
 // UnpairedGPUs names the request for the GPUs left without an HCA when a
 // pod asks fewer HCAs than GPUs.
 const UnpairedGPUs = "gpus-unpaired"
 
-// Spec is the claim for the shape. Each pair is an HCA request with the
-// three rungs as firstAvailable subrequests, then the GPU request; a
-// pcieRoot constraint joins the GPU with the first rung and a numaNode one
-// with the second. The HCAs come first because the scheduler's allocator
-// searches requests in order and tries a rung with every device before
-// the next rung: with the HCAs first, a pair's first rung is tried with
-// every free HCA and the GPU that matches it, so a GPU whose own HCAs are
-// taken does not push the pair down the ladder while another GPU has a
-// free one.
+// Spec is the claim for the shape. Each pair is a GPU request with the
+// three rungs as firstAvailable subrequests, then one request per HCA;
+// each HCA is joined by a pcieRoot constraint to the GPU's first rung and
+// by a numaNode one to its second.
+//
+// The ladder is on the GPU, and the GPU comes first, for two reasons in
+// the scheduler's allocator (k8s.io/dynamic-resource-allocation
+// structured): a constraint naming a plain request binds every device of
+// it whatever rung its partner took, and a device without the attribute
+// fails the constraint. With the rungs on the GPU, a GPU driver that
+// publishes no pcieRoot or numaNode (NVIDIA's publishes no numaNode; an
+// Azure VM's GPUs share no root with an HCA) only skips a rung, while the
+// HCAs, whose attributes ibkube publishes, carry both. And the allocator
+// searches requests in order, trying a rung with every free device and
+// the rest of the claim before the next rung: with the GPU first, the
+// first rung is tried with every free GPU and the HCAs on its root, so a
+// GPU whose own HCAs are taken does not push the pair down the ladder
+// while another GPU has free ones.
 func Spec(s Shape) (resourceapi.ResourceClaimSpec, error) {
 	if err := s.Validate(); err != nil {
 		return resourceapi.ResourceClaimSpec{}, err
 	}
 	var d resourceapi.DeviceClaim
 	for _, p := range s.pairs() {
-		d.Requests = append(d.Requests, hcaRequest(s.HCAClass, p), gpuRequest(GPURequest(p.index), s.GPUClass, 1))
-		d.Constraints = append(d.Constraints,
-			match(deviceattribute.StandardDeviceAttributePCIeRoot, GPURequest(p.index), HCARequest(p.index)+"/"+RungPCIeRoot),
-			match(deviceattribute.StandardDeviceAttributeNUMANode, GPURequest(p.index), HCARequest(p.index)+"/"+RungNUMANode),
-		)
+		gpu := GPURequest(p.index)
+		d.Requests = append(d.Requests, gpuLadder(gpu, s.GPUClass))
+		for j := range p.hcas {
+			hca := HCARequest(p.index, j)
+			d.Requests = append(d.Requests, exactly(hca, s.HCAClass, 1))
+			d.Constraints = append(d.Constraints,
+				match(deviceattribute.StandardDeviceAttributePCIeRoot, gpu+"/"+RungPCIeRoot, hca),
+				match(deviceattribute.StandardDeviceAttributeNUMANode, gpu+"/"+RungNUMANode, hca),
+			)
+		}
 	}
 	if rest := s.GPUs - s.HCAs; rest > 0 {
-		d.Requests = append(d.Requests, gpuRequest(UnpairedGPUs, s.GPUClass, rest))
+		d.Requests = append(d.Requests, exactly(UnpairedGPUs, s.GPUClass, rest))
 	}
 	return resourceapi.ResourceClaimSpec{Devices: d}, nil
 }
@@ -130,20 +144,20 @@ func Template(s Shape, namespace string) (*resourceapi.ResourceClaimTemplate, er
 	return t, nil
 }
 
-func hcaRequest(class string, p pair) resourceapi.DeviceRequest {
-	rung := func(name string) resourceapi.DeviceSubRequest {
+func gpuLadder(name, class string) resourceapi.DeviceRequest {
+	rung := func(rung string) resourceapi.DeviceSubRequest {
 		return resourceapi.DeviceSubRequest{
-			Name: name, DeviceClassName: class,
-			AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(p.hcas),
+			Name: rung, DeviceClassName: class,
+			AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
 		}
 	}
 	return resourceapi.DeviceRequest{
-		Name:           HCARequest(p.index),
+		Name:           name,
 		FirstAvailable: []resourceapi.DeviceSubRequest{rung(RungPCIeRoot), rung(RungNUMANode), rung(RungAny)},
 	}
 }
 
-func gpuRequest(name, class string, count int) resourceapi.DeviceRequest {
+func exactly(name, class string, count int) resourceapi.DeviceRequest {
 	return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{
 		DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(count),
 	}}
@@ -154,11 +168,11 @@ func match(attr resourceapi.QualifiedName, requests ...string) resourceapi.Devic
 }
 
 // RungOf reads which pair and rung an allocation result's request name
-// ("hcas-3/numa-node") stands for; ok is false for a GPU request.
+// ("gpu-3/numa-node") stands for; ok is false for any other request.
 func RungOf(request string) (pair int, rung string, ok bool) {
 	name, rung, found := strings.Cut(request, "/")
-	idx, isHCA := strings.CutPrefix(name, "hcas-")
-	if !found || !isHCA {
+	idx, isGPU := strings.CutPrefix(name, "gpu-")
+	if !found || !isGPU {
 		return 0, "", false
 	}
 	pair, err := strconv.Atoi(idx)
@@ -166,4 +180,15 @@ func RungOf(request string) (pair int, rung string, ok bool) {
 		return 0, "", false
 	}
 	return pair, rung, true
+}
+
+// PairOf reads which pair an HCA request ("hca-3-1") belongs to.
+func PairOf(request string) (pair int, ok bool) {
+	rest, isHCA := strings.CutPrefix(request, "hca-")
+	idx, _, found := strings.Cut(rest, "-")
+	if !isHCA || !found {
+		return 0, false
+	}
+	pair, err := strconv.Atoi(idx)
+	return pair, err == nil
 }

@@ -39,12 +39,12 @@ func TestTemplateGolden(t *testing.T) {
 }
 
 // TestEveryHCAIsPaired: whatever the counts, the HCA requests ask exactly
-// the pod's HCAs, the GPU requests its GPUs, and each pair's first two
-// rungs are joined to its GPU by pcieRoot and numaNode.
+// the pod's HCAs and the GPU requests its GPUs, and every HCA is joined to
+// one GPU's first two rungs, by pcieRoot and numaNode.
 func TestEveryHCAIsPaired(t *testing.T) {
 	t.Parallel()
-	for gpus := 1; gpus <= MaxGPUs; gpus++ {
-		for hcas := 1; gpus+hcas <= 32; hcas++ {
+	for gpus := 1; gpus < 32; gpus++ {
+		for hcas := 1; hcas <= MaxHCAs && gpus+hcas <= 32; hcas++ {
 			s := Shape{GPUs: gpus, HCAs: hcas, GPUClass: "g", HCAClass: "h"}
 			spec, err := Spec(s)
 			if err != nil {
@@ -52,22 +52,35 @@ func TestEveryHCAIsPaired(t *testing.T) {
 			}
 			var gotGPUs, gotHCAs int64
 			for _, r := range spec.Devices.Requests {
-				if r.Exactly != nil {
+				switch {
+				case len(r.FirstAvailable) == 3:
+					gotGPUs += r.FirstAvailable[0].Count
+				case r.Exactly.DeviceClassName == "g":
 					gotGPUs += r.Exactly.Count
-					continue
+				default:
+					gotHCAs += r.Exactly.Count
 				}
-				for _, sub := range r.FirstAvailable[1:] {
-					if sub.Count != r.FirstAvailable[0].Count {
-						t.Errorf("%+v: %s's rungs ask %d and %d HCAs", s, r.Name, r.FirstAvailable[0].Count, sub.Count)
-					}
-				}
-				gotHCAs += r.FirstAvailable[0].Count
 			}
 			if gotGPUs != int64(gpus) || gotHCAs != int64(hcas) {
 				t.Errorf("%+v: the claim asks %d GPUs and %d HCAs", s, gotGPUs, gotHCAs)
 			}
-			if want := 2 * min(gpus, hcas); len(spec.Devices.Constraints) != want {
-				t.Errorf("%+v: %d constraints, want %d (two per pair)", s, len(spec.Devices.Constraints), want)
+			joined := map[string][]string{}
+			for _, c := range spec.Devices.Constraints {
+				joined[c.Requests[1]] = append(joined[c.Requests[1]], string(*c.MatchAttribute)+" with "+c.Requests[0])
+			}
+			if len(joined) != hcas {
+				t.Errorf("%+v: constraints join %d HCAs, want %d", s, len(joined), hcas)
+			}
+			for hca, with := range joined {
+				pair, _ := PairOf(hca)
+				gpu := GPURequest(pair)
+				want := []string{"resource.kubernetes.io/pcieRoot with " + gpu + "/pcie-root", "resource.kubernetes.io/numaNode with " + gpu + "/numa-node"}
+				if d := cmp.Diff(want, with); d != "" {
+					t.Errorf("%+v: %s's constraints (-want +got):\n%s", s, hca, d)
+				}
+			}
+			if len(spec.Devices.Requests) > 32 || len(spec.Devices.Constraints) > 32 {
+				t.Errorf("%+v: %d requests, %d constraints; the API takes 32 of each", s, len(spec.Devices.Requests), len(spec.Devices.Constraints))
 			}
 		}
 	}
@@ -79,10 +92,10 @@ func TestValidateNamesWhatIsAccepted(t *testing.T) {
 		shape Shape
 		want  string
 	}{
-		{Shape{GPUs: 0, HCAs: 1, GPUClass: "g", HCAClass: "h"}, "0 GPUs; accepted: 1 to 16"},
-		{Shape{GPUs: 17, HCAs: 1, GPUClass: "g", HCAClass: "h"}, "17 GPUs; accepted: 1 to 16"},
-		{Shape{GPUs: 8, HCAs: 0, GPUClass: "g", HCAClass: "h"}, "0 HCAs; accepted: at least 1"},
-		{Shape{GPUs: 8, HCAs: 25, GPUClass: "g", HCAClass: "h"}, "33 devices; accepted: at most 32"},
+		{Shape{GPUs: 0, HCAs: 1, GPUClass: "g", HCAClass: "h"}, "0 GPUs; accepted: at least 1"},
+		{Shape{GPUs: 8, HCAs: 0, GPUClass: "g", HCAClass: "h"}, "0 HCAs; accepted: 1 to 16"},
+		{Shape{GPUs: 8, HCAs: 17, GPUClass: "g", HCAClass: "h"}, "17 HCAs; accepted: 1 to 16"},
+		{Shape{GPUs: 20, HCAs: 16, GPUClass: "g", HCAClass: "h"}, "36 devices; accepted: at most 32"},
 		{Shape{GPUs: 8, HCAs: 8, HCAClass: "h"}, `GPU class "", HCA class "h"; accepted: both`},
 	} {
 		if _, err := Spec(tc.shape); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -91,24 +104,37 @@ func TestValidateNamesWhatIsAccepted(t *testing.T) {
 	}
 }
 
-func TestRungOf(t *testing.T) {
+func TestRungOfAndPairOf(t *testing.T) {
 	t.Parallel()
-	type rung struct {
+	type read struct {
 		Pair int
 		Rung string
 		OK   bool
 	}
-	for in, want := range map[string]rung{
-		"hcas-3/numa-node": {3, RungNUMANode, true},
-		"hcas-0/pcie-root": {0, RungPCIeRoot, true},
-		"gpu-0":            {},
-		"gpus-unpaired":    {},
-		"hcas-x/any":       {},
+	for in, want := range map[string]read{
+		"gpu-3/numa-node": {3, RungNUMANode, true},
+		"gpu-0/pcie-root": {0, RungPCIeRoot, true},
+		"gpu-0":           {},
+		"gpus-unpaired":   {},
+		"gpu-x/any":       {},
+		"hca-0-1":         {},
 	} {
-		var got rung
+		var got read
 		got.Pair, got.Rung, got.OK = RungOf(in)
 		if d := cmp.Diff(want, got); d != "" {
 			t.Errorf("RungOf(%q) (-want +got):\n%s", in, d)
+		}
+	}
+	for in, want := range map[string]read{
+		"hca-3-1":         {3, "", true},
+		"hca-12-0":        {12, "", true},
+		"gpu-3/pcie-root": {},
+		"hca-x-0":         {},
+	} {
+		var got read
+		got.Pair, got.OK = PairOf(in)
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("PairOf(%q) (-want +got):\n%s", in, d)
 		}
 	}
 }
