@@ -71,10 +71,11 @@ func TestResourcesNDv5(t *testing.T) {
 		order = append(order, d.Name)
 	}
 	// The allocator takes the first devices that fit and evaluates the
-	// class on each it passes: the sharers' first HCA, then exclusive HCAs
-	// by NUMA node, then the other shared devices from the other end.
-	if want := []string{"shared-ib-mlx5-7",
-		"ib-mlx5-0", "ib-mlx5-1", "ib-mlx5-2", "ib-mlx5-3", "ib-mlx5-4", "ib-mlx5-5", "ib-mlx5-6", "ib-mlx5-7",
+	// class on each it passes: the first exclusive HCA, the sharers' first
+	// HCA, then the other exclusive HCAs by NUMA node, then the other
+	// shared devices from the other end.
+	if want := []string{"ib-mlx5-0", "shared-ib-mlx5-7",
+		"ib-mlx5-1", "ib-mlx5-2", "ib-mlx5-3", "ib-mlx5-4", "ib-mlx5-5", "ib-mlx5-6", "ib-mlx5-7",
 		"shared-ib-mlx5-6", "shared-ib-mlx5-5", "shared-ib-mlx5-4", "shared-ib-mlx5-3", "shared-ib-mlx5-2", "shared-ib-mlx5-1", "shared-ib-mlx5-0"}; !slices.Equal(order, want) {
 		t.Errorf("device order %v, want %v", order, want)
 	}

@@ -95,9 +95,11 @@ func TestSlicesCountersOnlyWhereNeeded(t *testing.T) {
 	}
 }
 
-// TestSlicesAllocatorOrder: the sharers' first HCA, the exclusive HCAs by
-// NUMA node, the other shared devices, and the tainted devices last, where
-// the allocator no longer evaluates the classes' CEL on them before a fit.
+// TestSlicesAllocatorOrder: the first exclusive HCA (an `rdma/ib: 1` fits
+// on the first device the allocator evaluates), the sharers' first HCA,
+// the other exclusive HCAs by NUMA node, the other shared devices, and the
+// tainted devices last, where the allocator no longer evaluates the
+// classes' CEL on them before a fit.
 func TestSlicesAllocatorOrder(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -106,16 +108,16 @@ func TestSlicesAllocatorOrder(t *testing.T) {
 		want []string
 	}{
 		{"healthy", nil, []string{
-			"shared-ib-mlx5-7",
-			"ib-mlx5-0", "ib-mlx5-1", "ib-mlx5-2", "ib-mlx5-3", "ib-mlx5-4", "ib-mlx5-5", "ib-mlx5-6", "ib-mlx5-7",
+			"ib-mlx5-0", "shared-ib-mlx5-7",
+			"ib-mlx5-1", "ib-mlx5-2", "ib-mlx5-3", "ib-mlx5-4", "ib-mlx5-5", "ib-mlx5-6", "ib-mlx5-7",
 			"shared-ib-mlx5-6", "shared-ib-mlx5-5", "shared-ib-mlx5-4", "shared-ib-mlx5-3", "shared-ib-mlx5-2", "shared-ib-mlx5-1", "shared-ib-mlx5-0",
 		}},
 		// NUMA node 1 holds four untainted HCAs, so it comes first for
 		// exclusive pods and last for sharers, whose first HCA is the last
 		// of NUMA node 0; mlx5_1's devices go to the end.
 		{"mlx5_1 down", []string{"mlx5_1"}, []string{
-			"shared-ib-mlx5-3",
-			"ib-mlx5-4", "ib-mlx5-5", "ib-mlx5-6", "ib-mlx5-7", "ib-mlx5-0", "ib-mlx5-2", "ib-mlx5-3",
+			"ib-mlx5-4", "shared-ib-mlx5-3",
+			"ib-mlx5-5", "ib-mlx5-6", "ib-mlx5-7", "ib-mlx5-0", "ib-mlx5-2", "ib-mlx5-3",
 			"shared-ib-mlx5-2", "shared-ib-mlx5-0", "shared-ib-mlx5-7", "shared-ib-mlx5-6", "shared-ib-mlx5-5", "shared-ib-mlx5-4",
 			"shared-ib-mlx5-1", "ib-mlx5-1",
 		}},
