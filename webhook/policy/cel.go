@@ -202,7 +202,8 @@ func variables() []variable {
 		// multus.ParseSelection (the CSV form; the JSON form is not parsed)
 		{"netRaw", a(multus.Annotation) + " in variables.annos ? variables.annos[" + a(multus.Annotation) + "] : ''"},
 		{"netForm", "variables.netRaw.trim() == '' ? 'empty' : variables.netRaw.matches('[\\\\[{\"]') ? 'json' : 'csv'"},
-		{"netItems", guarded("variables.netForm == 'csv' && !(" + netOversized() + ") ? variables.netRaw.split(',') : []")},
+		{"netOversized", netOversized()},
+		{"netItems", guarded("variables.netForm == 'csv' && !variables.netOversized ? variables.netRaw.split(',') : []")},
 		{"netBad", "variables.netItems.filter(e, !e.matches(" + lit(csvItem) + "))"},
 		// [namespace, name, interface] of each CSV entry, the namespace resolved.
 		{"netParsed", "variables.netBad.size() > 0 ? [] : variables.netItems.map(e, [" +
@@ -212,6 +213,7 @@ func variables() []variable {
 		{"ipoibNS", "params.data.ipoibNamespace != '' ? params.data.ipoibNamespace : " + nsName},
 	}...)
 	v = append(v, netJSONVariables(nsName)...)
+	v = append(v, variable{"netJSONOversized", netJSONOversized()}, variable{"netTypeBad", netTypeBad()})
 	v = append(v, variable{"netHas", "variables.netForm == 'csv' ? variables.netParsed.exists(n, n[0] == variables.ipoibNS && n[1] == params.data.ipoibName) : " +
 		"variables.netForm == 'json' && variables.netJSONSel.size() > 0"})
 	// The refusal: the first thing mutate.Mutate refuses, in its order, or ''.
@@ -246,9 +248,9 @@ func variables() []variable {
 				a(fmt.Sprintf(", which gives no rdma-exclusive count from 1 to %d (", config.MaxHCAs)) + " + string(variables.perGPU) + ' HCA(s) per GPU, profile ' + variables.profileName + " +
 				a("); accepted: a GPU count from 1 to ") + " + string(" + strconv.Itoa(config.MaxHCAs) + " / variables.perGPU) + " +
 				a(fmt.Sprintf(", or annotation %s with an integer from 1 to %d", contract.AnnotationHCAs, config.MaxHCAs))},
-		{"variables.injectMode && variables.ipoib && " + netOversized(), netOversizedMessage()},
-		{"variables.injectMode && variables.ipoib && " + netJSONOversized(), netJSONOversizedMessage()},
-		{"variables.injectMode && variables.ipoib && " + netTypeBad(), netTypeMessage()},
+		{"variables.injectMode && variables.ipoib && variables.netOversized", netOversizedMessage()},
+		{"variables.injectMode && variables.ipoib && variables.netJSONOversized", netJSONOversizedMessage()},
+		{"variables.injectMode && variables.ipoib && variables.netTypeBad", netTypeMessage()},
 		{"variables.injectMode && variables.ipoib && variables.netBad.size() > 0",
 			a("annotation "+multus.Annotation+": invalid value ") + " + " + echo("variables.netRaw") + " + " +
 				a(": annotation "+multus.Annotation+" entry ") + " + string(variables.netItems.indexOf(variables.netBad[0]) + 1) + (variables.netBad[0].trim() == '' ? '' : ' ' + " + escapeUnprintable("strings.quote(variables.netBad[0].trim())") + ") + " +
@@ -263,7 +265,13 @@ func variables() []variable {
 	v = append(v,
 		variable{"memlockProblem", memlockProblem(memlockT)},
 		variable{"refusal", "!variables.relevant ? '' : " + chain.String()},
-		variable{"active", "variables.relevant && variables.sizeRefusal == '' && variables.injectMode && variables.refusal == ''"},
+		// The mutation does not wait for the refusal chain, which only the
+		// validating policy reads: a pod it refuses may be mutated first,
+		// so the mutation stands back only where it would fail (an unknown
+		// profile) or change what a refusal repeats (the networks value).
+		// Everything else a refusal reads, the mutation leaves as it was.
+		variable{"active", "variables.relevant && variables.sizeRefusal == '' && variables.injectMode && variables.profileKnown && " +
+			"(!variables.ipoib || !(variables.netOversized || variables.netJSONOversized || variables.netTypeBad || variables.netBad.size() > 0))"},
 	)
 	return append(v, mutationVariables()...)
 }
