@@ -112,6 +112,9 @@ func (f *fleet) admission(t *testing.T) {
 	t.Logf("admission at %.0f pods/s: baseline p99 %.1f ms; webhook +%.1f ms p99; baseline again p99 %.1f ms; one-operation policy +%.1f ms p99; policy +%.1f ms p99",
 		pacedRate, res.BaselinePaced.LatencyMs.P99, res.WebhookPaced.AddedP99Ms, res.BaselinePacedAgain.LatencyMs.P99, res.PolicyFloorPaced.AddedP99Ms, res.PolicyPaced.AddedP99Ms)
 	t.Logf("one-operation policy: burst %.0f pods/s +%.1f ms p99", res.PolicyFloor.PodsPerSecond, res.PolicyFloor.AddedP99Ms)
+	t.Logf("CPU per pod in the bursts (kube-apiserver + webhook replicas): baseline %.2f ms; webhook %.2f + %.2f ms; baseline again %.2f ms; one-operation policy %.2f ms; policy %.2f ms",
+		base.APIServerCPUPerPodMs, res.Webhook.APIServerCPUPerPodMs, res.Webhook.WebhookCPUPerPodMs, res.BaselineAgain.APIServerCPUPerPodMs,
+		res.PolicyFloor.APIServerCPUPerPodMs, res.Policy.APIServerCPUPerPodMs)
 	for _, k := range []killResult{res.Kill, res.Crash} {
 		t.Logf("webhook replica taken down every 30 s (%s, %d times): %d refused, %d unmutated of %d; %v",
 			k.Fault, k.Kills, k.Refused, k.Unmutated, k.Pods, k.Errors)
@@ -216,6 +219,11 @@ type burstResult struct {
 	Seconds, PodsPerSecond   float64
 	LatencyMs                percentiles
 	AddedP99Ms               float64
+	// APIServerCPUPerPodMs and WebhookCPUPerPodMs are the CPU time
+	// (utime+stime) kube-apiserver and the webhook replicas together spent
+	// during a burst, per pod: what admission costs the control plane,
+	// the webhook's part running on its own nodes in a real cluster.
+	APIServerCPUPerPodMs, WebhookCPUPerPodMs float64
 }
 
 type killResult struct {
@@ -236,6 +244,7 @@ func (f *fleet) admitBurst(t *testing.T, ns, prefix string) burstResult {
 	sem := make(chan struct{}, 32)
 	var wg sync.WaitGroup
 	profiled := f.profileAPIServer(t, prefix)
+	api0, hooks0 := f.admissionCPU(t)
 	start := time.Now()
 	for i := range n {
 		wg.Add(1)
@@ -248,10 +257,29 @@ func (f *fleet) admitBurst(t *testing.T, ns, prefix string) burstResult {
 	}
 	wg.Wait()
 	secs := time.Since(start).Seconds()
+	api1, hooks1 := f.admissionCPU(t)
 	// The pods' deletion stays out of the profile.
 	profiled()
 	f.deletePods(t, ns, "app=admit")
-	return tally.result(n, secs)
+	r := tally.result(n, secs)
+	r.APIServerCPUPerPodMs = float64(api1-api0) / float64(time.Millisecond) / float64(n)
+	r.WebhookCPUPerPodMs = float64(hooks1-hooks0) / float64(time.Millisecond) / float64(n)
+	return r
+}
+
+// admissionCPU is the CPU time so far of kube-apiserver and of the
+// webhook replicas running now (none outside the webhook phases).
+func (f *fleet) admissionCPU(t *testing.T) (apiserver, webhooks time.Duration) {
+	apiserver, err := processCPU(f.s.dir, "kube-apiserver")
+	if err != nil {
+		t.Errorf("kube-apiserver CPU time: %v", err)
+	}
+	for i := range webhookIPs {
+		if d, err := processCPU(f.s.dir, fmt.Sprintf("webhook-%d", i)); err == nil {
+			webhooks += d
+		}
+	}
+	return apiserver, webhooks
 }
 
 // profileWindow is how long a burst's API server profile runs, from the

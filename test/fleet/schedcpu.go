@@ -42,8 +42,12 @@ func procCPU(stat string) (time.Duration, error) {
 
 // schedulerCPU is kube-scheduler's CPU time so far (fleet.sh's pid file
 // under dir).
-func schedulerCPU(dir string) (time.Duration, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "pids", "kube-scheduler.pid"))
+func schedulerCPU(dir string) (time.Duration, error) { return processCPU(dir, "kube-scheduler") }
+
+// processCPU is the CPU time so far of fleet.sh's process name (its pid
+// file under dir: kube-apiserver, webhook-0, ...).
+func processCPU(dir, name string) (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "pids", name+".pid"))
 	if err != nil {
 		return 0, err
 	}
