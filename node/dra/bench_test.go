@@ -143,10 +143,15 @@ type allocRow struct {
 // the others), its allocations, and the first case's CPU time as a
 // multiple of each other's (x-<case>): ratios within one run, on a machine
 // whose load changes run to run. The cases: "base", the same slices under
-// classes without selectors (what upstream's scheduler_perf class costs,
-// the floor of a DeviceClass); "before", the slices as published before
-// the allocator order and the retired attributes; "0-shares", the same
-// node with no allocated shares elsewhere in the cluster.
+// classes without selectors (no CEL at all, below any class that tells
+// drivers apart); "reference", the same slices under upstream
+// scheduler_perf's class, `device.driver == "..."` alone (the floor of a
+// DeviceClass with a selector: it cannot tell ibkube's pools apart);
+// "shared-head", the order before the exclusive pool's first device went
+// ahead of the shared pool's (the other side of that trade); "before", the
+// slices as published before the allocator order and the retired
+// attributes; "0-shares", the same node with no allocated shares
+// elsewhere in the cluster.
 func BenchmarkAllocator(b *testing.B) {
 	for _, row := range allocatorRows(b) {
 		b.Run(row.name, func(b *testing.B) {
@@ -183,12 +188,15 @@ func allocatorRows(b *testing.B) []allocRow {
 	return rows
 }
 
-// standardCases are the published slices, base and before.
+// standardCases are the published slices, base, reference, shared-head
+// and before.
 func standardCases(s *scheduler) []allocCase {
 	st := s.state()
 	return []allocCase{
 		{"published", s.slices, s.classes, st},
 		{"base", s.slices, selectorless(s.classes), st},
+		{"reference", s.slices, driverOnly(s.classes), st},
+		{"shared-head", sharedHeadFirst(s.slices), s.classes, st},
 		{"before", beforeOrder(s.slices), s.classes, st},
 	}
 }
@@ -262,6 +270,40 @@ func selectorless(l classLister) classLister {
 		c = c.DeepCopy()
 		c.Spec.Selectors = nil
 		out[name] = c
+	}
+	return out
+}
+
+// driverOnly are the classes with upstream scheduler_perf's selector
+// (test/integration/scheduler_perf/dra/templates/deviceclass.yaml:
+// `device.driver == "..."`) for ibkube's driver: every class matches every
+// ibkube device, whatever its pool.
+func driverOnly(l classLister) classLister {
+	out := classLister{}
+	for name, c := range l {
+		c = c.DeepCopy()
+		c.Spec.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: `device.driver == "` + contract.DRADriverName + `"`,
+		}}}
+		out[name] = c
+	}
+	return out
+}
+
+// sharedHeadFirst is the node's slices with the first shared device moved
+// to the front, as slice.Slices ordered them before the exclusive pool's
+// first device went first.
+func sharedHeadFirst(objs []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+	out := make([]*resourceapi.ResourceSlice, len(objs))
+	for i, s := range objs {
+		s = s.DeepCopy()
+		devs := s.Spec.Devices
+		if j := slices.IndexFunc(devs, func(d resourceapi.Device) bool { return ptr.Deref(d.AllowMultipleAllocations, false) }); j > 0 {
+			head := devs[j]
+			copy(devs[1:j+1], devs[:j])
+			devs[0] = head
+		}
+		out[i] = s
 	}
 	return out
 }
