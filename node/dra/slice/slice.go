@@ -191,8 +191,9 @@ func Slices(m *resource.Model, node NodeFacts) []Slice {
 // nothing at the end. Exclusive first because that is the path of GPU jobs
 // and the one that scales: sharers in DRA mode are capped by the
 // counters' cost (docs/dra-driver.md, "Sharers at scale"), and either
-// way round the second class pays one evaluation more (BenchmarkAllocator:
-// `rdma/ib: 1` 1.2x the selector-less floor this way, 1.5x the other).
+// way round the second class pays one evaluation more (BenchmarkAllocator,
+// against the shared device first: `rdma/ib: 1` 0.84x, `rdma/shared_ib: 1`
+// 1.2x).
 // Within a pool the order stays ordered's: exclusive HCAs by NUMA node,
 // the nodes with the most untainted HCAs first, so that `rdma/ib: N`
 // lands on one NUMA node when the first holds N, as the device plugin's
