@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,10 +58,30 @@ type Options struct {
 	Mutate func(*corev1.Pod, mutate.Namespace, *config.Config) (mutate.Result, error)
 }
 
+// decodeBytesPerValue is what decoding and mutating a pod allocates per
+// JSON value of its review, at most: the costliest pod admitted
+// (MaxReviewValues empty volumes) allocates 10.3 MB through the real core
+// (BenchmarkLargestAdmittedPod), 1,260 bytes a value.
+const decodeBytesPerValue = 1280
+
+// MaxDecodeBytes bounds what the pods being decoded and mutated at once may
+// allocate, each estimated before it is decoded as its object's bytes (the
+// decoder copies strings out of them) and decodeBytesPerValue for each of
+// its review's values: one costliest pod at a time (10.5 MB), and real pods
+// beside it (the 8-GPU worker's review, 174 values, 225 KB). A pod waits in
+// line for its share up to decodeWait.
+const MaxDecodeBytes = 12 << 20
+
+// decodeWait is how long a pod waits for its share of MaxDecodeBytes: the
+// chart's timeoutSeconds, after which the API server has given up on the
+// call anyway.
+const decodeWait = 5 * time.Second
+
 // Handler answers AdmissionReview requests for pods. It is an http.Handler so
 // that decoding and encoding stay in its own hands (see the package comment).
 type Handler struct {
-	opts Options
+	opts     Options
+	decoding *semaphore.Weighted
 }
 
 // New returns a Handler.
@@ -74,7 +95,7 @@ func New(opts Options) (*Handler, error) {
 	if opts.Mutate == nil {
 		opts.Mutate = mutate.Mutate
 	}
-	return &Handler{opts: opts}, nil
+	return &Handler{opts: opts, decoding: semaphore.NewWeighted(MaxDecodeBytes)}, nil
 }
 
 // httpError is an answer the API server sees as a failed call, so the webhook
@@ -178,6 +199,11 @@ func (h *Handler) admit(ctx context.Context, req *reviewRequest) (outcome, *admi
 		h.opts.Log.Info("pod refused", "uid", req.UID, "namespace", req.Namespace, "pod", clip(req.Name), "reason", refusal)
 		return out, denied(req.UID, refusal), nil
 	}
+	release, err := h.reserveDecode(ctx, req)
+	if err != nil {
+		return out, nil, err
+	}
+	defer release()
 	pod, err := decodePod(req)
 	if err != nil {
 		return out, nil, err
@@ -244,6 +270,19 @@ func (h *Handler) optedIn(ctx context.Context, req *reviewRequest) (mutate.Names
 	// already; checked again so a misconfigured selector never mutates a
 	// namespace that did not opt in.
 	return ns, ns.Labels[contract.LabelInject] == contract.InjectEnabled, nil
+}
+
+// reserveDecode waits in line for req's share of MaxDecodeBytes;
+// release gives it back.
+func (h *Handler) reserveDecode(ctx context.Context, req *reviewRequest) (release func(), err error) {
+	n := min(int64(len(req.Object))+int64(req.values)*decodeBytesPerValue, MaxDecodeBytes)
+	ctx, cancel := context.WithTimeout(ctx, decodeWait)
+	defer cancel()
+	if err := h.decoding.Acquire(ctx, n); err != nil {
+		return nil, &httpError{http.StatusServiceUnavailable, fmt.Errorf("AdmissionReview %s: pods being decoded hold %d bytes, none freed within %s: %w",
+			req.UID, MaxDecodeBytes, decodeWait, err)}
+	}
+	return func() { h.decoding.Release(n) }, nil
 }
 
 // checkPodNamespace refuses a pod whose own namespace differs from the
