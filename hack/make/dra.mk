@@ -25,3 +25,9 @@ BENCH_TARGETS += bench-dra-allocator
 .PHONY: bench-dra-allocator
 bench-dra-allocator: ## The scheduler's allocator over the node's slices: CPU per node and ratios against classes without selectors, the order before, no shares elsewhere.
 	$(GO) test -run '^$$' -bench BenchmarkAllocator -benchtime 200x -count 6 ./node/dra/
+
+BENCH_TARGETS += bench-dra-aligned
+
+.PHONY: bench-dra-aligned
+bench-dra-aligned: ## The aligned GPU+HCA claim against the pod's two independent claims, through the scheduler's allocator: CPU per node and the ratio, on nodes where it fits and where it does not.
+	$(GO) test -run '^$$' -bench BenchmarkAlignedAllocator -benchtime 100x ./node/dra/
