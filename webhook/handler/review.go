@@ -8,6 +8,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	kjson "sigs.k8s.io/json"
 )
 
@@ -36,7 +37,8 @@ type reviewRequest struct {
 	Resource    metav1.GroupVersionResource `json:"resource"`
 	SubResource string                      `json:"subResource"`
 	Name        string                      `json:"name"`
-	Namespace   string                      `json:"namespace"`
+	Namespace   string                      `json:"-"` // from namespace, once decodeReview has checked its length
+	RawNS       namespaceField              `json:"namespace"`
 	Operation   admissionv1.Operation       `json:"operation"`
 	DryRun      *bool                       `json:"dryRun"`
 	Object      rawObject                   `json:"object"`
@@ -54,27 +56,41 @@ func (r *rawObject) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// uidField is a request's uid, decoded only when its JSON text could be a
-// uid at all (each byte of it at most 6 bytes of text, `\u00XX`): a forged
-// review of megabytes there is refused whole, and copying them into a
-// string first doubled what such a review held. textLen is the text's
-// length, without its quotes, when it is too long to decode.
-type uidField struct {
-	uid     types.UID
+// boundedText is a JSON string decoded only when its text could hold at
+// most max bytes (each byte at most 6 bytes of text, `\u00XX`): a forged
+// review of megabytes in a field the API server fills with a few dozen
+// bytes is refused whole, and copying them into a string first doubled
+// what such a review held. textLen is the text's length, without its
+// quotes, when it is too long to decode.
+type boundedText struct {
+	s       string
 	textLen int
 }
 
-func (u *uidField) UnmarshalJSON(b []byte) error {
-	if len(b) > 6*maxUIDBytes+2 {
-		u.textLen = len(b) - 2
+func (t *boundedText) decode(b []byte, max int, field string) error {
+	if len(b) > 6*max+2 {
+		t.textLen = len(b) - 2
 		return nil
 	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("request uid: %w", err)
+	if err := json.Unmarshal(b, &t.s); err != nil {
+		return fmt.Errorf("request %s: %w", field, err)
 	}
-	u.uid = types.UID(s)
 	return nil
+}
+
+// len is the string's length, or its text's when it was not decoded.
+func (t boundedText) len() int { return max(len(t.s), t.textLen) }
+
+// uidField is the request's uid (maxUIDBytes).
+type uidField struct{ boundedText }
+
+func (u *uidField) UnmarshalJSON(b []byte) error { return u.decode(b, maxUIDBytes, "uid") }
+
+// namespaceField is the request's namespace, a DNS-1123 label.
+type namespaceField struct{ boundedText }
+
+func (n *namespaceField) UnmarshalJSON(b []byte) error {
+	return n.decode(b, validation.DNS1123LabelMaxLength, "namespace")
 }
 
 // errBadReview marks a request body that is not an AdmissionReview the handler
@@ -96,11 +112,14 @@ func decodeReview(body []byte) (*review, error) {
 	if r.Request == nil {
 		return nil, fmt.Errorf("%w: no request", errBadReview)
 	}
-	r.Request.UID = r.Request.RawUID.uid
-	if r.Request.UID == "" && r.Request.RawUID.textLen == 0 {
+	r.Request.UID, r.Request.Namespace = types.UID(r.Request.RawUID.s), r.Request.RawNS.s
+	if r.Request.RawUID.len() == 0 {
 		return nil, fmt.Errorf("%w: request has no uid", errBadReview)
 	}
-	if n := max(len(r.Request.UID), r.Request.RawUID.textLen); n > maxUIDBytes {
+	if n := r.Request.RawNS.textLen; n > 0 {
+		return nil, fmt.Errorf("%w: request namespace of %d bytes; accepted: a DNS-1123 label, at most %d characters", errBadReview, n, validation.DNS1123LabelMaxLength)
+	}
+	if n := r.Request.RawUID.len(); n > maxUIDBytes {
 		return nil, fmt.Errorf("%w: request uid of %d bytes; accepted: at most %d (the API server sends a 36-byte UUID)", errBadReview, n, maxUIDBytes)
 	}
 	r.Request.values = countValues(body)

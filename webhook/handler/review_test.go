@@ -10,31 +10,34 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// TestDecodeReviewRefusesLongUIDUncopied: a review whose uid is megabytes
-// long is refused without the uid being copied out of the body (the copy
-// was a second body's worth of memory per forged review), and the uids
-// around the bound are decoded and checked as before.
-func TestDecodeReviewRefusesLongUIDUncopied(t *testing.T) {
+// TestDecodeReviewRefusesLongFieldsUncopied: a review whose uid or
+// namespace is megabytes long is refused without the field being copied
+// out of the body (the copy was a second body's worth of memory per forged
+// review), and the values around the bounds are decoded and checked as
+// before.
+func TestDecodeReviewRefusesLongFieldsUncopied(t *testing.T) {
+	uid := func(v string) reviewOpt { return func(r *admissionv1.AdmissionReview) { r.Request.UID = types.UID(v) } }
 	for _, tc := range []struct {
-		name    string
-		uid     string
-		wantErr string
+		name, uid, namespace string
+		wantErr              string
 	}{
-		{"a UUID", "0c6a4b8e-1111-2222-3333-444455556666", ""},
-		{"at the bound", strings.Repeat("u", maxUIDBytes), ""},
-		{"one over", strings.Repeat("u", maxUIDBytes+1), "request uid of 129 bytes; accepted: at most 128"},
-		{"escaped, at the bound", strings.Repeat("\u00e9", maxUIDBytes/2), ""},
-		{"4 MiB", strings.Repeat("u", 4<<20), "request uid of 4194304 bytes; accepted: at most 128"},
+		{"a UUID", "0c6a4b8e-1111-2222-3333-444455556666", "training", ""},
+		{"uid at the bound", strings.Repeat("u", maxUIDBytes), "training", ""},
+		{"uid one over", strings.Repeat("u", maxUIDBytes+1), "training", "request uid of 129 bytes; accepted: at most 128"},
+		{"uid escaped, at the bound", strings.Repeat("\u00e9", maxUIDBytes/2), "training", ""},
+		{"uid of 4 MiB", strings.Repeat("u", 4<<20), "training", "request uid of 4194304 bytes; accepted: at most 128"},
+		{"namespace of 63", "u", strings.Repeat("n", 63), ""},
+		{"namespace of 4 MiB", "u", strings.Repeat("n", 4<<20), "request namespace of 4194304 bytes; accepted: a DNS-1123 label, at most 63 characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			body := reviewBody(t, nil, func(r *admissionv1.AdmissionReview) { r.Request.UID = types.UID(tc.uid) })
+			body := reviewBody(t, nil, uid(tc.uid), withNamespace(tc.namespace))
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
 			rev, err := decodeReview(body)
 			runtime.ReadMemStats(&after)
 			if tc.wantErr == "" {
-				if err != nil || rev.Request.UID != types.UID(tc.uid) {
-					t.Fatalf("decodeReview: uid %q, %v; want %q", rev.Request.UID, err, tc.uid)
+				if err != nil || rev.Request.UID != types.UID(tc.uid) || rev.Request.Namespace != tc.namespace {
+					t.Fatalf("decodeReview: %v; want uid %q, namespace %q", err, tc.uid, tc.namespace)
 				}
 				return
 			}
@@ -42,7 +45,7 @@ func TestDecodeReviewRefusesLongUIDUncopied(t *testing.T) {
 				t.Fatalf("decodeReview: %v; want %q", err, tc.wantErr)
 			}
 			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<10 {
-				t.Errorf("refusing a %d-byte uid allocated %d bytes, want under 64 KiB", len(tc.uid), alloc)
+				t.Errorf("refusing a review of %d bytes allocated %d bytes, want under 64 KiB", len(body), alloc)
 			}
 		})
 	}
