@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
@@ -36,8 +37,9 @@ type kubeletView struct {
 }
 
 type viewDevice struct {
-	ID   string  `json:"id"`
-	NUMA []int64 `json:"numa"` // empty: no TopologyInfo
+	ID        string  `json:"id"`
+	NUMA      []int64 `json:"numa"` // empty: no TopologyInfo
+	Unhealthy bool    `json:"unhealthy,omitempty"`
 }
 
 // topologyConfigs are the agent configs the fixtures run with: the
@@ -103,7 +105,7 @@ func viewOf(t *testing.T, node inventory.Node, m *resource.Model) kubeletView {
 		}
 		for _, d := range p.Devices() {
 			h := byName[d.ID]
-			dev := viewDevice{ID: d.ID}
+			dev := viewDevice{ID: d.ID, Unhealthy: d.Health != pluginapi.Healthy}
 			for _, n := range d.GetTopology().GetNodes() {
 				dev.NUMA = append(dev.NUMA, n.ID)
 			}
