@@ -206,8 +206,8 @@ type VariableCost struct {
 // per policy, when an expression first reads it, and charges its cost to
 // that policy. Each figure is the difference between reading the
 // variables up to it and up to the one before it in one evaluation, so a
-// variable's figure leaves out the variables it reads and includes the few
-// units of the expression that reads it.
+// variable's figure leaves out the variables it reads and the units of
+// the expression that reads it (measured on a constant and taken off).
 func (s *Server) VariableCosts(ctx context.Context, pod *corev1.Pod, ns mutate.Namespace) ([]VariableCost, error) {
 	if len(s.compiled) > 0 {
 		return nil, fmt.Errorf("compile: %v", s.compiled)
@@ -221,21 +221,31 @@ func (s *Server) VariableCosts(ctx context.Context, pod *corev1.Pod, ns mutate.N
 	req := plugincel.CreateAdmissionRequest(a, metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"})
 	vars := plugincel.OptionalVariableBindings{VersionedParams: s.objs.Params}
 	opts := plugincel.OptionalVariableDeclarations{HasParams: true, HasAuthorizer: true}
+	cost := func(reads []plugincel.ExpressionAccessor) (int64, error) {
+		ev := s.mc.CompileCondition(reads, opts, environment.StoredExpressions)
+		if errs := ev.CompilationErrors(); len(errs) > 0 {
+			return 0, fmt.Errorf("compile: %v", errs)
+		}
+		_, left, err := ev.ForInput(ctx, va, req, vars, nsObj, celconfig.RuntimeCELCostBudget)
+		if err != nil {
+			return 0, fmt.Errorf("evaluate: %s", shorten(err))
+		}
+		return celconfig.RuntimeCELCostBudget - left, nil
+	}
+	read, err := cost([]plugincel.ExpressionAccessor{&validating.ValidationCondition{Expression: "[params].size() == 1"}})
+	if err != nil {
+		return nil, err
+	}
 	var reads []plugincel.ExpressionAccessor
 	out := make([]VariableCost, 0, len(s.objs.Mutating.Spec.Variables))
 	var before int64
 	for _, v := range s.objs.Mutating.Spec.Variables {
 		reads = append(reads, &validating.ValidationCondition{Expression: "[variables." + v.Name + "].size() == 1"})
-		ev := s.mc.CompileCondition(reads, opts, environment.StoredExpressions)
-		if errs := ev.CompilationErrors(); len(errs) > 0 {
-			return nil, fmt.Errorf("read variable %s: %v", v.Name, errs)
-		}
-		_, left, err := ev.ForInput(ctx, va, req, vars, nsObj, celconfig.RuntimeCELCostBudget)
+		total, err := cost(reads)
 		if err != nil {
-			return nil, fmt.Errorf("variable %s: %s", v.Name, shorten(err))
+			return nil, fmt.Errorf("variable %s: %w", v.Name, err)
 		}
-		total := celconfig.RuntimeCELCostBudget - left
-		out = append(out, VariableCost{Name: v.Name, Cost: total - before})
+		out = append(out, VariableCost{Name: v.Name, Cost: total - before - read})
 		before = total
 	}
 	return out, nil
