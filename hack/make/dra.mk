@@ -7,9 +7,10 @@ test-dra: ## DRA driver unit tests (slices, CDI specs, prepare/unprepare, health
 	$(GO) test -count=1 ./node/dra/... ./contract/...
 
 .PHONY: test-integration-dra
-test-integration-dra: envtest-assets ## DRA driver against a real kube-apiserver + etcd (envtest): gate check, slices validated server-side, the whole agent in DRA mode.
+test-integration-dra: envtest-assets ## DRA driver against a real kube-apiserver + etcd (envtest): gate check, slices validated server-side, the whole agent in DRA mode, the aligned claim's templates.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -tags integration -timeout 10m ./test/integration/dra/...
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestRunDRA$$' ./cmd/ibkube-node-agent/
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -tags integration ./webhook/aligned/...
 TEST_TARGETS += test-integration-dra
 
 BENCH_TARGETS += bench-dra
