@@ -367,3 +367,47 @@ func (n *alignedNode) independent(t testing.TB, shape aligned.Shape) (onRoot, on
 	k := shape.HCAs / shape.GPUs
 	return k * freePairs(gpus, hcas, k, byRoot), k * freePairs(gpus, hcas, k, byNUMA)
 }
+
+// TestAlignedClaimNeedsBothAttributesOnTheHCA pins what docs/dra.md says
+// of an HCA whose kernel does not know its NUMA node (numa_node -1, the
+// broken fixture's mlx5_3): it publishes no numaNode, and since each HCA
+// request sits in the numaNode constraint whatever rung its GPU took, no
+// aligned claim gets it; `rdma/ib: 1` still does.
+func TestAlignedClaimNeedsBothAttributesOnTheHCA(t *testing.T) {
+	t.Parallel()
+	l := gpuLayout{"broken", fixture.Broken, config.Default, contract.DeviceClassIB, contract.ExtendedResourceIB, ndv5GPUs, 1}
+	n := newAlignedNode(t, l)
+	var free []string
+	for _, h := range n.hcas {
+		if n.hcaName(h) != "mlx5_3" {
+			n.hold(contract.DRADriverName, h)
+		} else {
+			free = append(free, h)
+		}
+	}
+	if len(free) != 1 || n.places[structuredID{contract.DRADriverName, free[0]}].numa != -1 {
+		t.Fatalf("the broken fixture's mlx5_3 is %v, want one device without numaNode", free)
+	}
+	spec, err := aligned.Spec(aligned.Shape{GPUs: 1, HCAs: 1, GPUClass: fakegpu.DeviceClass, HCAClass: l.hcaClass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := n.allocate(specClaim("aligned", spec)); a != nil {
+		t.Errorf("the aligned claim got %v; an HCA without numaNode cannot satisfy its constraints", a.Devices.Results)
+	}
+	if a := n.allocate(extendedClaim("plain", l.hcaClass, 1)); a == nil {
+		t.Error("rdma/ib: 1 does not fit on mlx5_3")
+	}
+}
+
+// hcaName is the RDMA device an HCA device of the slices stands for.
+func (n *alignedNode) hcaName(device string) string {
+	for _, sl := range n.slices {
+		for _, d := range sl.Spec.Devices {
+			if d.Name == device && sl.Spec.Driver == contract.DRADriverName {
+				return ptr.Deref(d.Attributes[contract.DRAAttrRDMADevice].StringValue, "")
+			}
+		}
+	}
+	return ""
+}
