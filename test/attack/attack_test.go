@@ -111,7 +111,11 @@ func (l *legit) one(c *http.Client, addr string, body []byte) {
 		}
 		break
 	}
-	took := time.Since(start)
+	l.record(ok, time.Since(start))
+}
+
+// record counts one legitimate review, answered or not, and how long it took.
+func (l *legit) record(ok bool, took time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sent++
@@ -287,8 +291,10 @@ func bigReview(size int) []byte {
 }
 
 // TestAttacks runs every attack for attackTime against the binary at
-// $IBKUBE_WEBHOOK_BIN, the legitimate stream at 20 reviews/s beside it,
-// and prints the figures as a markdown table (also to $ATTACK_REPORT).
+// $IBKUBE_WEBHOOK_BIN, the legitimate stream at 20 reviews/s beside it
+// (sent to the webhook, or as pod creates through the API server for the
+// attacks through it), and prints the figures as a markdown table (also to
+// $ATTACK_REPORT).
 func TestAttacks(t *testing.T) {
 	bin := os.Getenv("IBKUBE_WEBHOOK_BIN")
 	if bin == "" {
@@ -302,64 +308,37 @@ func TestAttacks(t *testing.T) {
 		}
 		attackTime = time.Duration(n) * time.Second
 	}
-	cfg, env := testenv.Start(t, "bench-webhook-attack")
-	cs := testenv.Clientset(t, cfg)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "training", Labels: map[string]string{contract.LabelInject: contract.InjectEnabled}}}
-	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	only, err := regexp.Compile(os.Getenv("ATTACK_ONLY"))
+	if err != nil {
+		t.Fatalf("$ATTACK_ONLY: %v", err)
 	}
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	writeFile(t, kubeconfig, string(env.KubeConfig))
-	certDir := filepath.Join(dir, "certs")
-	if err := os.Mkdir(certDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	servingcert.Write(t, certDir)
+	kubeconfig, certDir, api := startAPIServer(t)
 
 	var report strings.Builder
 	fmt.Fprintf(&report, "Binary %s, memory limit %d MiB, GOMEMLIMIT %d MiB, %s per attack, legitimate stream 20 reviews/s (timeout %s):\n\n",
 		filepath.Base(bin), memLimit/mib, goMemLimit/mib, attackTime, apiServerTimeout)
 	report.WriteString("| attack | peak memory / limit | legitimate answered in time | legitimate p99 | /readyz 200 (longest failing run) | attacker saw | largest answer | webhook log |\n|---|---|---|---|---|---|---|---|\n")
-	only, err := regexp.Compile(os.Getenv("ATTACK_ONLY"))
-	if err != nil {
-		t.Fatalf("$ATTACK_ONLY: %v", err)
-	}
-	for _, a := range attacks() {
-		if !only.MatchString(a.name) {
-			continue
+	for _, list := range []struct {
+		attacks []attack
+		via     *apiServer // nil: the legitimate stream goes to the webhook itself
+	}{{attacks(), nil}, {apiServerAttacks(api), api}} {
+		for _, a := range list.attacks {
+			if !only.MatchString(a.name) {
+				continue
+			}
+			// A fresh process and cgroup for each attack, so one attack's
+			// retained heap does not count in the next one's peak.
+			w := startWebhook(t, bin, kubeconfig, certDir)
+			d := attackTime
+			if list.via != nil {
+				// The API server spends seconds on each create of a pod
+				// of a hundred thousand volumes before it calls the
+				// webhook: a few of them need this long.
+				d = max(d, 20*time.Second)
+			}
+			report.WriteString(runAttack(t, a, w, list.via, d))
+			w.stop()
 		}
-		// A fresh process and cgroup for each attack, so one attack's
-		// retained heap does not count in the next one's peak.
-		w := startWebhook(t, bin, kubeconfig, certDir)
-		w.resetPeak(t)
-		kills := w.oomKills(t)
-		logBefore := w.logBytes.Load()
-		ctx, cancel := context.WithTimeout(context.Background(), attackTime)
-		var s stats
-		var l legit
-		ready := w.watchReady(ctx)
-		lwg := l.run(ctx, w.addr, 20)
-		var awg sync.WaitGroup
-		awg.Go(func() { a.run(ctx, w, &s) })
-		<-ctx.Done()
-		cancel()
-		awg.Wait()
-		lwg.Wait()
-		<-ready.done
-		sent, answered, p99 := l.summary()
-		peak := w.peak(t)
-		gone := ""
-		if err := w.alive(); err != nil || w.oomKills(t) > kills {
-			gone = fmt.Sprintf(" **OOM-killed** (%v)", err)
-			t.Errorf("%s: the webhook was OOM-killed", a.name)
-		}
-		fmt.Fprintf(&report, "| %s | %.0f / %d MiB%s | %.1f %% of %d | %s | %d / %d (%d) | %s | %d B | %.1f KiB |\n",
-			a.name, float64(peak)/mib, memLimit/mib, gone, answered, sent, p99.Round(time.Millisecond),
-			ready.ok.Load(), ready.total.Load(), ready.worstRun.Load(), s.codeSummary(), s.maxAnswer.Load(), float64(w.logBytes.Load()-logBefore)/1024)
-		t.Logf("%s: peak %.0f MiB, legitimate %.1f%% of %d, p99 %s, readyz %d/%d (longest failing run %d), %s",
-			a.name, float64(peak)/mib, answered, sent, p99, ready.ok.Load(), ready.total.Load(), ready.worstRun.Load(), s.codeSummary())
-		w.stop()
 	}
 	t.Log("\n" + report.String())
 	if p := os.Getenv("ATTACK_REPORT"); p != "" {
@@ -368,4 +347,70 @@ func TestAttacks(t *testing.T) {
 		}
 		writeFile(t, p, report.String())
 	}
+}
+
+// startAPIServer starts envtest's API server with the opted-in namespace
+// training, and returns its kubeconfig and the webhook's certificate
+// directory, both in files, and the way in for attacks through it.
+func startAPIServer(t *testing.T) (kubeconfig, certDir string, api *apiServer) {
+	t.Helper()
+	cfg, env := testenv.Start(t, "bench-webhook-attack")
+	cs := testenv.Clientset(t, cfg)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "training", Labels: map[string]string{contract.LabelInject: contract.InjectEnabled}}}
+	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	writeFile(t, kubeconfig, string(env.KubeConfig))
+	certDir = filepath.Join(dir, "certs")
+	if err := os.Mkdir(certDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	servingcert.Write(t, certDir)
+	return kubeconfig, certDir, newAPIServer(t, cfg, certDir)
+}
+
+// runAttack runs a against w for attackTime beside the legitimate stream,
+// sent through api when it is not nil, and returns its row of the report.
+func runAttack(t *testing.T, a attack, w *webhook, api *apiServer, attackTime time.Duration) string {
+	t.Helper()
+	if api != nil {
+		api.point(t, w.addr)
+	}
+	w.resetPeak(t)
+	kills := w.oomKills(t)
+	logBefore := w.logBytes.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), attackTime)
+	var s stats
+	var l legit
+	ready := w.watchReady(ctx)
+	var lwg *sync.WaitGroup
+	if api != nil {
+		lwg = l.runThrough(ctx, api, 20)
+	} else {
+		lwg = l.run(ctx, w.addr, 20)
+	}
+	var awg sync.WaitGroup
+	awg.Go(func() { a.run(ctx, w, &s) })
+	<-ctx.Done()
+	cancel()
+	awg.Wait()
+	lwg.Wait()
+	<-ready.done
+	sent, answered, p99 := l.summary()
+	peak := w.peak(t)
+	gone := ""
+	if err := w.alive(); err != nil || w.oomKills(t) > kills {
+		gone = fmt.Sprintf(" **OOM-killed** (%v)", err)
+		t.Errorf("%s: the webhook was OOM-killed", a.name)
+	}
+	t.Logf("%s: peak %.0f MiB, legitimate %.1f%% of %d, p99 %s, readyz %d/%d (longest failing run %d), %s",
+		a.name, float64(peak)/mib, answered, sent, p99, ready.ok.Load(), ready.total.Load(), ready.worstRun.Load(), s.codeSummary())
+	if api != nil {
+		api.logFailures(t)
+	}
+	return fmt.Sprintf("| %s | %.0f / %d MiB%s | %.1f %% of %d | %s | %d / %d (%d) | %s | %d B | %.1f KiB |\n",
+		a.name, float64(peak)/mib, memLimit/mib, gone, answered, sent, p99.Round(time.Millisecond),
+		ready.ok.Load(), ready.total.Load(), ready.worstRun.Load(), s.codeSummary(), s.maxAnswer.Load(), float64(w.logBytes.Load()-logBefore)/1024)
 }
