@@ -304,6 +304,11 @@ func mutationVariables() []variable {
 			" && !(variables.nsLabels[?" + a(mutate.LabelPodSecurityEnforce) + "].orValue('') in ['baseline', 'restricted']))"},
 		{"exclRes", "params.data[variables.pk + 'exclusiveResource'] != '' ? params.data[variables.pk + 'exclusiveResource'] : params.data.exclusiveResource"},
 		// [name, value] of each of the profile's env lines
+		// the resources' names as JSON Pointer tokens, and each target's
+		// rdma-exclusive count (exclusiveCounts)
+		{"sharedEsc", "params.data.sharedResource.replace('~', '~0').replace('/', '~1')"},
+		{"exclEsc", "variables.exclRes.replace('~', '~0').replace('/', '~1')"},
+		{"exclCount", "variables.tgtGPU.map(g, string(variables.hcas > 0 ? variables.hcas : g == 0 ? int(params.data.defaultHCAs) : g * variables.perGPU))"},
 		{"profEnv", "params.data[variables.pk + 'env'].split('\\n').filter(l, l != '').map(l, [l.substring(0, l.indexOf('=')), l.substring(l.indexOf('=') + 1)])"},
 		// multus.Merge
 		{"netValue", "variables.netForm == 'empty' ? params.data.ipoibCSV : variables.netForm == 'csv' ? variables.netRaw.trim() + ', ' + params.data.ipoibCSV : " +
@@ -384,9 +389,9 @@ func jsonPatch(op, path, value string) string {
 }
 
 // ensureResource is needResource and addResource (package mutate) for
-// container c at path t.
-func ensureResource(c, t, res, n string) string {
-	esc := res + ".replace('~', '~0').replace('/', '~1')"
+// container c at path t: resource res (esc: its name as a JSON Pointer
+// token), count n.
+func ensureResource(c, t, res, esc, n string) string {
 	return "((" + c + ".?resources.?limits[?" + res + "].hasValue() || " + c + ".?resources.?requests[?" + res + "].hasValue()) ? [] : " +
 		"(!has(" + c + ".resources) || (!has(" + c + ".resources.limits) && !has(" + c + ".resources.requests) && !has(" + c + ".resources.claims))) ? " +
 		"[" + jsonPatch("add", t+" + '/resources'", "{'limits': {"+res+": "+n+"}, 'requests': {"+res+": "+n+"}}") + "] : " +
@@ -426,9 +431,8 @@ func ensureMount(c, t string) string {
 // containerOps are the operations for target k (index into tgtGPU) at
 // container expression c and path expression t.
 func containerOps(c, t, k string) string {
-	count := "string(variables.hcas > 0 ? variables.hcas : variables.tgtGPU[" + k + "] == 0 ? int(params.data.defaultHCAs) : variables.tgtGPU[" + k + "] * variables.perGPU)"
-	return "(variables.shared ? " + ensureResource(c, t, "params.data.sharedResource", "'1'") + " : []) + " +
-		"(variables.exclusive ? " + ensureResource(c, t, "variables.exclRes", count) + " : []) + " +
+	return "(variables.shared ? " + ensureResource(c, t, "params.data.sharedResource", "variables.sharedEsc", "'1'") + " : []) + " +
+		"(variables.exclusive ? " + ensureResource(c, t, "variables.exclRes", "variables.exclEsc", "variables.exclCount["+k+"]") + " : []) + " +
 		"(" + ensureCapability(c, t) + ") + " + ensureEnv(c, t) + " + (" + ensureMount(c, t) + ")"
 }
 
