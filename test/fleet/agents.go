@@ -5,6 +5,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -105,6 +106,9 @@ type agentRun struct {
 	// agent became Ready (DRA), -1 until then, -2 if the API could not be
 	// asked.
 	devicesAtReady atomic.Int64
+	// restarts: how often the agent exited at start and was started
+	// again (restartOnFailure).
+	restarts int
 }
 
 // requestCounter counts an agent's API requests by verb and resource, as
@@ -180,6 +184,35 @@ func (l nodeLabels) PatchNodeLabels(ctx context.Context, node string, set map[st
 	return nil
 }
 
+// maxAgentRestarts is how often an agent whose start fails is started
+// again before the run gives up on it: with the kubelet's back-off, 10 s
+// doubling, the fourth restart comes 150 s after the first failure.
+const maxAgentRestarts = 4
+
+// restartOnFailure runs start as the kubelet runs a container that exits
+// with an error at start (the agent exits when its gate check fails):
+// again after backoff, doubling each time (the kubelet's container
+// restart back-off: 10 s, doubling, at most 5 min, which 4 restarts never
+// reach), up to maxRestarts times. An API server too slow to answer one
+// agent's dry-run at start (a TLS handshake timeout with 1,000 agents
+// starting at once on 2 busy cores) then delays that agent's Ready, as on
+// a real node, instead of ending the run. It returns the restarts and
+// start's last error.
+func restartOnFailure(ctx context.Context, backoff time.Duration, maxRestarts int, start func() error) (int, error) {
+	for restarts := 0; ; restarts++ {
+		err := start()
+		if err == nil || restarts == maxRestarts {
+			return restarts, err
+		}
+		select {
+		case <-ctx.Done():
+			return restarts, errors.Join(err, context.Cause(ctx))
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+}
+
 // startAgent starts an agent for n as its DaemonSet pod would: its own
 // client, the gate check and the DRA driver in DRA mode, the device plugin
 // side (simulated kubelet included) otherwise.
@@ -203,9 +236,13 @@ func (f *fleet) startAgent(n *simNode, podUID string) (*agentRun, error) {
 		StateDir: filepath.Join(n.dir, "state"), NodeName: n.name, Nodes: nodeLabels{cs}, Labels: nodeLabels{cs},
 	}
 	if n.mode == contract.AllocationDRA {
-		if err := dra.CheckGates(ctx, cs.ResourceV1().DeviceClasses(), cs.ResourceV1().ResourceSlices(), n.name, true); err != nil {
+		restarts, err := restartOnFailure(ctx, f.agentRestartBackoff, maxAgentRestarts, func() error {
+			return dra.CheckGates(ctx, cs.ResourceV1().DeviceClasses(), cs.ResourceV1().ResourceSlices(), n.name, true)
+		})
+		r.restarts = restarts
+		if err != nil {
 			cancel()
-			return nil, fmt.Errorf("node %s: %w", n.name, err)
+			return nil, fmt.Errorf("node %s, after %d restarts: %w", n.name, restarts, err)
 		}
 		d, err := dra.New(dra.Config{
 			NodeName: n.name, CDIDir: filepath.Join(n.dir, "cdi"),

@@ -37,7 +37,7 @@ func TestFleet(t *testing.T) {
 	}
 	f := &fleet{
 		s: s, ctx: ctx, log: testr.New(t), verbose: os.Getenv("FLEET_VERBOSE") != "", rest: rc, admin: cs,
-		agentConfig: acfg, byName: map[string]*simNode{}, kubeletStatusPeriod: 10 * time.Second,
+		agentConfig: acfg, byName: map[string]*simNode{}, kubeletStatusPeriod: 10 * time.Second, agentRestartBackoff: 10 * time.Second,
 		report: &report{Nodes: s.nodes, Smoke: s.smoke, Machine: machineFacts()},
 	}
 	defer f.writeReport(t)

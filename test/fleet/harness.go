@@ -136,6 +136,9 @@ type fleet struct {
 	kubelet     *draKubelet
 	// kubeletStatusPeriod is the kubelet's nodeStatusUpdateFrequency.
 	kubeletStatusPeriod time.Duration
+	// agentRestartBackoff is the kubelet's first delay before it starts a
+	// container that exited again (restartOnFailure).
+	agentRestartBackoff time.Duration
 	report              *report
 }
 
@@ -275,6 +278,7 @@ func (f *fleet) startAgents(t *testing.T) {
 	var reqs int64
 	for _, r := range runs {
 		reqs += r.counter.total.Load()
+		f.report.AgentRestarts += r.restarts
 	}
 	f.report.StartupRequestsPerNode = float64(reqs) / float64(len(f.nodes))
 	seen.mu.Lock()

@@ -22,6 +22,9 @@ type report struct {
 	// PublishedLate: nodes whose first watch event came late (a reopened
 	// watch), timed from the API's records as well.
 	PublishedLate int
+	// AgentRestarts: agents started again at start-up after their start
+	// failed (restartOnFailure), in all.
+	AgentRestarts int
 	// ReadyCheckFailed: DRA agents whose slices the harness could not list
 	// when they turned Ready (neither a pass nor a violation).
 	ReadyCheckFailed               int
