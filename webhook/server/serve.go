@@ -143,7 +143,7 @@ type limitMetrics struct {
 }
 
 func newLimitMetrics(reg prometheus.Registerer) (*limitMetrics, error) {
-	m := &limitMetrics{rejected: promreg.CounterVec("ibkube_webhook_overload_rejections_total", "Requests or connections turned away by the webhook's limits, by reason (in_flight: 429 after waiting for a slot; buffered_bytes: 429, the body budget full; body_timeout: 408, the body late; connections: closed at accept, every connection at work; connections_evicted: an idle connection closed to admit a new one).", "reason")}
+	m := &limitMetrics{rejected: promreg.CounterVec("ibkube_webhook_overload_rejections_total", "Requests or connections turned away by the webhook's limits, by reason (in_flight: 429 after waiting for a slot; buffered_bytes: 429 after waiting in line for the body budget; body_timeout: 408, the body late; connections: closed at accept, every connection at work; connections_evicted: an idle connection closed to admit a new one).", "reason")}
 	if reg != nil {
 		if err := reg.Register(m.rejected); err != nil {
 			return nil, fmt.Errorf("register limit metrics: %w", err)
