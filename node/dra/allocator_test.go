@@ -209,6 +209,37 @@ func (s *scheduler) device(name string) publishedDevice {
 	return publishedDevice{}
 }
 
+// TestAllocatorFitsWhereItLooksFirst: on an empty node of every fixture
+// with both default pools, kube-scheduler's allocator gives `rdma/ib: 1`
+// the first device of the slices and `rdma/shared_ib: 1` the second, so
+// neither evaluates its class on more devices than that (the allocator
+// walks the slices in order and takes the first fit; docs/dra-driver.md,
+// "Order").
+func TestAllocatorFitsWhereItLooksFirst(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{fixture.NDv5, fixture.NDv4, fixture.HB, fixture.Broken} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newHost(t, name, nil)
+			var devices []string
+			for _, sl := range newScheduler(t, h).slices {
+				for _, d := range sl.Spec.Devices {
+					devices = append(devices, d.Name)
+				}
+			}
+			for i, class := range []string{contract.DeviceClassIB, contract.DeviceClassSharedIB} {
+				a := newScheduler(t, h).allocate(extendedClaim("pod", class, 1))
+				if a == nil || len(a.Devices.Results) != 1 {
+					t.Fatalf("%s on an empty node: %v, want one device", class, a)
+				}
+				if got := a.Devices.Results[0].Device; len(devices) <= i || got != devices[i] {
+					t.Errorf("%s got %s, want the slices' device %d of %v", class, got, i, devices)
+				}
+			}
+		})
+	}
+}
+
 // TestAllocatorExclusiveIsExclusive runs kube-scheduler's allocator over the
 // ND v5 node's published slices: one HCA goes either to an exclusive claim
 // or to sharers, in either order, and comes free for the other side once
