@@ -47,9 +47,14 @@ chart-lint: helm ## helm lint --strict the chart (defaults and every test values
 	done
 
 .PHONY: test-chart
-test-chart: helm ## Chart golden renders and schema tests (make update-golden rewrites the goldens).
+test-chart: helm ## Chart golden renders and schema tests (make update-golden-chart rewrites the goldens).
 	HELM=$(HELM) KUBE_VERSION=$(KUBE_VERSION) \
 	  $(GO) test -count=1 -tags chart ./test/chart/...
+
+.PHONY: update-golden-chart
+update-golden-chart: helm ## Rewrite the chart's golden renders (test/chart; builds helm first); review the diff.
+	HELM=$(HELM) KUBE_VERSION=$(KUBE_VERSION) \
+	  $(GO) test -count=1 -tags chart ./test/chart/... -args -update
 
 .PHONY: test-integration-chart
 test-integration-chart: helm envtest-assets ## Server-side dry-run apply of the rendered chart into envtest's kube-apiserver.

@@ -13,7 +13,7 @@ import (
 )
 
 // TestRenderFacts checks, straight from the renders, what the issue promises
-// users of the chart, so a careless `make update-golden` cannot bless
+// users of the chart, so a careless `make update-golden-chart` cannot bless
 // losing it: the webhook's availability and hardening, what the webhook
 // configuration selects, the agent's placement, and the optional pieces
 // (cert-manager, NetworkPolicy, ServiceMonitor) wired to what they serve.

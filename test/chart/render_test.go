@@ -5,7 +5,7 @@
 // tag) a server-side dry-run of the renders against a real kube-apiserver.
 //
 // The helm binary comes from $HELM (make test-chart builds it);
-// `make update-golden` (go test -args -update) rewrites the goldens.
+// `make update-golden-chart` (go test -tags chart -args -update) rewrites the goldens.
 package chart
 
 import (
@@ -86,7 +86,7 @@ func TestGoldenRenders(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// make update-golden passes -update.
+			// make update-golden-chart passes -update.
 			golden.Check(t, filepath.Join("testdata", c.name+".golden.yaml"), []byte(got))
 		})
 	}
