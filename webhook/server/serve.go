@@ -76,10 +76,10 @@ type Limits struct {
 // DefaultLimits keep any traffic within 64 MiB over the idle process, a
 // quarter of the chart's 256 MiB memory limit: 16 MiB of bodies over 64
 // KiB held at once (four of the largest, handler.MaxBodyBytes), 64 KiB for
-// each of 256 connections, 8 requests being decided (the decoded pod and
-// the patch are bounded by handler.MaxReviewValues and
-// mutate.MaxContainers), and the connections themselves (TLS and bufio
-// buffers, a goroutine); docs/webhook-operations.md has the measured peaks.
+// each of 256 connections, 8 requests being decided (the pods being
+// decoded and mutated share handler.MaxDecodeBytes), and the connections
+// themselves (TLS and bufio buffers, a goroutine);
+// docs/webhook-operations.md has the measured peaks.
 func DefaultLimits() Limits {
 	return Limits{
 		MaxInFlight:       8,
