@@ -146,8 +146,8 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if err := invoke.DelegateDel(ctx, dt, rec.Delegate, p.opts.Exec); err != nil {
 		return cniError(delegateErr(dt, rec.Parent, err), conf.Name)
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return cniError(fmt.Errorf("remove %s: %w", path, err), conf.Name)
+	if err := removeRecord(path); err != nil {
+		return cniError(err, conf.Name)
 	}
 	return nil
 }
@@ -171,10 +171,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	for _, a := range gc.Valid {
 		valid[[2]string{a.ContainerID, a.IfName}] = true
 	}
-	dir := conf.StateDir
-	if dir == "" {
-		dir = DefaultStateDir
-	}
+	dir := stateDir(conf)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -188,8 +185,8 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		if err != nil || rec.Network != conf.Name || valid[[2]string{rec.ContainerID, rec.IfName}] {
 			continue
 		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return cniError(fmt.Errorf("remove %s: %w", path, err), conf.Name)
+		if err := removeRecord(path); err != nil {
+			return cniError(err, conf.Name)
 		}
 	}
 	return nil
@@ -240,13 +237,26 @@ func delegateErr(dt string, parent Parent, err error) error {
 
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
 
-func statePath(conf *NetConf, args *skel.CmdArgs) string {
-	dir := conf.StateDir
-	if dir == "" {
-		dir = DefaultStateDir
+// stateDir is where the network's attachment records live.
+func stateDir(conf *NetConf) string {
+	if conf.StateDir == "" {
+		return DefaultStateDir
 	}
+	return conf.StateDir
+}
+
+func statePath(conf *NetConf, args *skel.CmdArgs) string {
 	name := unsafeChars.ReplaceAllString(conf.Name+"_"+args.ContainerID+"_"+args.IfName, "_")
-	return filepath.Join(dir, name+".json")
+	return filepath.Join(stateDir(conf), name+".json")
+}
+
+// removeRecord forgets an attachment's record; one already gone is no
+// error (a DEL retried, or GC and DEL at once).
+func removeRecord(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return nil
 }
 
 func writeRecord(path string, r record) error {
