@@ -28,7 +28,7 @@ func TestRunPolicy(t *testing.T) {
 			"kind: MutatingAdmissionPolicy", "kind: MutatingAdmissionPolicyBinding", "kind: ValidatingAdmissionPolicy", "kind: ValidatingAdmissionPolicyBinding",
 		}},
 		{name: "a site's config with a user profile", args: []string{"--config", cfg, "--release-namespace", "rdma", "--prefix", "rdma", "--exclude-namespaces", "ci, monitoring"},
-			wantOut: []string{"name: rdma-admission-params", "namespace: rdma", "memlock: 32Gi", "profile.site.nccl:", "NCCL_DEBUG=WARN", "- ci\n", "- monitoring\n"}},
+			wantOut: []string{"name: rdma-admission-params", "namespace: rdma", "memlock: 32Gi", "profile.site.conf.rdma.whole:", "NCCL_DEBUG=WARN", "- ci\n", "- monitoring\n"}},
 		{name: "bad config", args: []string{"--config", "/nonexistent.yaml"}, wantErr: []string{"policy: open /nonexistent.yaml"}},
 		{name: "positional argument", args: []string{"x"}, wantErr: []string{`policy: unexpected argument "x"`}},
 	}
