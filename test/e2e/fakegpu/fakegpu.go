@@ -146,25 +146,31 @@ func Devices(gpus []GPU) []resourceapi.Device {
 }
 
 // OCIH100 are the eight GPUs of an OCI BM.GPU.H100.8 (bare-metal HGX
-// H100), one on each PCIe root complex that carries two of the oci-h100
-// fixture's sixteen GPU-fabric ports (hca/fixture/internal/hosts
-// ociHCAs), so that each GPU has a dual-port ConnectX-7 behind its root as
-// on an HGX H100 baseboard, where every GPU shares a PCIe switch with its
-// NIC (NVIDIA DGX H100 User Guide, "Network Ports"; oci-hpc-oke's
-// NCCL_IB_HCA lists two ports per GPU). The bus numbers are illustrative,
-// like the fixture's: the bus after each NIC's, on its root; NUMA node 1
-// from bus 0x80 as in the fixture. withNUMA false leaves numaNode out, as
-// NVIDIA's DRA driver does.
+// H100), where the oci-h100 fixture puts them (hca/fixture/internal/hosts
+// ociGPUs): each behind the PCIe switch of one dual-port ConnectX-7, so one
+// GPU on each root complex that carries two of the fixture's sixteen
+// GPU-fabric ports, as on an HGX H100 baseboard, where every GPU shares a
+// PCIe switch with its NIC (NVIDIA DGX H100 User Guide, "Network Ports";
+// oci-hpc-oke's NCCL_IB_HCA lists two ports per GPU). Each GPU's bus is its
+// NIC's plus 3, as oci-dr-hpc-v2's expected bus IDs give them; the root is
+// the NIC's bus rounded down to 0x10, except at bus 0x41, where the switch
+// needs two bus numbers below its root (pci0000:3e). NUMA node 1 from bus
+// 0x80 as in the fixture. withNUMA false leaves numaNode out, as NVIDIA's
+// DRA driver does.
 func OCIH100(withNUMA bool) []GPU {
 	var out []GPU
-	for i, bus := range []int{0x0d, 0x2b, 0x42, 0x59, 0x87, 0xa6, 0xbe, 0xd6} {
-		numa := int64(bus / 0x80)
+	for i, nic := range []int{0x0c, 0x2a, 0x41, 0x58, 0x86, 0xa5, 0xbd, 0xd5} {
+		numa := int64(nic / 0x80)
 		if !withNUMA {
 			numa = -1
 		}
+		root := nic & 0xf0
+		if nic-root < 3 {
+			root = nic - 3
+		}
 		out = append(out, GPU{
-			Index: i, PCIBusID: fmt.Sprintf("0000:%02x:00.0", bus), NUMANode: numa,
-			PCIeRoot: fmt.Sprintf("pci0000:%02x", bus&0xf0),
+			Index: i, PCIBusID: fmt.Sprintf("0000:%02x:00.0", nic+3), NUMANode: numa,
+			PCIeRoot: fmt.Sprintf("pci0000:%02x", root),
 		})
 	}
 	return out

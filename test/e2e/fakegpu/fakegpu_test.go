@@ -88,8 +88,9 @@ func TestCDISpec(t *testing.T) {
 	}
 }
 
-// TestOCIH100SharesRootsWithTheFixture: each bare-metal GPU sits on one of
-// the PCIe roots that carry two of the oci-h100 fixture's GPU-fabric ports
+// TestOCIH100SharesRootsWithTheFixture: each bare-metal GPU has the bus ID
+// of the fixture's GPU (hca/fixture/testdata/oci-h100.tree) and sits on one
+// of the PCIe roots that carry two of the oci-h100 fixture's GPU-fabric ports
 // (node/dra/testdata/oci-h100.slices.json, the slices the agent publishes
 // for it), one GPU per root, and publishes numaNode only when asked.
 func TestOCIH100SharesRootsWithTheFixture(t *testing.T) {
@@ -100,6 +101,21 @@ func TestOCIH100SharesRootsWithTheFixture(t *testing.T) {
 	ports := map[string]int{}
 	for _, m := range regexp.MustCompile(`"resource.kubernetes.io/pcieRoot": \{\s*"string": "([^"]+)"`).FindAllStringSubmatch(string(data), -1) {
 		ports[m[1]]++
+	}
+	tree, err := os.ReadFile(filepath.Join("..", "..", "..", "hca", "fixture", "testdata", "oci-h100.tree"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var treeGPUs []string
+	for _, m := range regexp.MustCompile(`# ---- GPU at (\S+) ----`).FindAllStringSubmatch(string(tree), -1) {
+		treeGPUs = append(treeGPUs, m[1])
+	}
+	var gpus []string
+	for _, g := range OCIH100(true) {
+		gpus = append(gpus, g.PCIBusID)
+	}
+	if diff := cmp.Diff(treeGPUs, gpus); diff != "" {
+		t.Errorf("GPU bus IDs against the fixture's (-fixture +fake):\n%s", diff)
 	}
 	roots := map[string]bool{}
 	for _, g := range OCIH100(true) {
