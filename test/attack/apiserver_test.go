@@ -172,23 +172,10 @@ func (a *apiServer) creates(n int, pod []byte) func(context.Context, *webhook, *
 // runThrough is the legitimate stream as pod creates through the API
 // server at perSecond, each counted answered when it comes back mutated.
 func (l *legit) runThrough(ctx context.Context, a *apiServer, perSecond int) *sync.WaitGroup {
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(time.Second / time.Duration(perSecond))
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			wg.Go(func() {
-				start := time.Now()
-				l.record(a.legitimate(context.Background()), time.Since(start))
-			})
-		}
+	return paced(ctx, perSecond, func() {
+		start := time.Now()
+		l.record(a.legitimate(context.Background()), time.Since(start))
 	})
-	return &wg
 }
 
 // apiServerAttacks are the attacks sent as pod creates through the API

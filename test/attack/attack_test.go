@@ -70,6 +70,12 @@ type legit struct {
 func (l *legit) run(ctx context.Context, addr string, perSecond int) *sync.WaitGroup {
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig, MaxIdleConnsPerHost: 8}}
 	body := review(workerPod(), "0c6a4b8e-1111-2222-3333-444455556666", "training", "")
+	return paced(ctx, perSecond, func() { l.one(c, addr, body) })
+}
+
+// paced starts send perSecond times a second, each in its own goroutine,
+// until ctx ends; the WaitGroup holds every send it started.
+func paced(ctx context.Context, perSecond int, send func()) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		tick := time.NewTicker(time.Second / time.Duration(perSecond))
@@ -80,7 +86,7 @@ func (l *legit) run(ctx context.Context, addr string, perSecond int) *sync.WaitG
 				return
 			case <-tick.C:
 			}
-			wg.Go(func() { l.one(c, addr, body) })
+			wg.Go(send)
 		}
 	})
 	return &wg
