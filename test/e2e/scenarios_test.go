@@ -27,10 +27,15 @@ const (
 	exclusiveRes = corev1.ResourceName("rdma/ib")
 	// The simulated host: an ND H100 v5 with 8 InfiniBand VFs (and one
 	// Ethernet mlx5 for accelerated networking, which is not advertised).
-	fixtureName     = fixture.NDv5
-	fixtureIBHCAs   = 8
-	runtimeMemlock  = 65536 // containerd's soft RLIMIT_MEMLOCK (node.sh)
-	podStartTimeout = 2 * time.Minute
+	fixtureName    = fixture.NDv5
+	fixtureIBHCAs  = 8
+	runtimeMemlock = 65536 // containerd's soft RLIMIT_MEMLOCK (node.sh)
+	// podStartTimeout bounds one pod's wait for Running. Sized for a 2-core
+	// machine beside busy workers: 9j's first pod, created while the sandboxes
+	// of 9h's scheduling-rate pods (two-free-NN) are still torn down, took 44 s and 51 s there
+	// (kubelet podStartE2EDuration; containerd's RunPodSandbox 33-37 s behind
+	// the CNI DELs) and 162 s once, which a 2-minute wait failed.
+	podStartTimeout = 5 * time.Minute
 	// The single node's kubelet device-plugins directory (node.sh
 	// KUBELET_ROOT), where the agent's plugin sockets are.
 	kubeletPluginDir = "/var/lib/kubelet/device-plugins"
