@@ -31,10 +31,11 @@ const (
 	fixtureIBHCAs  = 8
 	runtimeMemlock = 65536 // containerd's soft RLIMIT_MEMLOCK (node.sh)
 	// podStartTimeout bounds one pod's wait for Running. Sized for a 2-core
-	// machine beside busy workers: 9j's first pod, created while the sandboxes
-	// of 9h's scheduling-rate pods (two-free-NN) are still torn down, took 44 s and 51 s there
-	// (kubelet podStartE2EDuration; containerd's RunPodSandbox 33-37 s behind
-	// the CNI DELs) and 162 s once, which a 2-minute wait failed.
+	// machine beside busy workers: 9j's first pod, created while the
+	// sandboxes of 9h's scheduling-rate pods (two-free-NN) are still torn
+	// down, took 44 s and 51 s there (kubelet podStartE2EDuration;
+	// containerd's RunPodSandbox 33-37 s behind the CNI DELs) and 162 s
+	// once, which a 2-minute wait failed.
 	podStartTimeout = 5 * time.Minute
 	// The single node's kubelet device-plugins directory (node.sh
 	// KUBELET_ROOT), where the agent's plugin sockets are.
