@@ -24,7 +24,7 @@ func TestCostliestPodsDecodeOneAtATime(t *testing.T) {
 	empty := rawReview(t, listPod(true, `"volumes":[`, "{}", 0, "]"))
 	costliest := rawReview(t, listPod(true, `"volumes":[`, "{}", MaxReviewValues-countValues(empty), "]"))
 	var calls, inside, most atomic.Int64
-	release, stop := make(chan struct{}), make(chan struct{})
+	entered, release, stop := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	t.Cleanup(func() { close(stop) })
 	core := func(pod *corev1.Pod, ns mutate.Namespace, cfg *config.Config) (mutate.Result, error) {
 		if len(pod.Spec.Volumes) < 1000 { // the worker
@@ -35,6 +35,7 @@ func TestCostliestPodsDecodeOneAtATime(t *testing.T) {
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
 		if calls.Add(1) == 1 { // the first costliest pod stays in the core
+			close(entered)
 			select {
 			case <-release:
 			case <-stop:
@@ -45,7 +46,11 @@ func TestCostliestPodsDecodeOneAtATime(t *testing.T) {
 	h := newHandler(t, core, nil, nil)
 	first := make(chan answer, 1)
 	go func() { first <- post(t, h, costliest) }()
-	waitUntil(t, "the first costliest pod in the core", func() bool { return inside.Load() == 1 })
+	select {
+	case <-entered:
+	case a := <-first:
+		t.Fatalf("the first costliest pod answered HTTP %d without reaching the core: %s", a.code, a.body)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -65,17 +70,5 @@ func TestCostliestPodsDecodeOneAtATime(t *testing.T) {
 	}
 	if got := most.Load(); got != 1 {
 		t.Errorf("%d costliest pods in the core at once, want 1", got)
-	}
-}
-
-// waitUntil polls ok until it holds; the deadline only bounds a failure.
-func waitUntil(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
