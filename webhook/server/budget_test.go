@@ -48,27 +48,36 @@ func postAll(t *testing.T, url string, n int, body []byte) <-chan map[int]int {
 	t.Helper()
 	out := make(chan map[int]int, 1)
 	go func() {
-		var mu sync.Mutex
-		codes := map[int]int{}
-		var wg sync.WaitGroup
-		for range n {
-			wg.Go(func() {
-				code := -1
-				resp, err := http.Post(url+handler.Path, "application/json", bytes.NewReader(body))
-				if err == nil {
-					code = resp.StatusCode
-					_, _ = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-				}
-				mu.Lock()
-				codes[code]++
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		out <- codes
+		out <- statusCodes(n, func() (*http.Response, error) {
+			return http.Post(url+handler.Path, "application/json", bytes.NewReader(body))
+		})
 	}()
 	return out
+}
+
+// statusCodes runs send n times at once and counts the status codes it
+// got, -1 for a request that failed; each body is read and closed.
+func statusCodes(n int, send func() (*http.Response, error)) map[int]int {
+	var (
+		mu    sync.Mutex
+		codes = map[int]int{}
+		wg    sync.WaitGroup
+	)
+	for range n {
+		wg.Go(func() {
+			code := -1
+			if resp, err := send(); err == nil {
+				code = resp.StatusCode
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return codes
 }
 
 // TestLargeBodiesWaitInLine: with a budget of two 3 MiB bodies, six sent

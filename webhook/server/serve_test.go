@@ -14,7 +14,6 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -294,32 +293,15 @@ func flood(t testing.TB, a *attackServer, n int, body []byte) (map[int]int, uint
 	defer c.CloseIdleConnections()
 	stop := make(chan struct{})
 	peak := peakHeap(stop)
-	var (
-		mu    sync.Mutex
-		codes = map[int]int{}
-		wg    sync.WaitGroup
-	)
-	for range n {
-		wg.Go(func() {
-			req, err := http.NewRequest(http.MethodPost, "https://"+a.addr+handler.Path, bytes.NewReader(body))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := c.Do(req)
-			code := -1
-			if err == nil {
-				code = resp.StatusCode
-				_, _ = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
-			}
-			mu.Lock()
-			codes[code]++
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
+	codes := statusCodes(n, func() (*http.Response, error) {
+		req, err := http.NewRequest(http.MethodPost, "https://"+a.addr+handler.Path, bytes.NewReader(body))
+		if err != nil {
+			t.Error(err)
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		return c.Do(req)
+	})
 	close(stop)
 	return codes, <-peak
 }
