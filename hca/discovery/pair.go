@@ -1,10 +1,6 @@
 package discovery
 
-import (
-	"strings"
-
-	"github.com/ibkube/ibkube/hca/inventory"
-)
+import "github.com/ibkube/ibkube/hca/inventory"
 
 // pciPlace is where a PCI function sits in the machine.
 type pciPlace struct {
@@ -16,25 +12,11 @@ type pciPlace struct {
 	numa  int
 }
 
-// isRootComplex says whether a directory under /sys/devices is a PCI root
-// complex: pci<domain>:<bus>, as drivers/pci/probe.c
-// pci_register_host_bridge names it ("pci%04x:%02x"); the pcieRoot DRA
-// attribute is this name.
-func isRootComplex(dir string) bool {
-	rest, ok := strings.CutPrefix(dir, "pci")
-	dom, bus, ok2 := strings.Cut(rest, ":")
-	return ok && ok2 && len(dom) >= 4 && len(bus) == 2 && isHex(dom) && isHex(bus)
-}
-
-func isHex(s string) bool {
-	return strings.Trim(s, "0123456789abcdef") == ""
-}
-
 // rootChain drops what lies above the root complex (on Hyper-V, the VMBus
 // device each virtual PCI bus hangs from); nil when there is no root.
 func rootChain(dirs []string) []string {
 	for i, d := range dirs {
-		if isRootComplex(d) {
+		if inventory.IsPCIRootComplex(d) {
 			return dirs[i:]
 		}
 	}

@@ -60,15 +60,3 @@ func TestPartner(t *testing.T) {
 		})
 	}
 }
-
-func TestIsRootComplex(t *testing.T) {
-	t.Parallel()
-	for dir, want := range map[string]bool{
-		"pci0000:00": true, "pci0101:00": true, "pci10000:3e": true,
-		"0000:00:01.0": false, "pci0000": false, "pci0000:0": false, "pciXXXX:00": false, "VMBUS:00": false,
-	} {
-		if got := isRootComplex(dir); got != want {
-			t.Errorf("isRootComplex(%q) = %v, want %v", dir, got, want)
-		}
-	}
-}

@@ -4,13 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
-)
 
-// pcieRootDir is a PCI host bridge's directory in sysfs, "pci<domain>:<bus>"
-// (drivers/pci/probe.c pci_register_host_bridge: dev_set_name "pci%04x:%02x").
-var pcieRootDir = regexp.MustCompile(`^pci[0-9a-f]{4,}:[0-9a-f]{2}$`)
+	"github.com/ibkube/ibkube/hca/inventory"
+)
 
 // PCIeRoot returns the PCIe root complex above the PCI device at address,
 // the resource.kubernetes.io/pcieRoot value ("pci0101:00"), from the
@@ -29,7 +26,7 @@ func PCIeRoot(sysfsRoot, address string) (string, error) {
 		return "", fmt.Errorf("PCIe root of %s: %w", address, err)
 	}
 	for _, elem := range strings.Split(filepath.ToSlash(target), "/") {
-		if pcieRootDir.MatchString(elem) {
+		if inventory.IsPCIRootComplex(elem) {
 			return elem, nil
 		}
 	}
