@@ -16,7 +16,6 @@ import (
 	"github.com/ibkube/ibkube/internal/testing/policytest"
 	"github.com/ibkube/ibkube/webhook/multus"
 	"github.com/ibkube/ibkube/webhook/mutate"
-	"github.com/ibkube/ibkube/webhook/policy"
 )
 
 // TestCostWithinBudget admits a 16-container pod and checks the CEL cost
@@ -25,11 +24,7 @@ import (
 // figure is logged for docs/admission-policy.md.
 func TestCostWithinBudget(t *testing.T) {
 	t.Parallel()
-	objs, err := policy.Render(corpus.Configs()["default"], testNames)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := mustServer(t, objs)
+	s := defaultServer(t)
 	for _, n := range []int{1, 16, mutate.MaxContainers} {
 		got, err := s.Admit(context.Background(), policytest.WidePod(n), optedInNS())
 		if err != nil {
@@ -67,11 +62,7 @@ func TestCostWithinBudget(t *testing.T) {
 // it is. Before the bound, relevance alone looked at every key.
 func TestCostIndependentOfAnnotations(t *testing.T) {
 	t.Parallel()
-	objs, err := policy.Render(corpus.Configs()["default"], testNames)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := mustServer(t, objs)
+	s := defaultServer(t)
 	filled := func(n int, kv ...string) *corev1.Pod {
 		p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
 		p.Annotations = map[string]string{}
@@ -119,11 +110,7 @@ func TestCostIndependentOfAnnotations(t *testing.T) {
 // its size before any pattern runs.
 func TestCostOfJSONNetworks(t *testing.T) {
 	t.Parallel()
-	objs, err := policy.Render(corpus.Configs()["default"], testNames)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := mustServer(t, objs)
+	s := defaultServer(t)
 	for _, n := range []int{mutate.MaxNetworksJSONBytes, mutate.MaxNetworksJSONBytes + 1} {
 		p := policytest.WidePod(16)
 		p.Annotations[multus.Annotation] = corpus.JSONNetworksOfSize(n)
@@ -144,13 +131,15 @@ func TestCostOfJSONNetworks(t *testing.T) {
 // BenchmarkPolicy16Containers reports the CEL cost of one admission of a
 // 16-container pod, and the time the API server's evaluator takes.
 func BenchmarkPolicy16Containers(b *testing.B) {
-	objs, err := policy.Render(corpus.Configs()["default"], testNames)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := mustServer(b, objs)
-	pod := policytest.WidePod(16)
+	benchmarkAdmit(b, policytest.WidePod(16))
+}
+
+// benchmarkAdmit admits pod through the default config's policies in a
+// loop and reports the CEL cost of one admission.
+func benchmarkAdmit(b *testing.B, pod *corev1.Pod) {
+	s := defaultServer(b)
 	var got policytest.Admitted
+	var err error
 	for b.Loop() {
 		if got, err = s.Admit(context.Background(), pod, optedInNS()); err != nil {
 			b.Fatal(err)
@@ -170,11 +159,7 @@ func optedInNS() mutate.Namespace {
 // pod (test/fleet: one container of 8 GPUs, rdma-exclusive, profile ndv5),
 // so a change to the CEL can be held to the variables it touches.
 func BenchmarkPolicyVariables(b *testing.B) {
-	objs, err := policy.Render(corpus.Configs()["default"], testNames)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := mustServer(b, objs)
+	s := defaultServer(b)
 	for _, tc := range []struct {
 		name string
 		pod  *corev1.Pod
@@ -196,20 +181,7 @@ func BenchmarkPolicyVariables(b *testing.B) {
 // BenchmarkPolicyFleetPod is BenchmarkPolicy16Containers for the fleet's
 // pod, the pod whose admission make fleet-admission profiles.
 func BenchmarkPolicyFleetPod(b *testing.B) {
-	objs, err := policy.Render(corpus.Configs()["default"], testNames)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := mustServer(b, objs)
-	pod := fleetPod()
-	var got policytest.Admitted
-	for b.Loop() {
-		if got, err = s.Admit(context.Background(), pod, optedInNS()); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(got.MutateCost), "mutate-cost/op")
-	b.ReportMetric(float64(got.RefuseCost), "refuse-cost/op")
+	benchmarkAdmit(b, fleetPod())
 }
 
 // fleetPod is test/fleet's admitPod: a training job's GPU pod.

@@ -15,7 +15,6 @@ import (
 	"github.com/ibkube/ibkube/internal/testing/policytest"
 	"github.com/ibkube/ibkube/webhook/multus"
 	"github.com/ibkube/ibkube/webhook/mutate"
-	"github.com/ibkube/ibkube/webhook/policy"
 )
 
 var randomNetworks = flag.Int("random-networks", 2_000, "random JSON networks values TestRandomNetworks admits through both sides (docs/admission-policy.md records a run of 10,000)")
@@ -29,11 +28,7 @@ var randomNetworks = flag.Int("random-networks", 2_000, "random JSON networks va
 func TestRandomNetworks(t *testing.T) {
 	t.Parallel()
 	cfg := corpus.Configs()["default"]
-	objs, err := policy.Render(cfg, testNames)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := mustServer(t, objs)
+	s := defaultServer(t)
 	ns := optedInNS()
 	base := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "train", Image: "x",
 		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}}}}}}

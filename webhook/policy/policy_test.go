@@ -27,6 +27,17 @@ func mustServer(t testing.TB, objs *policy.Objects) *policytest.Server {
 	return s
 }
 
+// defaultServer runs the policies rendered from the corpus's default
+// config.
+func defaultServer(t testing.TB) *policytest.Server {
+	t.Helper()
+	objs, err := policy.Render(corpus.Configs()["default"], testNames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mustServer(t, objs)
+}
+
 // TestEquivalenceInProcess admits the whole corpus through the policies
 // with the API server's CEL machinery and compares each result with
 // webhook/mutate's: the same pod, or the same refusal.
