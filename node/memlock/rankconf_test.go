@@ -60,6 +60,13 @@ func TestDecideRankConf(t *testing.T) {
 	header := ""
 	rootPw := Passwd{Status: PasswdFound, Home: "/root"}
 	mpiPw := Passwd{Status: PasswdFound, Home: "/home/mpiuser"}
+	// rootWorker is a root container with ibkube's device and a passwd
+	// entry, started with env and no annotations.
+	rootWorker := func(env ...string) RankInput {
+		return RankInput{Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw, Env: env}
+	}
+	rootConf := []string{"/root/.nccl.conf"}
+	oneHCAConf := header + "NCCL_IB_HCA==mlx5_0:1\n"
 	tests := []struct {
 		name        string
 		in          RankInput
@@ -72,29 +79,28 @@ func TestDecideRankConf(t *testing.T) {
 		{
 			name:        "root worker: environment over the profile conf file",
 			in:          RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, Env: env, UID: uid(0), Passwd: rootPw},
-			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
+			wantOutcome: RankWritten, wantTargets: rootConf,
 			wantContent: header + "NCCL_DEBUG=INFO\nNCCL_IB_HCA==mlx5_0:1,mlx5_1:1\nNCCL_IB_PCI_RELAXED_ORDERING=1\nNCCL_NET_GDR_LEVEL=SYS\nNCCL_TOPO_FILE=/etc/ibkube/nccl-topo.xml\n",
 		},
 		{
 			name: "user override of a profile value wins, an image variable too",
 			in: RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw,
 				Env: append([]string{"NCCL_NET_GDR_LEVEL=PHB", "NCCL_VERSION=2.27"}, env...)},
-			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
+			wantOutcome: RankWritten, wantTargets: rootConf,
 			wantContent: header + "NCCL_DEBUG=INFO\nNCCL_IB_HCA==mlx5_0:1,mlx5_1:1\nNCCL_IB_PCI_RELAXED_ORDERING=1\nNCCL_NET_GDR_LEVEL=PHB\nNCCL_TOPO_FILE=/etc/ibkube/nccl-topo.xml\nNCCL_VERSION=2.27\n",
 		},
 		{
-			name: "first of a duplicated name wins, as getenv",
-			in: RankInput{Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw,
-				Env: []string{"NCCL_IB_HCA==mlx5_0:1", "NCCL_IB_HCA==mlx5_9:1"}},
-			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
-			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
+			name:        "first of a duplicated name wins, as getenv",
+			in:          rootWorker("NCCL_IB_HCA==mlx5_0:1", "NCCL_IB_HCA==mlx5_9:1"),
+			wantOutcome: RankWritten, wantTargets: rootConf,
+			wantContent: oneHCAConf,
 		},
 		{
 			name: "root with HOME elsewhere: the passwd home for ssh ranks, HOME for NCCL >= 2.30.3",
 			in: RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw,
 				Env: []string{"HOME=/workspace", "NCCL_IB_HCA==mlx5_0:1"}},
 			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf", "/workspace/.nccl.conf"},
-			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
+			wantContent: oneHCAConf,
 			wantReason:  "1 NCCL settings of the main process written to /root/.nccl.conf and /workspace/.nccl.conf for processes started without its environment; NCCL_CONF_FILE is unset, so the main process reads this file too",
 		},
 		{
@@ -135,34 +141,32 @@ func TestDecideRankConf(t *testing.T) {
 			name: "the container's own NCCL_CONF_FILE: its environment only",
 			in: RankInput{PodAnnotations: ann, Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw,
 				Env: []string{"NCCL_CONF_FILE=/opt/site/nccl.conf", "NCCL_IB_HCA==mlx5_0:1"}},
-			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
-			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
+			wantOutcome: RankWritten, wantTargets: rootConf,
+			wantContent: oneHCAConf,
 			wantReason:  "1 NCCL settings of the main process written to /root/.nccl.conf for processes started without its environment; NCCL_CONF_FILE=/opt/site/nccl.conf is the container's own file, which the agent cannot read: processes started without the environment get its values only if they set NCCL_CONF_FILE themselves",
 		},
 		{
-			name: "values a conf line cannot carry are dropped and named",
-			in: RankInput{Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw,
-				Env: []string{"NCCL_IB_HCA==mlx5_0:1", "NCCL_MULTI=a\nb", "NCCL_HUGE=" + strings.Repeat("y", 1024)}},
-			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
-			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
+			name:        "values a conf line cannot carry are dropped and named",
+			in:          rootWorker("NCCL_IB_HCA==mlx5_0:1", "NCCL_MULTI=a\nb", "NCCL_HUGE="+strings.Repeat("y", 1024)),
+			wantOutcome: RankWritten, wantTargets: rootConf,
+			wantContent: oneHCAConf,
 			wantReason:  "1 NCCL settings of the main process written to /root/.nccl.conf for processes started without its environment; NCCL_CONF_FILE is unset, so the main process reads this file too; not carried (a conf file line holds at most 1023 characters, no newline, after a plain variable name): NCCL_HUGE (environment), NCCL_MULTI (environment)",
 		},
 		{
-			name: "a newline in an image variable's name adds no line",
-			in: RankInput{Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw,
-				Env: []string{"NCCL_IB_HCA==mlx5_0:1", "NCCL_A\nNCCL_NET_PLUGIN=/tmp/evil.so=x"}},
-			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
-			wantContent: header + "NCCL_IB_HCA==mlx5_0:1\n",
+			name:        "a newline in an image variable's name adds no line",
+			in:          rootWorker("NCCL_IB_HCA==mlx5_0:1", "NCCL_A\nNCCL_NET_PLUGIN=/tmp/evil.so=x"),
+			wantOutcome: RankWritten, wantTargets: rootConf,
+			wantContent: oneHCAConf,
 		},
 		{
 			name:        "100,000 inherited NCCL variables: a bounded file",
-			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw, Env: manyNCCL(100000)},
-			wantOutcome: RankWritten, wantTargets: []string{"/root/.nccl.conf"},
+			in:          rootWorker(manyNCCL(100000)...),
+			wantOutcome: RankWritten, wantTargets: rootConf,
 			wantContent: header + manyNCCLConf(100000),
 		},
 		{
 			name:        "nothing to carry",
-			in:          RankInput{Devices: dev, IBDevices: ib, UID: uid(0), Passwd: rootPw, Env: []string{"PATH=/bin", "NCCL_CONF_FILE=" + contract.NCCLConfFile}},
+			in:          rootWorker("PATH=/bin", "NCCL_CONF_FILE="+contract.NCCLConfFile),
 			wantOutcome: RankNothing,
 		},
 	}
@@ -292,6 +296,17 @@ func TestLookupPasswd(t *testing.T) {
 	}
 }
 
+// gdrSysWorker is a container holding ibkube's device in a pod whose
+// profile sets NCCL_NET_GDR_LEVEL=SYS.
+func gdrSysWorker() RankInput {
+	ib, dev := uverbs0()
+	return RankInput{
+		PodAnnotations: map[string]string{contract.AnnotationNCCLConf: "NCCL_NET_GDR_LEVEL=SYS\n"},
+		Devices:        dev,
+		IBDevices:      ib,
+	}
+}
+
 // rankHeader is the file's comment header, written only for an NCCL that
 // skips '#' lines.
 const rankHeader = "# Written by the ibkube node agent: the NCCL settings this container's main\n" +
@@ -308,15 +323,10 @@ const rankHeader = "# Written by the ibkube node agent: the NCCL settings this c
 // (RCCL) gets .rccl.conf beside .nccl.conf in each home and no comments.
 func TestRankConfPerNCCLRelease(t *testing.T) {
 	t.Parallel()
-	ib, dev := uverbs0()
-	base := RankInput{
-		PodAnnotations: map[string]string{contract.AnnotationNCCLConf: "NCCL_NET_GDR_LEVEL=SYS\n"},
-		Devices:        dev,
-		IBDevices:      ib,
-		Env:            []string{"HOME=/workspace", "NCCL_IB_HCA==mlx5_0:1", "NCCL_CONF_FILE=" + contract.NCCLConfFile},
-		UID:            uid(1000),
-		Passwd:         Passwd{Status: PasswdFound, Home: "/home/mpiuser"},
-	}
+	base := gdrSysWorker()
+	base.Env = []string{"HOME=/workspace", "NCCL_IB_HCA==mlx5_0:1", "NCCL_CONF_FILE=" + contract.NCCLConfFile}
+	base.UID = uid(1000)
+	base.Passwd = Passwd{Status: PasswdFound, Home: "/home/mpiuser"}
 	body := "NCCL_IB_HCA==mlx5_0:1\nNCCL_NET_GDR_LEVEL=SYS\n"
 	for _, r := range ncclReleases {
 		in := base
@@ -352,15 +362,10 @@ func TestRankConfPerNCCLRelease(t *testing.T) {
 // ignores it), and not where the main process never reads it.
 func TestRankConfCarriesImageHomeConf(t *testing.T) {
 	t.Parallel()
-	ib, dev := uverbs0()
-	base := RankInput{
-		PodAnnotations: map[string]string{contract.AnnotationNCCLConf: "NCCL_NET_GDR_LEVEL=SYS\n"},
-		Devices:        dev,
-		IBDevices:      ib,
-		UID:            uid(0),
-		Passwd:         Passwd{Status: PasswdFound, Home: "/root"},
-		ImageHomeConf:  "NCCL_SOCKET_IFNAME=eth9\nNCCL_NET_GDR_LEVEL=LOC\nNCCL_IB_HCA=image-loses\nNCCL_SOCKET_IFNAME=second-loses\n",
-	}
+	base := gdrSysWorker()
+	base.UID = uid(0)
+	base.Passwd = Passwd{Status: PasswdFound, Home: "/root"}
+	base.ImageHomeConf = "NCCL_SOCKET_IFNAME=eth9\nNCCL_NET_GDR_LEVEL=LOC\nNCCL_IB_HCA=image-loses\nNCCL_SOCKET_IFNAME=second-loses\n"
 	withConf := []string{"NCCL_IB_HCA==mlx5_0:1", "NCCL_CONF_FILE=" + contract.NCCLConfFile}
 	carried := "NCCL_IB_HCA==mlx5_0:1\nNCCL_NET_GDR_LEVEL=SYS\nNCCL_SOCKET_IFNAME=eth9\n"
 	for _, tc := range []struct {
