@@ -1,10 +1,8 @@
 package handler
 
 import (
-	"bytes"
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -27,11 +25,7 @@ func serveLoop(b *testing.B, h http.Handler, body []byte) {
 	b.SetBytes(int64(len(body)))
 	b.ResetTimer()
 	for b.Loop() {
-		req := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != http.StatusOK {
+		if rec := serveReview(h, body); rec.Code != http.StatusOK {
 			b.Fatalf("HTTP %d: %s", rec.Code, rec.Body.String())
 		}
 	}
@@ -65,22 +59,16 @@ func BenchmarkAdmission(b *testing.B) {
 		var noopTime, handlerTime time.Duration
 		for range min(b.N, 2000) {
 			start := time.Now()
-			serveOnce(noop, body)
+			serveReview(noop, body)
 			mid := time.Now()
-			serveOnce(h, body)
+			serveReview(h, body)
 			noopTime += mid.Sub(start)
 			handlerTime += time.Since(mid)
 		}
 		b.ReportMetric(float64(handlerTime)/float64(noopTime), "x-noop")
-		b.ReportMetric(testing.AllocsPerRun(200, func() { serveOnce(h, body) })/
-			testing.AllocsPerRun(200, func() { serveOnce(noop, body) }), "x-noop-allocs")
+		b.ReportMetric(testing.AllocsPerRun(200, func() { serveReview(h, body) })/
+			testing.AllocsPerRun(200, func() { serveReview(noop, body) }), "x-noop-allocs")
 	})
-}
-
-func serveOnce(h http.Handler, body []byte) {
-	req := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	h.ServeHTTP(httptest.NewRecorder(), req)
 }
 
 // BenchmarkLargestAdmittedPod measures the costliest pod the handler

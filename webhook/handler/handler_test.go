@@ -119,12 +119,19 @@ type answer struct {
 	body string
 }
 
-func post(t testing.TB, h http.Handler, body []byte) answer {
-	t.Helper()
+// serveReview posts body to h as the API server sends a review and
+// returns what h wrote back.
+func serveReview(h http.Handler, body []byte) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func post(t testing.TB, h http.Handler, body []byte) answer {
+	t.Helper()
+	rec := serveReview(h, body)
 	a := answer{code: rec.Code, body: rec.Body.String()}
 	if rec.Code == http.StatusOK {
 		var r admissionv1.AdmissionReview
@@ -430,10 +437,7 @@ func TestHandlerEchoesReviewVersion(t *testing.T) {
 	t.Parallel()
 	h := newHandler(t, (&coreStub{}).mutate, nil, nil)
 	body := bytes.Replace(reviewBody(t, loadPod(t, "worker-8gpu.yaml")), []byte(`"admission.k8s.io/v1"`), []byte(`"admission.k8s.io/v1beta1"`), 1)
-	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	h.ServeHTTP(rec, req)
+	rec := serveReview(h, body)
 	if !strings.Contains(rec.Body.String(), `"apiVersion":"admission.k8s.io/v1beta1"`) {
 		t.Errorf("response does not echo v1beta1: %s", rec.Body.String())
 	}
@@ -530,10 +534,7 @@ func TestHandlerRefusesForgedNames(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(tc.body))
-			req.Header.Set("Content-Type", "application/json")
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
+			rec := serveReview(h, tc.body)
 			if rec.Code != http.StatusBadRequest {
 				t.Errorf("HTTP %d, want 400; body %s", rec.Code, rec.Body)
 			}

@@ -1,10 +1,8 @@
 package handler
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -52,10 +50,7 @@ func FuzzDecodeAdmissionReview(f *testing.F) {
 		if err == nil && (rev.Request == nil || rev.Request.UID == "") {
 			t.Fatalf("decoded review without request or uid: %+v", rev)
 		}
-		req := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
+		rec := serveReview(h, body)
 		if rec.Code != http.StatusOK {
 			return
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
@@ -121,10 +120,7 @@ func TestHandlerBoundsEchoes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(tc.body))
-			req.Header.Set("Content-Type", "application/json")
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
+			rec := serveReview(h, tc.body)
 			if n := rec.Body.Len(); n > 8<<10 {
 				t.Errorf("answer of %d bytes (HTTP %d) to a review with a 1 MiB %s: %.200s", n, rec.Code, tc.name, rec.Body)
 			}
