@@ -16,6 +16,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/testing/charttest"
+	"github.com/ibkube/ibkube/internal/testing/errtest"
 )
 
 // The chart spells the agent's names out (templates cannot import Go);
@@ -274,14 +275,7 @@ func TestDRAOnOldClusters(t *testing.T) {
 			t.Parallel()
 			m, err := draRender(t, tc.kube, tc.set...)
 			if tc.wantErr != nil {
-				if err == nil {
-					t.Fatalf("render succeeded, want a failure naming %v", tc.wantErr)
-				}
-				for _, w := range tc.wantErr {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("error does not name %q:\n%v", w, err)
-					}
-				}
+				errtest.Names(t, err, tc.wantErr...)
 				return
 			}
 			if err != nil {

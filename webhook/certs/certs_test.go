@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/ibkube/ibkube/internal/testing/errtest"
 )
 
 func parse(t *testing.T, args ...string) Options {
@@ -59,14 +61,7 @@ func TestValidate(t *testing.T) {
 				}
 				return
 			}
-			if err == nil {
-				t.Fatalf("Validate: nil error, want one naming %q", tc.want)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
+			errtest.Names(t, err, tc.want...)
 		})
 	}
 }
