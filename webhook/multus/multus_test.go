@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/ibkube/ibkube/internal/testing/errtest"
 )
 
 var ipoib = Network{Namespace: "ibkube-system", Name: "ibkube-ipoib", Interface: "net1"}
@@ -243,11 +245,7 @@ func TestMalformedErrorsSayWhatIsAccepted(t *testing.T) {
 	if !errors.As(err, &fe) {
 		t.Fatalf("Merge() error = %T %v, want *FormatError", err, err)
 	}
-	for _, want := range []string{Annotation, "accepted:", "[namespace/]name[@interface]", "JSON list"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not mention %q", err, want)
-		}
-	}
+	errtest.Names(t, err, Annotation, "accepted:", "[namespace/]name[@interface]", "JSON list")
 }
 
 func TestParse(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ibkube/ibkube/internal/testing/configmapdir"
+	"github.com/ibkube/ibkube/internal/testing/errtest"
 	"github.com/ibkube/ibkube/webhook/config"
 )
 
@@ -62,14 +63,7 @@ func TestConfigStoreStart(t *testing.T) {
 		c := configmapdir.New(t.TempDir(), "webhook.yaml")
 		c.Write(t, badYAML)
 		_, err := newConfigStore(c.Path(), nil, prometheus.NewRegistry(), logr.Discard())
-		if err == nil {
-			t.Fatal("bad config accepted at start")
-		}
-		for _, s := range []string{c.Path(), "shard"} {
-			if !strings.Contains(err.Error(), s) {
-				t.Errorf("error %q does not mention %q", err, s)
-			}
-		}
+		errtest.Names(t, err, c.Path(), "shard")
 	})
 }
 
