@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/ibkube/ibkube/internal/testing/errtest"
 )
 
 func TestParse(t *testing.T) {
@@ -72,7 +74,6 @@ func TestParse(t *testing.T) {
 				t.Fatalf("Parse(%q) = %d, %v; want an *Error %q", tt.in, got, err, tt.problem)
 			}
 			// The message names the value, the problem and what is accepted.
-			msg := err.Error()
 			want := []string{`"` + strings.ReplaceAll(tt.in, "\n", `\n`) + `"`, tt.problem, Accepted}
 			if tt.problem == TooLarge {
 				want = append(want, "below 8Ei")
@@ -80,11 +81,7 @@ func TestParse(t *testing.T) {
 			if !strings.HasPrefix(e.Detail(), tt.problem) {
 				t.Errorf("Detail() = %q, want it to start with %q", e.Detail(), tt.problem)
 			}
-			for _, w := range want {
-				if !strings.Contains(msg, w) {
-					t.Errorf("Parse(%q) error %q does not contain %q", tt.in, msg, w)
-				}
-			}
+			errtest.Names(t, err, want...)
 		})
 	}
 }
