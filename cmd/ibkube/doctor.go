@@ -8,6 +8,7 @@ import (
 
 	"github.com/ibkube/ibkube/node/counters"
 	"github.com/ibkube/ibkube/node/doctor"
+	"github.com/ibkube/ibkube/node/dra/holds"
 	"github.com/ibkube/ibkube/node/memlock"
 )
 
@@ -21,6 +22,7 @@ func runDoctor(ctx context.Context, args []string, s stdio) error {
 	nriSocket := fs.String("nri-socket", memlock.DefaultSocketPath, "the runtime's NRI socket (the agent's --nri-socket)")
 	kubeletSocketDir := fs.String("kubelet-socket-dir", doctor.DefaultKubeletSocketDir, "the kubelet's device plugin directory (the agent's --kubelet-socket-dir), read for other plugins registering ibkube's resources")
 	podResources := fs.String("pod-resources-socket", counters.PodResourcesSocket, "the kubelet's PodResources API socket, read for HCAs held exclusively and shared at once (empty: not checked)")
+	cdiDir := fs.String("cdi-dir", holds.DefaultCDIDir, "the DRA driver's CDI directory (the agent's --cdi-dir), read for HCAs held both exclusively and shared (empty: not checked)")
 	stateDir := fs.String("state-dir", "/var/lib/ibkube", "the agent's --state-dir, where it records the HCAs each shared slot got")
 	memlockMax := fs.String("memlock-max", "", `the agent's --memlock-max ("unlimited", "64Gi"; empty: what the runtime holds)`)
 	var maxV *uint64
@@ -34,7 +36,7 @@ func runDoctor(ctx context.Context, args []string, s stdio) error {
 	o := doctor.Options{
 		SysfsRoot: *host.sysfsRoot, DevRoot: *host.devRoot, ProcRoot: *procRoot, Netlink: host.netlink(),
 		NRI: *nri, NRISocket: *nriSocket, MemlockMax: maxV, Config: cfg, KubeletSocketDir: *kubeletSocketDir,
-		PodResourcesSocket: *podResources, StateDir: *stateDir,
+		PodResourcesSocket: *podResources, StateDir: *stateDir, CDIDir: *cdiDir,
 		Logger: logr.Discard(),
 	}
 	report := doctor.Check(doctor.Gather(ctx, o))

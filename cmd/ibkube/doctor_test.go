@@ -21,14 +21,16 @@ func TestDoctorCommand(t *testing.T) {
 	os.WriteFile(filepath.Join(proc, "modules"), []byte("nvidia 1 0 - Live 0x0\nnvidia_peermem 1 0 - Live 0x0\n"), 0o644)
 	args := []string{"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir), "--proc-root", proc,
 		"--nri-socket", filepath.Join(dir, "none.sock"), "--config", filepath.Join(dir, "absent.yaml"),
-		"--kubelet-socket-dir", filepath.Join(dir, "no-kubelet"), "--pod-resources-socket="}
+		"--kubelet-socket-dir", filepath.Join(dir, "no-kubelet"), "--pod-resources-socket=",
+		"--cdi-dir", filepath.Join(dir, "no-cdi")}
 
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), append([]string{"doctor"}, args...), stdio{out: &out, err: &errOut})
 	if err != nil {
 		t.Fatalf("healthy HB fixture: %v\n%s", err, out.String())
 	}
-	if !strings.Contains(out.String(), "PASS  rdma-devices     1 RDMA devices: mlx5_0") {
+	if !strings.Contains(out.String(), "PASS  rdma-devices     1 RDMA devices: mlx5_0") ||
+		!strings.Contains(out.String(), "SKIP  held-both-ways   no CDI directory "+filepath.Join(dir, "no-cdi")) {
 		t.Errorf("text report:\n%s", out.String())
 	}
 

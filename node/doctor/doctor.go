@@ -29,6 +29,8 @@ const (
 	Pass Status = "PASS"
 	Warn Status = "WARN"
 	Fail Status = "FAIL"
+	// Skip: the check does not apply to this node.
+	Skip Status = "SKIP"
 )
 
 // Result is one check's verdict.
@@ -76,6 +78,8 @@ type Facts struct {
 	Holders        []counters.Holder
 	HoldersChecked bool
 	HoldersError   string
+	// Holds are what the DRA driver's CDI specs record.
+	Holds HoldsFacts
 }
 
 // NRIFacts describe the runtime's NRI socket.
@@ -113,7 +117,7 @@ func Check(f Facts) Report {
 	r := Report{Results: []Result{
 		checkDevices(f), checkPorts(f), checkPartition(f), checkNetdevs(f), checkGPUDirect(f),
 		checkNRI(f), checkMemlock(f), checkAdvertise(f), checkGID(f), checkOtherPlugins(f), checkLinkErrors(f),
-		checkExclusive(f),
+		checkExclusive(f), checkHeldTwice(f),
 	}}
 	for _, res := range r.Results {
 		if res.Status == Fail {
@@ -478,7 +482,11 @@ func (r Report) WriteText(w io.Writer) error {
 	for _, res := range r.Results {
 		counts[res.Status]++
 	}
-	fmt.Fprintf(&b, "\n%d passed, %d warnings, %d failed\n", counts[Pass], counts[Warn], counts[Fail])
+	fmt.Fprintf(&b, "\n%d passed, %d warnings, %d failed", counts[Pass], counts[Warn], counts[Fail])
+	if counts[Skip] > 0 {
+		fmt.Fprintf(&b, ", %d skipped", counts[Skip])
+	}
+	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }

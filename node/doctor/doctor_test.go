@@ -150,6 +150,8 @@ func TestDoctorGolden(t *testing.T) {
 		name, fixture string
 		host          host
 		nriOff        bool
+		// cdiDir is the DRA driver's CDI directory (testdata/cdi/...).
+		cdiDir string
 	}
 	var cases []tc
 	for _, n := range fixture.Names() {
@@ -176,6 +178,9 @@ func TestDoctorGolden(t *testing.T) {
 			},
 			grants: deviceplugin.SlotGrants{"rdma/shared_ib": {"slot-2": {"mlx5_1", "mlx5_2"}}},
 		}},
+		// A DRA node whose claims from before the counters hold mlx5_1
+		// exclusively and shared.
+		tc{name: "ndv5-dra-held-both-ways", fixture: fixture.NDv5, host: goodHost, cdiDir: "testdata/cdi/held-both-ways"},
 	)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -183,6 +188,7 @@ func TestDoctorGolden(t *testing.T) {
 			root := t.TempDir()
 			o := writeHost(t, root, c.host)
 			o.NRI = !c.nriOff
+			o.CDIDir = c.cdiDir
 			if c.fixture != "" {
 				must(t, fixture.Build(filepath.Join(root, "node"), c.fixture))
 			} else {

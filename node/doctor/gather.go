@@ -41,7 +41,10 @@ type Options struct {
 	// StateDir is the agent's --state-dir, where it records the HCAs each
 	// shared slot got ("" means /var/lib/ibkube).
 	StateDir string
-	Logger   logr.Logger
+	// CDIDir is the DRA driver's CDI directory (the agent's --cdi-dir),
+	// read for HCAs held both ways; "" skips that check.
+	CDIDir string
+	Logger logr.Logger
 }
 
 // Gather reads the facts Check needs. It never fails: what it cannot read
@@ -63,6 +66,7 @@ func Gather(ctx context.Context, o Options) Facts {
 	model := resource.Build(cfg, node, resource.Options{HostDevRoot: o.DevRoot})
 	f.Advertised = advertised(model)
 	f.KubeletPlugins = gatherKubeletPlugins(o.KubeletSocketDir)
+	f.Holds = gatherHolds(o.CDIDir, model)
 	if o.PodResourcesSocket != "" {
 		f.HoldersChecked = true
 		var err error

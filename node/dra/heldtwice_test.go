@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/node/dra/holds"
 )
 
 // TestHeldTwiceAtStart: CDI specs left by claims prepared before HCA holds
@@ -49,17 +50,18 @@ func TestHeldTwiceAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	delete(spec.Annotations, annotationExclusive)
-	spec.Annotations[annotationLegacyExclusive] = "ib-mlx5-1"
+	delete(spec.Annotations, holds.AnnotationExclusive)
+	spec.Annotations[holds.AnnotationLegacyExclusive] = "ib-mlx5-1"
 	if err := d.store.write(legacy, spec); err != nil {
 		t.Fatal(err)
 	}
 
-	got, err := HeldTwiceIn(cdi, m)
+	l, err := holds.List(cdi, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []HeldTwice{
+	got := holds.FindHeldTwice(l.Holds, m)
+	want := []holds.HeldTwice{
 		{HCA: "mlx5_0", Exclusive: []types.UID{exclusive}, Shared: []types.UID{sharer}},
 		{HCA: "mlx5_1", Exclusive: []types.UID{legacy}, Shared: []types.UID{legacySharer}},
 	}

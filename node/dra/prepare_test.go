@@ -22,6 +22,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/node/dra/holds"
 )
 
 func newDriver(t testing.TB, h *host, cdiDir string) *Driver {
@@ -49,7 +50,7 @@ func shared(request, device string, share types.UID) resourceapi.DeviceRequestAl
 // testUID is seed when it is a UID, else a UID made from it, so that a
 // test can name its claims.
 func testUID(seed string) types.UID {
-	if CheckUID(types.UID(seed)) == nil {
+	if holds.CheckUID(types.UID(seed)) == nil {
 		return types.UID(seed)
 	}
 	h := sha256.Sum256([]byte(seed))
@@ -193,7 +194,7 @@ func TestPrepareRewritesAnotherAllocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := spec.Annotations[annotationExclusive]; got != "mlx5_3" {
+	if got := spec.Annotations[holds.AnnotationExclusive]; got != "mlx5_3" {
 		t.Errorf("the spec after the new allocation holds %q, want mlx5_3", got)
 	}
 	if env := spec.Devices[0].ContainerEdits.Env; !slices.Contains(env, "NCCL_IB_HCA==mlx5_3:1") {
@@ -281,7 +282,7 @@ func TestPrepareRefuses(t *testing.T) {
 		if r.Err == nil || !strings.Contains(r.Err.Error(), tc.want) {
 			t.Errorf("prepare %s: %v, want an error containing %q", tc.claim.Name, r.Err, tc.want)
 		}
-		if _, err := os.Stat(filepath.Join(cdi, specPrefix+string(tc.claim.UID)+".json")); !os.IsNotExist(err) {
+		if _, err := os.Stat(holds.SpecPath(cdi, tc.claim.UID)); !os.IsNotExist(err) {
 			t.Errorf("prepare %s: a refused claim left a CDI spec", tc.claim.Name)
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	resourcev1 "k8s.io/client-go/kubernetes/typed/resource/v1"
+
+	"github.com/ibkube/ibkube/node/dra/holds"
 )
 
 // ClaimsGetter is the part of the resource.k8s.io/v1 client the CDI
@@ -91,7 +93,7 @@ func (d *Driver) ReconcileCDI(ctx context.Context) (int, error) {
 	removed := 0
 	var errs []error
 	for _, e := range entries {
-		uid, ok := uidOf(e.Name())
+		uid, ok := holds.UIDOf(e.Name())
 		if !ok {
 			continue
 		}
