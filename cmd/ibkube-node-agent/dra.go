@@ -6,9 +6,11 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/ibkube/ibkube/contract"
@@ -71,12 +73,15 @@ func addDRAServer(ctx context.Context, a *agent.Agent, opts options, cluster *ap
 		NodeName: opts.nodeName,
 		CDIDir:   opts.dra.cdiDir,
 		PCIeRoot: func(addr string) (string, error) { return dra.PCIeRoot(sysfs, addr) },
+		NUMANode: func(addr string) (int, error) { return dra.NUMANode(sysfs, addr) },
+		Slices:   cs.ResourceV1().ResourceSlices(),
 		Metrics:  a.Registry(),
 		Claims:   claims.ResourceV1(),
 		Plugin:   dra.PluginOptions{Client: cs, PodUID: opts.dra.podUID, PluginDir: opts.dra.pluginDir, RegistryDir: opts.dra.registryDir},
 	}
 	if cluster != nil {
 		cfg.Events = recorderSink{rec: cluster.recorder, node: opts.nodeName}
+		cfg.PodEvents = podEventSink{rec: cluster.recorder}
 	}
 	d, err := dra.New(cfg, log)
 	if err != nil {
@@ -84,6 +89,16 @@ func addDRAServer(ctx context.Context, a *agent.Agent, opts options, cluster *ap
 	}
 	a.Serve(d)
 	return nil
+}
+
+// podEventSink sends the DRA driver's pod Events through the agent's
+// recorder (one broadcaster: client-go aggregates repeats and limits each
+// pod's rate).
+type podEventSink struct{ rec record.EventRecorder }
+
+func (s podEventSink) PodEvent(pod dra.PodRef, eventType, reason, message string) {
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+	s.rec.Event(ref, eventType, reason, message)
 }
 
 func hasShared(m *resource.Model) bool {

@@ -20,7 +20,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ibkube/ibkube/contract"
-	"github.com/ibkube/ibkube/node/dra/holds"
 	"github.com/ibkube/ibkube/node/resource"
 )
 
@@ -60,6 +59,15 @@ type Config struct {
 	Claims           ClaimsGetter
 	ReconcilePeriod  time.Duration
 	ReconcileLimiter RateLimiter
+	// Slices lists ResourceSlices, where Prepare reads the places of a
+	// claim's GPUs for the pairs it reports (pairs_prepare.go); NUMANode
+	// reads a PCI device's NUMA node (NUMANode under the sysfs root).
+	// Nil: a GPU's place is what its slice says, or unknown. PodEvents
+	// receives the Warning Event of an aligned claim whose pairs fell
+	// back; nil sends none.
+	Slices    DeviceSlices
+	NUMANode  func(pciAddress string) (int, error)
+	PodEvents PodEvents
 	// Plugin is what Run needs to serve the kubelet.
 	Plugin PluginOptions
 }
@@ -130,7 +138,7 @@ func New(cfg Config, log logr.Logger) (*Driver, error) {
 		return nil, fmt.Errorf("DRA driver metrics: %w", err)
 	}
 	return &Driver{
-		cfg: cfg, log: log, store: specStore{dir: cfg.CDIDir, seen: &holds.Cache{}}, metrics: m, view: newSliceView(cfg.NodeName),
+		cfg: cfg, log: log, store: specStore{dir: cfg.CDIDir, seen: &holderCache{}}, metrics: m, view: newSliceView(cfg.NodeName),
 		model: &resource.Model{}, pcieRoots: map[string]string{}, damper: damper{hold: cfg.RecoverHold},
 		healthChanged: make(chan struct{}), fatal: make(chan error, 1),
 	}, nil
@@ -242,12 +250,12 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	m := d.snapshot()
 	for _, c := range claims {
-		if err := holds.CheckUID(c.UID); err != nil {
+		if err := CheckUID(c.UID); err != nil {
 			d.log.Error(err, "prepare claim", "claim", claimRef(c))
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
 			continue
 		}
-		devs, err := d.prepare(m, c)
+		devs, err := d.prepare(ctx, m, c)
 		if err != nil {
 			d.log.Error(err, "prepare claim", "claim", claimRef(c), "uid", c.UID)
 		}
@@ -256,7 +264,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
-func (d *Driver) prepare(m *resource.Model, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+func (d *Driver) prepare(ctx context.Context, m *resource.Model, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	if c.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s is not allocated", claimRef(c))
 	}
@@ -299,10 +307,12 @@ func (d *Driver) prepare(m *resource.Model, c *resourceapi.ResourceClaim) ([]kub
 	if err != nil {
 		return nil, fmt.Errorf("claim %s: %w", claimRef(c), err)
 	}
+	pairs := d.reportPairs(ctx, reqs, c.Status.Allocation.Devices.Results, spec)
 	spec.Annotations[annotationAllocation] = fingerprint
 	if err := d.store.write(c.UID, spec); err != nil {
 		return nil, err
 	}
+	d.alignmentEvent(m, c, pairs)
 	return answer, nil
 }
 
@@ -336,25 +346,30 @@ func (d *Driver) requests(m *resource.Model, results []resourceapi.DeviceRequest
 // and a shared device of one HCA are two names for one piece of hardware.
 func (d *Driver) checkHolds(m *resource.Model, c *resourceapi.ResourceClaim, reqs []Request) error {
 	want := holdsOf(reqs)
-	if len(want.Exclusive)+len(want.Shared) == 0 {
+	if len(want.exclusive)+len(want.shared) == 0 {
 		return nil
 	}
-	l, err := d.store.holders()
+	all, err := d.store.holders()
 	if err != nil {
 		return err
 	}
-	for _, uid := range slices.Sorted(maps.Keys(l.Holds)) {
+	for _, uid := range slices.Sorted(maps.Keys(all)) {
 		if uid == c.UID {
 			continue
 		}
-		other := l.Holds[uid]
-		otherExclusive := other.ExclusiveHCAs(m)
-		for _, hca := range want.Exclusive {
-			if slices.Contains(otherExclusive, hca) || slices.Contains(other.Shared, hca) {
+		other := all[uid]
+		otherExclusive := slices.Clone(other.exclusive)
+		for _, name := range other.legacyDevices {
+			if dev, err := lookup(m, name); err == nil {
+				otherExclusive = append(otherExclusive, dev.HCA.Name)
+			}
+		}
+		for _, hca := range want.exclusive {
+			if slices.Contains(otherExclusive, hca) || slices.Contains(other.shared, hca) {
 				return fmt.Errorf("claim %s: HCA %s is already prepared for claim %s; an exclusive claim needs it alone", claimRef(c), hca, uid)
 			}
 		}
-		for _, hca := range want.Shared {
+		for _, hca := range want.shared {
 			if slices.Contains(otherExclusive, hca) {
 				return fmt.Errorf("claim %s: HCA %s is already prepared for claim %s, which holds it exclusively", claimRef(c), hca, uid)
 			}
