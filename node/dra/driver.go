@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/node/dra/holds"
 	"github.com/ibkube/ibkube/node/resource"
 )
 
@@ -138,7 +139,7 @@ func New(cfg Config, log logr.Logger) (*Driver, error) {
 		return nil, fmt.Errorf("DRA driver metrics: %w", err)
 	}
 	return &Driver{
-		cfg: cfg, log: log, store: specStore{dir: cfg.CDIDir, seen: &holderCache{}}, metrics: m, view: newSliceView(cfg.NodeName),
+		cfg: cfg, log: log, store: specStore{dir: cfg.CDIDir, seen: &holds.Cache{}}, metrics: m, view: newSliceView(cfg.NodeName),
 		model: &resource.Model{}, pcieRoots: map[string]string{}, damper: damper{hold: cfg.RecoverHold},
 		healthChanged: make(chan struct{}), fatal: make(chan error, 1),
 	}, nil
@@ -250,7 +251,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	m := d.snapshot()
 	for _, c := range claims {
-		if err := CheckUID(c.UID); err != nil {
+		if err := holds.CheckUID(c.UID); err != nil {
 			d.log.Error(err, "prepare claim", "claim", claimRef(c))
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
 			continue
@@ -346,30 +347,25 @@ func (d *Driver) requests(m *resource.Model, results []resourceapi.DeviceRequest
 // and a shared device of one HCA are two names for one piece of hardware.
 func (d *Driver) checkHolds(m *resource.Model, c *resourceapi.ResourceClaim, reqs []Request) error {
 	want := holdsOf(reqs)
-	if len(want.exclusive)+len(want.shared) == 0 {
+	if len(want.Exclusive)+len(want.Shared) == 0 {
 		return nil
 	}
-	all, err := d.store.holders()
+	l, err := d.store.holders()
 	if err != nil {
 		return err
 	}
-	for _, uid := range slices.Sorted(maps.Keys(all)) {
+	for _, uid := range slices.Sorted(maps.Keys(l.Holds)) {
 		if uid == c.UID {
 			continue
 		}
-		other := all[uid]
-		otherExclusive := slices.Clone(other.exclusive)
-		for _, name := range other.legacyDevices {
-			if dev, err := lookup(m, name); err == nil {
-				otherExclusive = append(otherExclusive, dev.HCA.Name)
-			}
-		}
-		for _, hca := range want.exclusive {
-			if slices.Contains(otherExclusive, hca) || slices.Contains(other.shared, hca) {
+		other := l.Holds[uid]
+		otherExclusive := other.ExclusiveHCAs(m)
+		for _, hca := range want.Exclusive {
+			if slices.Contains(otherExclusive, hca) || slices.Contains(other.Shared, hca) {
 				return fmt.Errorf("claim %s: HCA %s is already prepared for claim %s; an exclusive claim needs it alone", claimRef(c), hca, uid)
 			}
 		}
-		for _, hca := range want.shared {
+		for _, hca := range want.Shared {
 			if slices.Contains(otherExclusive, hca) {
 				return fmt.Errorf("claim %s: HCA %s is already prepared for claim %s, which holds it exclusively", claimRef(c), hca, uid)
 			}
