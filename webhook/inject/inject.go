@@ -17,6 +17,7 @@ import (
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ibkube/ibkube/contract"
@@ -346,15 +347,10 @@ func lookup(v any, path string) any {
 	return v
 }
 
+// nested is the value under keys in m; nil where a key is missing or a
+// value on the way is no object.
 func nested(m map[string]any, keys ...string) any {
-	var v any = m
-	for _, k := range keys {
-		mm, ok := v.(map[string]any)
-		if !ok {
-			return nil
-		}
-		v = mm[k]
-	}
+	v, _, _ := unstructured.NestedFieldNoCopy(m, keys...)
 	return v
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
 
@@ -94,14 +95,9 @@ func Data(o Object, key string) (string, error) {
 
 // Field walks nested maps; nil where a key is missing.
 func Field(v any, path ...string) any {
-	for _, p := range path {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil
-		}
-		v = m[p]
-	}
-	return v
+	m, _ := v.(map[string]any)
+	f, _, _ := unstructured.NestedFieldNoCopy(m, path...)
+	return f
 }
 
 // repoRoot is the module root, found from this file's place in it.
