@@ -1,6 +1,6 @@
-// Package errtest holds tests to errors that tell a user what was wrong:
-// the text names each thing the test expects (the field, the bad value,
-// what is accepted). Only tests import it.
+// Package errtest checks that an error tells a user what was wrong: its
+// text names each thing the test expects (the field, the bad value, what
+// is accepted). Only tests import it.
 package errtest
 
 import (
