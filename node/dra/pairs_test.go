@@ -177,8 +177,12 @@ type pairsReport struct {
 
 // pairsDriver is a driver on the layout's fixture that reads the GPU
 // places from the scheduler's slices and the fixture's sysfs.
-func pairsDriver(t *testing.T, n *alignedNode, events *podEvents) (d *Driver, sysfs string) {
+func pairsDriver(t testing.TB, n *alignedNode, events *podEvents) (d *Driver, sysfs string) {
 	t.Helper()
+	log := discardLogger()
+	if tt, ok := t.(*testing.T); ok {
+		log = testr.New(tt)
+	}
 	h := newHost(t, n.layout.fixture, n.layout.config())
 	sysfs = fixture.SysfsRoot(h.dir)
 	d, err := New(Config{
@@ -187,7 +191,7 @@ func pairsDriver(t *testing.T, n *alignedNode, events *podEvents) (d *Driver, sy
 		NUMANode:  func(addr string) (int, error) { return NUMANode(sysfs, addr) },
 		Slices:    sliceLister{n.slices},
 		PodEvents: events,
-	}, testr.New(t))
+	}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
