@@ -366,3 +366,58 @@ func checkPairsReports(t *testing.T, l gpuLayout, got map[string]pairsReport) {
 		t.Errorf("aligned claim on an empty node: %q, want every HCA on its GPU's root or NUMA node", r.Pairs)
 	}
 }
+
+// TestFallbackEventOncePerAllocation: the kubelet asks to prepare a claim
+// again after a restart of either side; the pod hears of its fall back
+// once, when the spec is written.
+func TestFallbackEventOncePerAllocation(t *testing.T) {
+	t.Parallel()
+	n := newAlignedNode(t, alignedLayouts()[0])
+	events := &podEvents{}
+	d, _ := pairsDriver(t, n, events)
+	gpu, at := n.firstGPU()
+	n.holdAllBut(gpu, func(p place) bool { return p.root == at.root })
+	spec, err := aligned.Spec(aligned.Shape{GPUs: 1, HCAs: 2, GPUClass: fakegpu.DeviceClass, HCAClass: n.layout.hcaClass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := specClaim("fell-back", spec)
+	c.UID = testUID(c.Name)
+	c.Status.Allocation = n.allocate(c)
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "train-0", UID: testUID("pod")}}
+	for range 3 {
+		if res := prepare(t, d, c)[c.UID]; res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	if len(events.events) != 1 {
+		t.Errorf("%d Events after three prepares of one allocation, want 1: %v", len(events.events), events.events)
+	}
+}
+
+// blockingSlices answers no list until the caller gives up.
+type blockingSlices struct{}
+
+func (blockingSlices) List(ctx context.Context, _ metav1.ListOptions) (*resourceapi.ResourceSliceList, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestPairsWithoutTheGPUSlices: a GPU whose slice cannot be read (an API
+// server that does not answer within gpuLookupTimeout) pairs as unknown,
+// by its device name, and the claim is prepared all the same.
+func TestPairsWithoutTheGPUSlices(t *testing.T) {
+	t.Parallel()
+	n := newAlignedNode(t, alignedLayouts()[0])
+	d, _ := pairsDriver(t, n, &podEvents{})
+	d.cfg.Slices = blockingSlices{}
+	spec, err := aligned.Spec(aligned.Shape{GPUs: 1, HCAs: 2, GPUClass: fakegpu.DeviceClass, HCAClass: n.layout.hcaClass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := specClaim("no-slices", spec)
+	got := prepareReport(t, d, &podEvents{}, c, n.allocate(c))
+	if want := "mlx5_0=gpu-0/unknown,mlx5_1=gpu-0/unknown"; got.Pairs != want {
+		t.Errorf("pairs %q, want %q", got.Pairs, want)
+	}
+}
