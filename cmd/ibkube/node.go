@@ -85,13 +85,7 @@ func partitionLine(w io.Writer, p inventory.Partition) error {
 // printSlices writes the ResourceSlices the DRA agent would publish for the
 // node, through the agent's own code (node/dra/slice), as a YAML stream.
 func printSlices(w io.Writer, m *resource.Model, node, sysfsRoot string) error {
-	facts := slice.NodeFacts{Name: node, PCIeRoots: map[string]string{}}
-	for _, st := range m.HCAs {
-		if root, err := slice.PCIeRoot(sysfsRoot, st.HCA.PCIAddress); err == nil {
-			facts.PCIeRoots[st.HCA.PCIAddress] = root
-		}
-	}
-	for i, obj := range slice.Objects(slice.Slices(m, facts), node) {
+	for i, obj := range slice.Objects(slice.Slices(m, slice.NodeFacts{Name: node}), node) {
 		data, err := yaml.Marshal(obj)
 		if err != nil {
 			return fmt.Errorf("node: encode ResourceSlice %d: %w", i, err)

@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -37,8 +38,9 @@ func (s *Scanner) scanGPUs() ([]inventory.GPU, []pciPlace) {
 	}
 	sort.Slice(gpus, func(i, j int) bool { return gpus[i].PCIAddress < gpus[j].PCIAddress })
 	places := make([]pciPlace, len(gpus))
-	for i, g := range gpus {
-		places[i] = s.place(g.PCIAddress, g.NUMANode)
+	for i := range gpus {
+		places[i] = place(s.opts.SysfsRoot, gpus[i].PCIAddress, gpus[i].NUMANode)
+		gpus[i].PCIeRoot = places[i].root()
 	}
 	return gpus, places
 }
@@ -74,10 +76,10 @@ func (s *Scanner) readGPU(bdf string) (inventory.GPU, bool) {
 // directories under /sys/devices from its root complex down, which the
 // /sys/bus/pci/devices link resolves to. A function whose link cannot be
 // resolved keeps only its NUMA node.
-func (s *Scanner) place(bdf string, numa int) pciPlace {
+func place(sysfsRoot, bdf string, numa int) pciPlace {
 	p := pciPlace{addr: bdf, numa: numa}
-	devices, err1 := filepath.EvalSymlinks(s.sys("devices"))
-	target, err2 := filepath.EvalSymlinks(s.sys("bus", "pci", "devices", bdf))
+	devices, err1 := filepath.EvalSymlinks(filepath.Join(sysfsRoot, "devices"))
+	target, err2 := filepath.EvalSymlinks(filepath.Join(sysfsRoot, "bus", "pci", "devices", bdf))
 	if err1 != nil || err2 != nil {
 		return p
 	}
@@ -89,18 +91,32 @@ func (s *Scanner) place(bdf string, numa int) pciPlace {
 	return p
 }
 
-// pairGPUs fills node.GPUs and each HCA's GPUPartner.
-func (s *Scanner) pairGPUs(node *inventory.Node) {
+// PCIeRoot is the PCIe root complex above the PCI function bdf under
+// sysfsRoot, as discovery reads it for HCA.PCIeRoot and GPU.PCIeRoot: for
+// a function the inventory does not hold (another driver's device).
+func PCIeRoot(sysfsRoot, bdf string) (string, error) {
+	root := place(sysfsRoot, bdf, inventory.UnknownNUMANode).root()
+	if root == "" {
+		return "", fmt.Errorf("PCIe root of %s: %s resolves to no pci<domain>:<bus> directory under %s",
+			bdf, filepath.Join(sysfsRoot, "bus", "pci", "devices", bdf), filepath.Join(sysfsRoot, "devices"))
+	}
+	return root, nil
+}
+
+// placeHCAs fills each HCA's PCIeRoot, node.GPUs and each HCA's
+// GPUPartner: one reading of the PCI tree for both.
+func (s *Scanner) placeHCAs(node *inventory.Node) {
 	gpus, places := s.scanGPUs()
 	node.GPUs = gpus
-	if len(gpus) == 0 {
-		return
-	}
 	for i := range node.HCAs {
 		h := &node.HCAs[i]
 		if h.PCIAddress == "" {
 			continue
 		}
-		h.GPUPartner = partner(s.place(h.PCIAddress, h.NUMANode), places)
+		p := place(s.opts.SysfsRoot, h.PCIAddress, h.NUMANode)
+		h.PCIeRoot = p.root()
+		if len(gpus) > 0 {
+			h.GPUPartner = partner(p, places)
+		}
 	}
 }

@@ -12,6 +12,15 @@ type pciPlace struct {
 	numa  int
 }
 
+// root is the function's PCIe root complex ("pci0000:00"); "" when
+// unknown.
+func (p pciPlace) root() string {
+	if len(p.chain) == 0 {
+		return ""
+	}
+	return p.chain[0]
+}
+
 // rootChain drops what lies above the root complex (on Hyper-V, the VMBus
 // device each virtual PCI bus hangs from); nil when there is no root.
 func rootChain(dirs []string) []string {

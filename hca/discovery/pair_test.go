@@ -1,11 +1,16 @@
 package discovery
 
 import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
 )
 
@@ -58,5 +63,55 @@ func TestPartner(t *testing.T) {
 				t.Errorf("partner (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestPCIeRootFacts: every fixture HCA's PCIeRoot is the host bridge its
+// tree records (hca/fixture/testdata/*.tree, the /sys/bus/pci/devices
+// link of each function): on Azure ND, HB and the broken host, one
+// Hyper-V virtual PCI bus per VF, its host bridge pci<domain>:00 below
+// the VMBus device (the accelerated-networking NIC included); on OCI
+// BM.GPU.H100.8, the root complex above each GPU-fabric NIC's PCIe switch,
+// shared by a NIC's two ports, and the front-end ports' own root ports.
+func TestPCIeRootFacts(t *testing.T) {
+	t.Parallel()
+	vmbus := func(n int) map[string]string {
+		out := map[string]string{}
+		for i := range n {
+			out[fmt.Sprintf("mlx5_%d", i)] = fmt.Sprintf("pci%04x:00", 0x101+i)
+		}
+		return out
+	}
+	ndv5 := vmbus(8)
+	ndv5["mlx5_8"] = "pci5a2c:00"
+	want := map[string]map[string]string{
+		fixture.NDv5:   ndv5,
+		fixture.NDv4:   vmbus(8),
+		fixture.HB:     vmbus(1),
+		fixture.Broken: vmbus(4),
+		fixture.OCIH100: {
+			"mlx5_0": "pci0000:00", "mlx5_1": "pci0000:00", "mlx5_2": "pci0000:10",
+			"mlx5_3": "pci0000:20", "mlx5_4": "pci0000:20", "mlx5_5": "pci0000:3e", "mlx5_6": "pci0000:3e",
+			"mlx5_7": "pci0000:50", "mlx5_8": "pci0000:50", "mlx5_9": "pci0000:80", "mlx5_10": "pci0000:80",
+			"mlx5_11": "pci0000:90", "mlx5_12": "pci0000:a0", "mlx5_13": "pci0000:a0",
+			"mlx5_14": "pci0000:b0", "mlx5_15": "pci0000:b0", "mlx5_16": "pci0000:d0", "mlx5_17": "pci0000:d0",
+		},
+	}
+	if diff := cmp.Diff(fixture.Names(), slices.Sorted(maps.Keys(want))); diff != "" {
+		t.Fatalf("fixtures without recorded roots (-fixtures +recorded):\n%s", diff)
+	}
+	for name, roots := range want {
+		dir := fixture.BuildTemp(t, name)
+		node, err := NewScanner(Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir)}).Scan(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, h := range node.HCAs {
+			got[h.Name] = h.PCIeRoot
+		}
+		if diff := cmp.Diff(roots, got); diff != "" {
+			t.Errorf("%s: PCIeRoot by HCA (-recorded +discovered):\n%s", name, diff)
+		}
 	}
 }

@@ -156,7 +156,7 @@ func (s *Scanner) Scan(ctx context.Context) (inventory.Node, error) {
 	}
 	sort.Slice(node.HCAs, func(i, j int) bool { return inventory.NaturalLess(node.HCAs[i].Name, node.HCAs[j].Name) })
 	node.RDMACM = s.rdmaCM()
-	s.pairGPUs(&node)
+	s.placeHCAs(&node)
 	s.noteScanned(node)
 	return node, nil
 }

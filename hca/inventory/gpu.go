@@ -8,6 +8,8 @@ type GPU struct {
 	DeviceID   string `json:"deviceID,omitempty"`
 	// NUMANode is UnknownNUMANode (-1) when the kernel does not know it.
 	NUMANode int `json:"numaNode"`
+	// PCIeRoot is its PCIe root complex, as HCA.PCIeRoot.
+	PCIeRoot string `json:"pcieRoot,omitempty"`
 }
 
 // Affinity says how near an HCA sits to its partner GPUs, nearest first.

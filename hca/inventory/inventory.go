@@ -48,7 +48,11 @@ type HCA struct {
 	DeviceID   string `json:"deviceID,omitempty"` // "101c"
 	// NUMANode is the PCI device's NUMA node; UnknownNUMANode (-1) when the
 	// kernel does not know (single-socket hosts, many VMs).
-	NUMANode     int          `json:"numaNode"`
+	NUMANode int `json:"numaNode"`
+	// PCIeRoot is the PCIe root complex above the PCI device ("pci0101:00",
+	// IsPCIRootComplex), the DRA attribute resource.kubernetes.io/pcieRoot;
+	// "" when its sysfs path shows none.
+	PCIeRoot     string       `json:"pcieRoot,omitempty"`
 	Ports        []Port       `json:"ports"`
 	CharDevices  []CharDevice `json:"charDevices"`
 	Firmware     string       `json:"firmwareVersion,omitempty"`

@@ -152,7 +152,7 @@ func publishedAttributes(t *testing.T) []string {
 		}
 		for _, cfg := range []*config.AgentConfig{config.Default(), roceConfig()} {
 			m := resource.Build(cfg, node, resource.Options{HostDevRoot: "/dev"})
-			for _, s := range slice.Slices(m, slice.NodeFacts{Name: "node-0", PCIeRoots: pcieRoots(t, dir, node)}) {
+			for _, s := range slice.Slices(m, slice.NodeFacts{Name: "node-0"}) {
 				for _, d := range s.Devices {
 					for a := range d.Attributes {
 						seen[string(a)] = true
@@ -220,19 +220,6 @@ func stringValue(spec *ast.ValueSpec, i int) (string, bool) {
 	}
 	v, err := strconv.Unquote(lit.Value)
 	return v, err == nil
-}
-
-// pcieRoots resolves each HCA's PCIe root on the fixture's sysfs, as the
-// agent does on /sys.
-func pcieRoots(t *testing.T, dir string, node inventory.Node) map[string]string {
-	t.Helper()
-	roots := map[string]string{}
-	for _, h := range node.HCAs {
-		if root, err := slice.PCIeRoot(fixture.SysfsRoot(dir), h.PCIAddress); err == nil {
-			roots[h.PCIAddress] = root
-		}
-	}
-	return roots
 }
 
 // roceConfig puts the Ethernet ports of Mellanox HCAs in a RoCE pool, as an

@@ -37,8 +37,8 @@ type Config struct {
 	// CDIDir is where Prepare writes the claims' CDI specs (DefaultCDIDir);
 	// the container runtime must read CDI specs from it.
 	CDIDir string
-	// PCIeRoot resolves an HCA's PCI address to its PCIe root complex;
-	// nil publishes no pcieRoot.
+	// PCIeRoot resolves another driver's device's PCI address to its PCIe
+	// root complex (the HCAs' come with the inventory); nil: unknown.
 	PCIeRoot func(pciAddress string) (string, error)
 	// Now is the clock of the health reports and of slice publishing; nil
 	// is time.Now.
@@ -93,7 +93,6 @@ type Driver struct {
 
 	mu        sync.Mutex
 	model     *resource.Model
-	pcieRoots map[string]string
 	publisher Publisher
 	damper    damper
 	// published is what the publisher last got, at lastWrite; retry looks
@@ -140,7 +139,7 @@ func New(cfg Config, log logr.Logger) (*Driver, error) {
 	}
 	return &Driver{
 		cfg: cfg, log: log, store: specStore{dir: cfg.CDIDir, seen: &holds.Cache{}}, metrics: m, view: newSliceView(cfg.NodeName),
-		model: &resource.Model{}, pcieRoots: map[string]string{}, damper: damper{hold: cfg.RecoverHold},
+		model: &resource.Model{}, damper: damper{hold: cfg.RecoverHold},
 		healthChanged: make(chan struct{}), fatal: make(chan error, 1),
 	}, nil
 }
@@ -152,7 +151,6 @@ func (d *Driver) Update(m *resource.Model) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.model = m
-	d.resolvePCIeRoots(m)
 	health := Health(m, d.cfg.NodeName, d.cfg.Now())
 	if !sameHealth(d.health, health) {
 		close(d.healthChanged)
@@ -160,26 +158,6 @@ func (d *Driver) Update(m *resource.Model) {
 	}
 	d.health = health
 	d.publishLocked()
-}
-
-// resolvePCIeRoots reads the PCIe root of HCAs not seen before: the sysfs
-// link does not change while the device exists.
-func (d *Driver) resolvePCIeRoots(m *resource.Model) {
-	if d.cfg.PCIeRoot == nil {
-		return
-	}
-	for _, s := range m.HCAs {
-		addr := s.HCA.PCIAddress
-		if _, ok := d.pcieRoots[addr]; ok || addr == "" {
-			continue
-		}
-		root, err := d.cfg.PCIeRoot(addr)
-		if err != nil {
-			d.log.V(1).Info("no PCIe root for the HCA; it publishes no pcieRoot", "hca", s.HCA.Name, "pciAddress", addr, "reason", err.Error())
-			continue
-		}
-		d.pcieRoots[addr] = root
-	}
 }
 
 // publishLocked hands the slice controller the current model when the
@@ -191,7 +169,7 @@ func (d *Driver) publishLocked() {
 	}
 	now := d.cfg.Now()
 	held, holdEnds := d.damper.observe(d.model, now)
-	res := Resources(d.model, NodeFacts{Name: d.cfg.NodeName, PCIeRoots: d.pcieRoots, Held: held})
+	res := Resources(d.model, NodeFacts{Name: d.cfg.NodeName, Held: held})
 	write, retryAt := publishDecision(res, d.published, d.lastWrite, now, d.cfg.MinPublishInterval)
 	if write {
 		if err := d.publisher.PublishResources(context.Background(), res); err != nil {

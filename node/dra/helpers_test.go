@@ -54,18 +54,11 @@ func (h *host) model(t testing.TB) *resource.Model {
 	})
 }
 
-// facts resolves the PCIe roots on the fixture's sysfs as the agent does on /sys.
+// facts are the node's facts besides the model, as the agent has them
+// (the PCIe roots come with the model's inventory).
 func (h *host) facts(t testing.TB, m *resource.Model) NodeFacts {
 	t.Helper()
-	roots := map[string]string{}
-	for _, s := range m.HCAs {
-		root, err := PCIeRoot(fixture.SysfsRoot(h.dir), s.HCA.PCIAddress)
-		if err != nil {
-			t.Fatalf("pcieRoot of %s: %v", s.HCA.Name, err)
-		}
-		roots[s.HCA.PCIAddress] = root
-	}
-	return NodeFacts{Name: "node-0", PCIeRoots: roots}
+	return NodeFacts{Name: "node-0"}
 }
 
 // roceConfig is an OCI node's config: its ConnectX-7 ports run RoCEv2.

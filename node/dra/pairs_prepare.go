@@ -69,7 +69,7 @@ func (d *Driver) claimHCAs(reqs []Request) []claimHCA {
 		for _, dev := range r.Devices {
 			h := dev.HCA
 			out = append(out, claimHCA{request: r.Name, place: hcaPlace{
-				name: h.Name, root: d.pcieRoots[h.PCIAddress], numa: h.NUMANode, partner: h.GPUPartner,
+				name: h.Name, root: h.PCIeRoot, numa: h.NUMANode, partner: h.GPUPartner,
 			}})
 		}
 	}

@@ -144,7 +144,7 @@ func (d *Driver) drainOnExit(p Publisher, o PluginOptions) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	d.mu.Lock()
-	res := stoppingResources(Resources(d.model, NodeFacts{Name: d.cfg.NodeName, PCIeRoots: d.pcieRoots}))
+	res := stoppingResources(Resources(d.model, NodeFacts{Name: d.cfg.NodeName}))
 	d.mu.Unlock()
 	if err := p.PublishResources(ctx, res); err != nil {
 		d.log.Error(err, "publish the stopping taint")

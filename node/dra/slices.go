@@ -3,6 +3,7 @@ package dra
 import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/node/dra/slice"
 	"github.com/ibkube/ibkube/node/resource"
 )
@@ -29,6 +30,7 @@ func Resources(m *resource.Model, node NodeFacts) resourceslice.DriverResources 
 	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{node.Name: pool}}
 }
 
-// PCIeRoot is slice.PCIeRoot: the resource.kubernetes.io/pcieRoot of the
-// PCI device at address under sysfsRoot.
-func PCIeRoot(sysfsRoot, address string) (string, error) { return slice.PCIeRoot(sysfsRoot, address) }
+// PCIeRoot is the resource.kubernetes.io/pcieRoot of the PCI device at
+// address under sysfsRoot (discovery.PCIeRoot), for devices of other
+// drivers; the HCAs carry theirs in the inventory.
+func PCIeRoot(sysfsRoot, address string) (string, error) { return discovery.PCIeRoot(sysfsRoot, address) }

@@ -30,10 +30,6 @@ type NodeFacts struct {
 	// Name is the Kubernetes node's name: the ResourceSlice pool is named
 	// after it, as for every node-local driver.
 	Name string
-	// PCIeRoots maps an HCA's PCI address to its PCIe root complex
-	// ("pci0101:00"), resource.kubernetes.io/pcieRoot; an HCA missing here
-	// publishes no pcieRoot.
-	PCIeRoots map[string]string
 	// Held are HCAs that are healthy again but keep their unhealthy taint
 	// until they have stayed healthy a while (see damper).
 	Held map[string]bool
@@ -381,8 +377,11 @@ func attributes(d Device, node NodeFacts) map[resourceapi.QualifiedName]resource
 	}
 	if h.PCIAddress != "" {
 		attrs[deviceattribute.StandardDeviceAttributePCIBusID] = str(h.PCIAddress)
-		if root, ok := node.PCIeRoots[h.PCIAddress]; ok {
-			attrs[deviceattribute.StandardDeviceAttributePCIeRoot] = str(root)
+		// Discovery reads the root once (inventory.HCA.PCIeRoot): the
+		// deviceattribute package's reading finds none under a Hyper-V
+		// guest's VMBus, where Azure's host bridges sit.
+		if h.PCIeRoot != "" {
+			attrs[deviceattribute.StandardDeviceAttributePCIeRoot] = str(h.PCIeRoot)
 		}
 	}
 	// The attribute's doc: devices without NUMA affinity must not publish it.
