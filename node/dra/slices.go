@@ -33,4 +33,6 @@ func Resources(m *resource.Model, node NodeFacts) resourceslice.DriverResources 
 // PCIeRoot is the resource.kubernetes.io/pcieRoot of the PCI device at
 // address under sysfsRoot (discovery.PCIeRoot), for devices of other
 // drivers; the HCAs carry theirs in the inventory.
-func PCIeRoot(sysfsRoot, address string) (string, error) { return discovery.PCIeRoot(sysfsRoot, address) }
+func PCIeRoot(sysfsRoot, address string) (string, error) {
+	return discovery.PCIeRoot(sysfsRoot, address)
+}
