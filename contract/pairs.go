@@ -1,5 +1,11 @@
 package contract
 
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
 // What the DRA driver tells a container about the GPUs next to its HCAs,
 // as environment variables of the claim's CDI devices (docs/dra.md, "What
 // the container is told"). Both are lists of "<hca>=<gpus>/<word>" entries
@@ -21,13 +27,52 @@ const (
 	EnvGPUPartners = "IBKUBE_GPU_PARTNERS"
 )
 
-// How near a pair's GPU sits to its HCA, nearest first. The first three
-// are the rungs of the aligned claim's ladder, spelled alike so a pair's
-// word reads against the rung its GPU took.
+// The rungs of the aligned claim's ladder (webhook/aligned builds the
+// claim), best first: each pair's GPU request has one subrequest per rung,
+// and an allocation result's request names the rung taken,
+// "gpu-<pair>/<rung>"; the pair's HCA requests are "hca-<pair>-<j>".
 const (
-	NearPCIeRoot = "pcie-root" // one PCIe root complex (with or without a switch below it)
-	NearNUMANode = "numa-node" // another root on the same NUMA node
-	NearNone     = "none"      // neither: no GPU of the claim is near the HCA
+	RungPCIeRoot = "pcie-root"
+	RungNUMANode = "numa-node"
+	RungAny      = "any"
+)
+
+// Rungs lists the rungs best first.
+func Rungs() []string { return []string{RungPCIeRoot, RungNUMANode, RungAny} }
+
+// AlignedRungOf reads which pair and rung an allocation result's request
+// ("gpu-3/numa-node") stands for; ok is false for any other request.
+func AlignedRungOf(request string) (pair int, rung string, ok bool) {
+	name, rung, found := strings.Cut(request, "/")
+	idx, isGPU := strings.CutPrefix(name, "gpu-")
+	if !found || !isGPU || !slices.Contains(Rungs(), rung) {
+		return 0, "", false
+	}
+	pair, err := strconv.Atoi(idx)
+	return pair, rung, err == nil
+}
+
+// AlignedPairOf reads which pair an HCA request ("hca-3-1") belongs to.
+func AlignedPairOf(request string) (pair int, ok bool) {
+	rest, isHCA := strings.CutPrefix(request, "hca-")
+	idx, j, found := strings.Cut(rest, "-")
+	if !isHCA || !found {
+		return 0, false
+	}
+	pair, err := strconv.Atoi(idx)
+	if _, errJ := strconv.Atoi(j); err != nil || errJ != nil {
+		return 0, false
+	}
+	return pair, true
+}
+
+// How near a pair's GPU sits to its HCA, nearest first. The first two are
+// spelled as the rungs, so a pair's word reads against the rung its GPU
+// took.
+const (
+	NearPCIeRoot = RungPCIeRoot // one PCIe root complex (with or without a switch below it)
+	NearNUMANode = RungNUMANode // another root on the same NUMA node
+	NearNone     = "none"       // neither: no GPU of the claim is near the HCA
 	// NearUnknown: the GPU's place could not be read (its driver
 	// publishes no pciBusID, pcieRoot or numaNode, or its slice could
 	// not be listed).

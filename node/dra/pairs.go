@@ -7,7 +7,6 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/inventory"
-	"github.com/ibkube/ibkube/webhook/aligned"
 )
 
 // ReasonGPUAlignmentFellBack is the reason of the pod's Warning Event when
@@ -81,7 +80,7 @@ func nearRank(word string) int {
 
 // claimPairs pairs each HCA of a claim, once, with the claim's GPUs: in an
 // aligned claim with the GPU of its pair (webhook/aligned's request
-// names), otherwise with the claim's GPUs nearest it. No GPU, no pairs.
+// names, contract.AlignedPairOf), otherwise with the claim's GPUs nearest it. No GPU, no pairs.
 func claimPairs(hcas []claimHCA, gpus []claimGPU) []Pair {
 	if len(gpus) == 0 {
 		return nil
@@ -92,7 +91,7 @@ func claimPairs(hcas []claimHCA, gpus []claimGPU) []Pair {
 	}
 	ofPair := map[int]pairGPU{}
 	for _, g := range gpus {
-		if i, rung, ok := aligned.RungOf(g.request); ok {
+		if i, rung, ok := contract.AlignedRungOf(g.request); ok {
 			ofPair[i] = pairGPU{g.place, rung}
 		}
 	}
@@ -101,7 +100,7 @@ func claimPairs(hcas []claimHCA, gpus []claimGPU) []Pair {
 		if slices.ContainsFunc(out, func(p Pair) bool { return p.HCA == h.place.name }) {
 			continue // one HCA in two requests (a shared and an exclusive device)
 		}
-		if i, ok := aligned.PairOf(h.request); ok {
+		if i, ok := contract.AlignedPairOf(h.request); ok {
 			if g, ok := ofPair[i]; ok {
 				near := nearness(h.place, g.place)
 				p := Pair{HCA: h.place.name, Near: near, Rung: g.rung}
@@ -175,21 +174,21 @@ func pairEnv(hcas []claimHCA, pairs []Pair) []string {
 // rungRank orders the aligned claim's rungs, best first; -1 for a word
 // that is no rung.
 func rungRank(rung string) int {
-	return slices.Index([]string{aligned.RungPCIeRoot, aligned.RungNUMANode, aligned.RungAny}, rung)
+	return slices.Index(contract.Rungs(), rung)
 }
 
 // nodeBestRung is the best rung the node's topology offers any GPU+HCA
 // pair: pcie-root where an HCA has a partner behind its root (a switch or
 // the root itself), numa-node where one only shares a NUMA node, else any.
 func nodeBestRung(hcas []inventory.HCA) string {
-	best := aligned.RungAny
+	best := contract.RungAny
 	for _, h := range hcas {
 		switch {
 		case h.GPUPartner == nil:
 		case h.GPUPartner.Affinity == inventory.AffinitySwitch || h.GPUPartner.Affinity == inventory.AffinityRoot:
-			return aligned.RungPCIeRoot
+			return contract.RungPCIeRoot
 		case h.GPUPartner.Affinity == inventory.AffinityNUMA:
-			best = aligned.RungNUMANode
+			best = contract.RungNUMANode
 		}
 	}
 	return best
@@ -215,7 +214,7 @@ func fallback(claim string, pairs []Pair, best string) (message string, ok bool)
 
 // rungAttribute is the attribute a rung's constraint matches on.
 func rungAttribute(rung string) string {
-	if rung == aligned.RungNUMANode {
+	if rung == contract.RungNUMANode {
 		return "numaNode"
 	}
 	return "pcieRoot"

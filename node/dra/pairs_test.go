@@ -21,12 +21,42 @@ import (
 	"github.com/ibkube/ibkube/webhook/aligned"
 )
 
-// The Near words a pair reads against the rung its GPU took are the
-// aligned claim's rung names.
-func TestNearWordsAreTheRungs(t *testing.T) {
+// Prepare reads the aligned claim's request names through contract:
+// they are the names webhook/aligned gives the claim's requests, for every
+// pair and rung it builds.
+func TestAlignedNamesAreTheContracts(t *testing.T) {
 	t.Parallel()
-	if diff := cmp.Diff([]string{aligned.RungPCIeRoot, aligned.RungNUMANode}, []string{contract.NearPCIeRoot, contract.NearNUMANode}); diff != "" {
-		t.Errorf("Near words against the rungs (-rungs +near):\n%s", diff)
+	if diff := cmp.Diff([]string{aligned.RungPCIeRoot, aligned.RungNUMANode, aligned.RungAny}, contract.Rungs()); diff != "" {
+		t.Errorf("rungs (-webhook/aligned +contract):\n%s", diff)
+	}
+	spec, err := aligned.Spec(aligned.Shape{GPUs: 8, HCAs: aligned.MaxHCAs, GPUClass: fakegpu.DeviceClass, HCAClass: contract.DeviceClassRoCE})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gpus, hcas int
+	for _, r := range spec.Devices.Requests {
+		for _, sub := range r.FirstAvailable {
+			result := r.Name + "/" + sub.Name
+			wantPair, wantRung, wantOK := aligned.RungOf(result)
+			pair, rung, ok := contract.AlignedRungOf(result)
+			if pair != wantPair || rung != wantRung || ok != wantOK || !ok {
+				t.Errorf("result %q: contract reads pair %d rung %q (%v), webhook/aligned %d %q (%v)", result, pair, rung, ok, wantPair, wantRung, wantOK)
+			}
+			gpus++
+		}
+		if r.Exactly == nil {
+			continue
+		}
+		wantPair, wantOK := aligned.PairOf(r.Name)
+		if pair, ok := contract.AlignedPairOf(r.Name); pair != wantPair || ok != wantOK {
+			t.Errorf("request %q: contract reads pair %d (%v), webhook/aligned %d (%v)", r.Name, pair, ok, wantPair, wantOK)
+		}
+		if wantOK {
+			hcas++
+		}
+	}
+	if gpus != 8*len(contract.Rungs()) || hcas != aligned.MaxHCAs {
+		t.Errorf("the claim of 8 GPUs and %d HCAs has %d GPU rungs and %d HCA requests", aligned.MaxHCAs, gpus, hcas)
 	}
 }
 
