@@ -10,9 +10,10 @@ import (
 // as environment variables of the claim's CDI devices (docs/dra.md, "What
 // the container is told"). Both are lists of "<hca>=<gpus>/<word>" entries
 // joined by ",", in the claim's order of HCAs; <gpus> are PCI addresses
-// joined by "+", empty where there is none:
+// joined by "+", empty where no GPU of the claim is near an HCA outside an
+// aligned claim (whose pairs always name their GPU):
 //
-//	IBKUBE_GPU_PAIRS=mlx5_0=0000:0f:00.0/pcie-root,mlx5_4=0000:89:00.0/numa-node,mlx5_6=/none
+//	IBKUBE_GPU_PAIRS=mlx5_0=0000:0f:00.0/pcie-root,mlx5_4=0000:89:00.0/numa-node,mlx5_6=0000:2d:00.0/none
 //	IBKUBE_GPU_PARTNERS=mlx5_0=0000:0f:00.0/switch,mlx5_4=0000:89:00.0/switch
 const (
 	// EnvGPUPairs pairs each HCA of the claim with the claim's own GPUs:

@@ -47,8 +47,9 @@ type claimGPU struct {
 // Pair is one HCA of a claim and the claim's GPUs it is paired with.
 type Pair struct {
 	HCA string
-	// GPUs are PCI addresses (device names where the address is unknown);
-	// none when no GPU of the claim is near.
+	// GPUs are PCI addresses (device names where the address is unknown):
+	// the aligned pair's GPU, or the claim's GPUs nearest the HCA, none
+	// when none is near.
 	GPUs []string
 	// Near is a contract.Near* word.
 	Near string
@@ -79,8 +80,9 @@ func nearRank(word string) int {
 }
 
 // claimPairs pairs each HCA of a claim, once, with the claim's GPUs: in an
-// aligned claim with the GPU of its pair (webhook/aligned's request
-// names, contract.AlignedPairOf), otherwise with the claim's GPUs nearest it. No GPU, no pairs.
+// aligned claim with the GPU of its pair however near (the request names,
+// contract.AlignedPairOf), otherwise with the claim's GPUs nearest it, none
+// when none is near. No GPU, no pairs.
 func claimPairs(hcas []claimHCA, gpus []claimGPU) []Pair {
 	if len(gpus) == 0 {
 		return nil
@@ -102,12 +104,7 @@ func claimPairs(hcas []claimHCA, gpus []claimGPU) []Pair {
 		}
 		if i, ok := contract.AlignedPairOf(h.request); ok {
 			if g, ok := ofPair[i]; ok {
-				near := nearness(h.place, g.place)
-				p := Pair{HCA: h.place.name, Near: near, Rung: g.rung}
-				if near != contract.NearNone {
-					p.GPUs = []string{g.place.id}
-				}
-				out = append(out, p)
+				out = append(out, Pair{HCA: h.place.name, GPUs: []string{g.place.id}, Near: nearness(h.place, g.place), Rung: g.rung})
 				continue
 			}
 		}
