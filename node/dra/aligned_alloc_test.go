@@ -35,7 +35,9 @@ type gpuLayout struct {
 
 func alignedLayouts() []gpuLayout {
 	oci := func(withNUMA bool) func(testing.TB) []fakegpu.GPU {
-		return func(testing.TB) []fakegpu.GPU { return fakegpu.OCIH100(withNUMA) }
+		return func(t testing.TB) []fakegpu.GPU {
+			return fakegpu.FromInventory(newHost(t, fixture.OCIH100, nil).scan(t).GPUs, withNUMA)
+		}
 	}
 	return []gpuLayout{
 		// Bare metal, GPUs publishing both attributes.

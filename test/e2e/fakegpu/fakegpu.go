@@ -4,8 +4,9 @@
 // resource.kubernetes.io/numaNode placed as azhpc-images' ndv5 topology
 // places them (the same facts as the node's HCA fixture), and prepares a
 // claim with a CDI spec that only sets one environment variable per GPU.
-// OCIH100 is the bare-metal layout beside it: GPUs sharing PCIe roots with
-// the oci-h100 fixture's ports, publishing resource.kubernetes.io/pcieRoot.
+// FromInventory is the bare-metal layout beside it: a host's GPUs as
+// discovery reads them (the oci-h100 fixture's share PCIe roots with its
+// ports), publishing resource.kubernetes.io/pcieRoot.
 //
 // That is all the scheduler needs to align GPUs with HCAs by NUMA node
 // (a ResourceClaimTemplate with matchAttribute resource.kubernetes.io/numaNode)
@@ -26,6 +27,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/ibkube/ibkube/hca/inventory"
 )
 
 const (
@@ -145,33 +148,21 @@ func Devices(gpus []GPU) []resourceapi.Device {
 	return out
 }
 
-// OCIH100 are the eight GPUs of an OCI BM.GPU.H100.8 (bare-metal HGX
-// H100), where the oci-h100 fixture puts them (hca/fixture/internal/hosts
-// ociGPUs): each behind the PCIe switch of one dual-port ConnectX-7, so one
-// GPU on each root complex that carries two of the fixture's sixteen
-// GPU-fabric ports, as on an HGX H100 baseboard, where every GPU shares a
-// PCIe switch with its NIC (NVIDIA DGX H100 User Guide, "Network Ports";
-// oci-hpc-oke's NCCL_IB_HCA lists two ports per GPU). Each GPU's bus is its
-// NIC's plus 3, as oci-dr-hpc-v2's expected bus IDs give them; the root is
-// the NIC's bus rounded down to 0x10, except at bus 0x41, where the switch
-// needs two bus numbers below its root (pci0000:3e). NUMA node 1 from bus
-// 0x80 as in the fixture. withNUMA false leaves numaNode out, as NVIDIA's
-// DRA driver does.
-func OCIH100(withNUMA bool) []GPU {
-	var out []GPU
-	for i, nic := range []int{0x0c, 0x2a, 0x41, 0x58, 0x86, 0xa5, 0xbd, 0xd5} {
-		numa := int64(nic / 0x80)
+// FromInventory are the GPUs of a bare-metal host as discovery reads them
+// from its PCI tree (inventory.Node.GPUs, in PCI bus ID order), each
+// publishing its PCIe root and, withNUMA, its NUMA node; withNUMA false
+// leaves numaNode out, as NVIDIA's DRA driver does. On the oci-h100
+// fixture (an OCI BM.GPU.H100.8, hca/fixture/internal/hosts ociGPUs) each
+// GPU sits behind the PCIe switch of one dual-port ConnectX-7, so on a
+// root complex that carries two of its GPU-fabric ports.
+func FromInventory(gpus []inventory.GPU, withNUMA bool) []GPU {
+	out := make([]GPU, 0, len(gpus))
+	for i, g := range gpus {
+		numa := int64(g.NUMANode)
 		if !withNUMA {
 			numa = -1
 		}
-		root := nic & 0xf0
-		if nic-root < 3 {
-			root = nic - 3
-		}
-		out = append(out, GPU{
-			Index: i, PCIBusID: fmt.Sprintf("0000:%02x:00.0", nic+3), NUMANode: numa,
-			PCIeRoot: fmt.Sprintf("pci0000:%02x", root),
-		})
+		out = append(out, GPU{Index: i, PCIBusID: g.PCIAddress, NUMANode: numa, PCIeRoot: g.PCIeRoot})
 	}
 	return out
 }

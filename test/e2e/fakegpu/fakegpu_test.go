@@ -1,6 +1,7 @@
 package fakegpu
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ibkube/ibkube/hca/discovery"
+	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/nccl"
 )
 
@@ -88,11 +91,23 @@ func TestCDISpec(t *testing.T) {
 	}
 }
 
+// ociGPUs are the oci-h100 fixture's GPUs as discovery reads them.
+func ociGPUs(t *testing.T, withNUMA bool) []GPU {
+	t.Helper()
+	dir := fixture.BuildTemp(t, fixture.OCIH100)
+	node, err := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), PortPoll: -1}).Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return FromInventory(node.GPUs, withNUMA)
+}
+
 // TestOCIH100SharesRootsWithTheFixture: each bare-metal GPU has the bus ID
 // of the fixture's GPU (hca/fixture/testdata/oci-h100.tree) and sits on one
 // of the PCIe roots that carry two of the oci-h100 fixture's GPU-fabric ports
 // (node/dra/testdata/oci-h100.slices.json, the slices the agent publishes
-// for it), one GPU per root, and publishes numaNode only when asked.
+// for it), one GPU per root, on NUMA node 0 below bus 0x80 and 1 above,
+// and publishes numaNode only when asked.
 func TestOCIH100SharesRootsWithTheFixture(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "..", "..", "node", "dra", "testdata", "oci-h100.slices.json"))
 	if err != nil {
@@ -110,24 +125,30 @@ func TestOCIH100SharesRootsWithTheFixture(t *testing.T) {
 	for _, m := range regexp.MustCompile(`# ---- GPU at (\S+) ----`).FindAllStringSubmatch(string(tree), -1) {
 		treeGPUs = append(treeGPUs, m[1])
 	}
-	var gpus []string
-	for _, g := range OCIH100(true) {
-		gpus = append(gpus, g.PCIBusID)
+	gpus := ociGPUs(t, true)
+	var busIDs []string
+	var numa []int64
+	for _, g := range gpus {
+		busIDs = append(busIDs, g.PCIBusID)
+		numa = append(numa, g.NUMANode)
 	}
-	if diff := cmp.Diff(treeGPUs, gpus); diff != "" {
+	if diff := cmp.Diff(treeGPUs, busIDs); diff != "" {
 		t.Errorf("GPU bus IDs against the fixture's (-fixture +fake):\n%s", diff)
 	}
+	if diff := cmp.Diff([]int64{0, 0, 0, 0, 1, 1, 1, 1}, numa); diff != "" {
+		t.Errorf("GPU NUMA nodes (-fixture +fake):\n%s", diff)
+	}
 	roots := map[string]bool{}
-	for _, g := range OCIH100(true) {
+	for _, g := range gpus {
 		if ports[g.PCIeRoot] != 2 {
-			t.Errorf("GPU %d on %s: the fixture has %d ports there, want 2", g.Index, g.PCIeRoot, ports[g.PCIeRoot])
+			t.Errorf("GPU %d on %q: the fixture has %d ports there, want 2", g.Index, g.PCIeRoot, ports[g.PCIeRoot])
 		}
 		if roots[g.PCIeRoot] {
 			t.Errorf("two GPUs on %s", g.PCIeRoot)
 		}
 		roots[g.PCIeRoot] = true
 	}
-	for _, d := range Devices(OCIH100(false)) {
+	for _, d := range Devices(ociGPUs(t, false)) {
 		if _, ok := d.Attributes[numaNodeAttr]; ok {
 			t.Errorf("%s publishes numaNode without NUMA", d.Name)
 		}
