@@ -51,7 +51,7 @@ const gpuLookupTimeout = 2 * time.Second
 // to every device of its CDI spec (contract.EnvGPUPairs, EnvGPUPartners)
 // and returns the pairs.
 func (d *Driver) reportPairs(ctx context.Context, reqs []Request, results []resourceapi.DeviceRequestAllocationResult, spec *cdispec.Spec) []Pair {
-	hcas := d.claimHCAs(reqs)
+	hcas := claimHCAs(reqs)
 	pairs := claimPairs(hcas, d.claimGPUs(ctx, results))
 	env := pairEnv(hcas, pairs)
 	for i := range spec.Devices {
@@ -60,10 +60,9 @@ func (d *Driver) reportPairs(ctx context.Context, reqs []Request, results []reso
 	return pairs
 }
 
-// claimHCAs are the HCAs of the claim's requests with their places.
-func (d *Driver) claimHCAs(reqs []Request) []claimHCA {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// claimHCAs are the HCAs of the claim's requests with their places, as
+// discovery read them into the inventory.
+func claimHCAs(reqs []Request) []claimHCA {
 	var out []claimHCA
 	for _, r := range reqs {
 		for _, dev := range r.Devices {
