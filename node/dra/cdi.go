@@ -32,10 +32,10 @@ const (
 )
 
 // Annotations of a claim's CDI spec: what Unprepare and the next Prepare
-// need after the claim object and this process are gone.
+// need after the claim object and this process are gone, besides the HCAs
+// it holds (holds.Holds.Annotate).
 const (
 	annotationClaim = contract.DRADriverName + "/claim"
-	// The HCAs the claim holds are recorded by holds.Holds.Annotate.
 	// annotationAllocation is the fingerprint of the allocation the spec
 	// was written for (AllocationFingerprint): a claim UID can be prepared
 	// again after a new allocation (the claim deallocated and allocated
