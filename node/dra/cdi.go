@@ -95,16 +95,22 @@ func CDIDeviceID(claim types.UID, request string) string {
 
 // ClaimSpec is a claim's CDI spec: one CDI device per request holding
 // exactly that request's HCAs (their uverbs and the pool's management char
-// devices, rdma_cm), NCCL_IB_HCA and UCX_NET_DEVICES naming them, and the
-// node's NCCL topology file, as the device plugin's Allocate gives them.
+// devices, rdma_cm) and the node's NCCL topology file, as the device
+// plugin's Allocate gives them, with NCCL_IB_HCA and UCX_NET_DEVICES naming
+// the HCAs of all the claim's requests of the same pool (claimLists).
 func ClaimSpec(claim types.UID, ref string, reqs []Request) (*cdispec.Spec, error) {
 	spec := &cdispec.Spec{Kind: CDIKind, Annotations: map[string]string{annotationClaim: ref}}
-	for _, r := range reqs {
-		edits, err := requestEdits(r.Devices)
+	grants := make([]resource.Grant, len(reqs))
+	for i, r := range reqs {
+		g, err := requestGrant(r.Devices)
 		if err != nil {
 			return nil, fmt.Errorf("request %q: %w", r.Name, err)
 		}
-		spec.Devices = append(spec.Devices, cdispec.Device{Name: CDIDeviceName(claim, r.Name), ContainerEdits: edits})
+		grants[i] = g
+	}
+	claimLists(reqs, grants)
+	for i, r := range reqs {
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: CDIDeviceName(claim, r.Name), ContainerEdits: containerEdits(grants[i])})
 	}
 	holdsOf(reqs).Annotate(spec.Annotations)
 	v, err := cdispec.MinimumRequiredVersion(spec)
@@ -115,10 +121,50 @@ func ClaimSpec(claim types.UID, ref string, reqs []Request) (*cdispec.Spec, erro
 	return spec, nil
 }
 
-// requestEdits merges what each pool grants for its part of the devices
-// (resource.Grant.Merge) into CDI edits; a request normally draws from one
-// pool (its DeviceClass selects one).
-func requestEdits(devs []Device) (cdispec.ContainerEdits, error) {
+// claimLists sets the port lists (NCCL_IB_HCA, UCX_NET_DEVICES) of every
+// request's grant to those of all the claim's requests that draw from the
+// same pool. A container that references the claim gets one CDI device per
+// request, each setting those variables, and the runtime keeps the last
+// value of a repeated variable (the CDI library's env edits), so
+// per-request lists would leave a claim of one request per HCA (the aligned
+// GPU+HCA claim) naming one HCA to NCCL. Requests of another pool (an
+// IPoIB share beside exclusive HCAs) keep their own lists: their HCAs serve
+// another purpose, and NCCL should not spread over them.
+func claimLists(reqs []Request, grants []resource.Grant) {
+	merged := map[*resource.Pool]*resource.Grant{}
+	for i, r := range reqs {
+		p := requestPool(r)
+		if merged[p] == nil {
+			merged[p] = &resource.Grant{}
+		}
+		merged[p].Merge(resource.Grant{Env: grants[i].Env})
+	}
+	for i, r := range reqs {
+		all := merged[requestPool(r)].Env
+		for j, e := range grants[i].Env {
+			if e.Name != resource.EnvNCCLIBHCA && e.Name != resource.EnvUCXNetDevices {
+				continue
+			}
+			if k := slices.IndexFunc(all, func(x resource.EnvVar) bool { return x.Name == e.Name }); k >= 0 {
+				grants[i].Env[j].Value = all[k].Value
+			}
+		}
+	}
+}
+
+// requestPool is the pool a request draws from (its DeviceClass selects
+// one); nil for a request without devices.
+func requestPool(r Request) *resource.Pool {
+	if len(r.Devices) == 0 {
+		return nil
+	}
+	return r.Devices[0].Pool
+}
+
+// requestGrant merges what each pool grants for its part of the devices
+// (resource.Grant.Merge); a request normally draws from one pool (its
+// DeviceClass selects one).
+func requestGrant(devs []Device) (resource.Grant, error) {
 	var pools []*resource.Pool
 	byPool := map[*resource.Pool][]string{}
 	for _, d := range devs {
@@ -133,11 +179,11 @@ func requestEdits(devs []Device) (cdispec.ContainerEdits, error) {
 	for _, p := range pools {
 		g, err := p.AllocateHCAs(byPool[p])
 		if err != nil {
-			return cdispec.ContainerEdits{}, err
+			return resource.Grant{}, err
 		}
 		grant.Merge(g)
 	}
-	return containerEdits(grant), nil
+	return grant, nil
 }
 
 // containerEdits is CDI's form of a grant.

@@ -3,6 +3,7 @@ package dra
 import (
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
@@ -94,5 +95,62 @@ func TestCDISpecAcceptedByRuntime(t *testing.T) {
 		return m.Destination == "/etc/ibkube/nccl-topo.xml" && slices.Contains(m.Options, "ro")
 	}) {
 		t.Errorf("injected mounts %v lack the read-only topology file", spec.Mounts)
+	}
+}
+
+// TestClaimOfOneRequestPerHCANamesEveryHCA: the aligned GPU+HCA claim has
+// one request per HCA, so a container that references it gets one CDI
+// device per HCA, each setting NCCL_IB_HCA. The CDI library (as containerd
+// injects) keeps the last value of a repeated variable, so each device must
+// carry the whole claim's list; an IPoIB share of the same claim keeps its
+// own.
+func TestClaimOfOneRequestPerHCANamesEveryHCA(t *testing.T) {
+	t.Parallel()
+	var opts []fixture.Option
+	root := os.Geteuid() == 0
+	if root {
+		opts = append(opts, fixture.WithCharDevices())
+	}
+	h := newHost(t, fixture.NDv5, nil, opts...)
+	h.hostDevRoot = fixture.DevRoot(h.dir)
+	dir := t.TempDir()
+	d := newDriver(t, h, dir)
+	c := claim("5d1c0b7e-2f4a-4c6d-8e9f-0a1b2c3d4e5f", "aligned-0",
+		alloc("hca-0-0", "ib-mlx5-0"), alloc("hca-1-0", "ib-mlx5-1"), alloc("hca-2-0", "ib-mlx5-2"),
+		shared("ipoib", "shared-ib-mlx5-4", "share-1"))
+	if r := prepare(t, d, c)[c.UID]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const hcas = "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1,mlx5_2:1"
+	for _, req := range []string{"hca-0-0", "hca-1-0", "hca-2-0"} {
+		dev := cache.GetDevice(CDIDeviceID(c.UID, req))
+		if dev == nil {
+			t.Fatalf("CDI device of %s not found; the cache has %v", req, cache.ListDevices())
+		}
+		if !slices.Contains(dev.ContainerEdits.Env, hcas) {
+			t.Errorf("request %s env %v lacks %s", req, dev.ContainerEdits.Env, hcas)
+		}
+	}
+	if !root {
+		t.Skip("injection needs real char devices (mknod): run as root")
+	}
+	spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+	ids := []string{CDIDeviceID(c.UID, "hca-0-0"), CDIDeviceID(c.UID, "hca-1-0"), CDIDeviceID(c.UID, "hca-2-0")}
+	if unresolved, err := cache.InjectDevices(spec, ids...); err != nil {
+		t.Fatalf("inject %v: %v (unresolved %v)", ids, err, unresolved)
+	}
+	var got []string
+	for _, e := range spec.Process.Env {
+		if strings.HasPrefix(e, "NCCL_IB_HCA=") || strings.HasPrefix(e, "UCX_NET_DEVICES=") {
+			got = append(got, e)
+		}
+	}
+	want := []string{hcas, "UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1,mlx5_2:1"}
+	if !slices.Equal(got, want) {
+		t.Errorf("the container's port lists after injection = %v, want %v", got, want)
 	}
 }
