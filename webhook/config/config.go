@@ -66,6 +66,10 @@ type Config struct {
 	// overrides that built-in variable by variable; Base makes a new profile
 	// start from another one.
 	Profiles []ProfileSpec `json:"profiles,omitempty"`
+	// AlignedClaims turns rdma-exclusive GPU pods' extended resources into
+	// one DRA claim that keeps each GPU's HCAs beside it (docs/dra.md,
+	// "Aligned GPU and HCA pairs"). Off by default.
+	AlignedClaims AlignedClaims `json:"alignedClaims"`
 
 	// ReleaseNamespace is where ibkube runs (the webhook's --namespace), the
 	// default namespace of the IPoIB network. Not read from the file.
@@ -80,6 +84,16 @@ type Resources struct {
 	Shared string `json:"shared"`
 	// Exclusive is the exclusive-mode resource, one per HCA.
 	Exclusive string `json:"exclusive"`
+}
+
+// AlignedClaims is the aligned GPU+HCA claim's switch and the GPU driver's
+// DeviceClass. Turning it on is a statement that the cluster's GPU nodes
+// run DRA for both GPUs and HCAs: a pod given the claim can only run where
+// both drivers publish ResourceSlices.
+type AlignedClaims struct {
+	Enabled bool `json:"enabled"`
+	// GPUDeviceClass is the GPU driver's DeviceClass (gpu.nvidia.com).
+	GPUDeviceClass string `json:"gpuDeviceClass"`
 }
 
 // IPoIBNetwork is a NetworkAttachmentDefinition reference.
@@ -137,6 +151,7 @@ func Default() *Config {
 		Memlock:          contract.DefaultMemlock,
 		CapabilityPolicy: CapabilityAuto,
 		DefaultProfile:   nccl.GenericIB,
+		AlignedClaims:    AlignedClaims{GPUDeviceClass: contract.DefaultGPUDeviceClass},
 	}
 	if err := c.resolve(); err != nil {
 		panic(fmt.Sprintf("built-in config invalid: %v", err)) // a programming error, covered by tests
@@ -212,6 +227,7 @@ func (c *Config) validate() error {
 	c.validateResources(&p)
 	c.validateIPoIB(&p)
 	c.validatePolicies(&p)
+	c.validateAlignedClaims(&p)
 	seen := map[string]bool{}
 	for i, s := range c.Profiles {
 		s.validate(&p, fmt.Sprintf("profiles[%d]", i), seen, c.Resources.Shared)
@@ -274,6 +290,13 @@ func (c *Config) validatePolicies(p *problems) {
 	case CapabilityAuto, CapabilityAlways, CapabilityNever:
 	default:
 		p.bad("capabilityPolicy", string(c.CapabilityPolicy), "want auto, always or never")
+	}
+}
+
+func (c *Config) validateAlignedClaims(p *problems) {
+	if msgs := validation.IsDNS1123Subdomain(c.AlignedClaims.GPUDeviceClass); len(msgs) > 0 {
+		p.bad("alignedClaims.gpuDeviceClass", c.AlignedClaims.GPUDeviceClass,
+			"want the GPU driver's DeviceClass name (a DNS-1123 subdomain such as "+contract.DefaultGPUDeviceClass+")")
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/nccl"
 )
 
@@ -23,6 +24,10 @@ func TestDefaultIsValid(t *testing.T) {
 	}
 	if diff := cmp.Diff(builtinNames(), c.ProfileNames()); diff != "" {
 		t.Errorf("profiles (-want +got):\n%s", diff)
+	}
+	// The aligned claim needs DRA on every GPU node, so a cluster opts in.
+	if want := (AlignedClaims{GPUDeviceClass: contract.DefaultGPUDeviceClass}); c.AlignedClaims != want {
+		t.Errorf("AlignedClaims = %+v, want %+v", c.AlignedClaims, want)
 	}
 }
 
@@ -59,7 +64,8 @@ func TestParseFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Resources.Shared != "rdma/rdma_shared_device_a" || c.DefaultHCAs != 2 || c.IPoIBNamespace() != "network-operator" ||
-		c.Memlock != "64Gi" || c.CapabilityPolicy != CapabilityAlways || c.DefaultProfile != "site-ndv5" {
+		c.Memlock != "64Gi" || c.CapabilityPolicy != CapabilityAlways || c.DefaultProfile != "site-ndv5" ||
+		c.AlignedClaims != (AlignedClaims{Enabled: true, GPUDeviceClass: "gpu.amd.com"}) {
 		t.Errorf("fields not read: %+v", c)
 	}
 	nd, _ := c.Profile("ndv5")
@@ -143,6 +149,10 @@ func TestParseErrors(t *testing.T) {
 		{"unknown base", head + "profiles:\n- name: x\n  base: z\n", []string{`profiles[0].base: invalid value "z": want one of`}},
 		{"removed topologyFile", head + "profiles:\n- name: x\n  base: ndv5\n  topologyFile: my-topo.xml\n", []string{`profiles[0].topologyFile: invalid value "my-topo.xml": no longer accepted: the node agent mounts the NCCL topology file`}},
 		{"duplicate profile", head + "profiles:\n- name: x\n- name: x\n", []string{`profiles[1].name: invalid value "x": profile defined twice`}},
+		{"bad gpuDeviceClass", head + "alignedClaims:\n  enabled: true\n  gpuDeviceClass: GPU_Nvidia\n", []string{`alignedClaims.gpuDeviceClass: invalid value "GPU_Nvidia": want the GPU driver's DeviceClass name (a DNS-1123 subdomain such as gpu.nvidia.com)`}},
+		{"empty gpuDeviceClass", head + "alignedClaims:\n  gpuDeviceClass: \"\"\n", []string{`alignedClaims.gpuDeviceClass: invalid value "": want the GPU driver's DeviceClass name`}},
+		{"enabled not a bool", head + "alignedClaims:\n  enabled: \"yes\"\n", []string{`alignedClaims.enabled`}},
+		{"unknown alignedClaims field", head + "alignedClaims:\n  gpuClass: gpu.nvidia.com\n", []string{`unknown field "alignedClaims.gpuClass"`}},
 		{"several errors at once", head + "memlock: lots\ncapabilityPolicy: some\n", []string{`memlock: invalid value "lots"`, `capabilityPolicy: invalid value "some"`}},
 	}
 	for _, tc := range cases {
