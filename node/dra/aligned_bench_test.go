@@ -20,10 +20,13 @@ import (
 // alignedBenchCase is one pod on one node: which of the node's GPUs and
 // HCAs other pods hold, and the pod's GPU count.
 type alignedBenchCase struct {
-	name       string
-	layout     int // index in alignedLayouts
-	busyGPUs   []int
-	busyHCAs   []int
+	name     string
+	layout   int // index in alignedLayouts
+	busyGPUs []int
+	busyHCAs []int
+	// freeHCAs, when set, leaves only the first freeHCAs of the layout's
+	// HCAs free: other pods hold the rest.
+	freeHCAs   int
 	gpus       int
 	fits       bool
 	tookMillis bool // the search may run to the timeout: one iteration only
@@ -43,6 +46,14 @@ func alignedBenchCases() []alignedBenchCase {
 		{name: "oci-h100/3gpu-2-free", layout: 0, busyGPUs: []int{2, 3, 4, 5, 6, 7}, gpus: 3, tookMillis: true},
 		{name: "oci-h100/4gpu-3-free", layout: 0, busyGPUs: []int{3, 4, 5, 6, 7}, gpus: 4, tookMillis: true},
 		{name: "ndv5/4gpu-3-free", layout: 2, busyGPUs: []int{3, 4, 5, 6, 7}, gpus: 4, tookMillis: true},
+		// The commonest no-fit of all: a whole-node pod where one GPU is
+		// held, and a pod of six where three are.
+		{name: "oci-h100/6gpu-5-free", layout: 0, busyGPUs: []int{5, 6, 7}, gpus: 6, tookMillis: true},
+		{name: "oci-h100/8gpu-7-free", layout: 0, busyGPUs: []int{7}, gpus: 8, tookMillis: true},
+		{name: "ndv5/8gpu-7-free", layout: 2, busyGPUs: []int{7}, gpus: 8, tookMillis: true},
+		// Every GPU free, too few HCAs: the search is exhaustive too.
+		{name: "oci-h100/2gpu-3-hcas-free", layout: 0, freeHCAs: 3, gpus: 2, tookMillis: true},
+		{name: "ndv5/4gpu-3-hcas-free", layout: 2, freeHCAs: 3, gpus: 4, tookMillis: true},
 	}
 }
 
@@ -67,6 +78,9 @@ func BenchmarkAlignedAllocator(b *testing.B) {
 			}
 			for _, i := range c.busyHCAs {
 				n.hold(contract.DRADriverName, n.hcas[i])
+			}
+			if c.freeHCAs > 0 {
+				n.hold(contract.DRADriverName, n.hcas[c.freeHCAs:]...)
 			}
 			shape := aligned.Shape{GPUs: c.gpus, HCAs: c.gpus * l.hcasPerGPU, GPUClass: fakegpu.DeviceClass, HCAClass: l.hcaClass}
 			spec, err := aligned.Spec(shape)
