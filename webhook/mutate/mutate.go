@@ -283,7 +283,7 @@ func selectContainers(pod *corev1.Pod, gpuRes string) ([]target, error) {
 	}
 	var out []target
 	for i := range spec.Containers {
-		if gpuCount(&spec.Containers[i], gpuRes) > 0 {
+		if asksGPU(&spec.Containers[i], gpuRes) {
 			out = append(out, regularTarget(spec, i))
 		}
 	}
@@ -352,15 +352,22 @@ func podGPUResources(pod *corev1.Pod, ns Namespace, cfg *config.Config) []string
 	return out
 }
 
+// asksGPU says whether the container asks for GPUs: by the resource, or
+// by an aligned claim that took the resource's place at an earlier
+// admission.
+func asksGPU(c *corev1.Container, gpu string) bool {
+	return gpuCount(c, gpu) > 0 || holdsAlignedClaim(c)
+}
+
 func requestsGPU(pod *corev1.Pod, gpus []string) bool {
 	for _, gpu := range gpus {
 		for i := range pod.Spec.Containers {
-			if gpuCount(&pod.Spec.Containers[i], gpu) > 0 {
+			if asksGPU(&pod.Spec.Containers[i], gpu) {
 				return true
 			}
 		}
 		for i := range pod.Spec.InitContainers {
-			if gpuCount(&pod.Spec.InitContainers[i], gpu) > 0 {
+			if asksGPU(&pod.Spec.InitContainers[i], gpu) {
 				return true
 			}
 		}

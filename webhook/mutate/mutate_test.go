@@ -556,3 +556,84 @@ func TestRefusalEchoBounded(t *testing.T) {
 		t.Error("no warning for the kept rdma/ib count")
 	}
 }
+
+// alignedConfig is testConfig with the aligned GPU+HCA claim turned on.
+func alignedConfig() *config.Config {
+	c := testConfig()
+	c.AlignedClaims.Enabled = true
+	return c
+}
+
+// alignedGoldenCases are the pods under testdata/pods admitted with
+// alignedClaims on.
+var alignedGoldenCases = []struct {
+	name string
+	ns   Namespace
+}{
+	{"aligned-ndv5-4gpu", optedIn("training")},
+	{"aligned-oci-roce", optedIn("training")},
+	{"aligned-two-containers", optedIn("serving")},
+	{"aligned-own-claims", optedIn("training")},
+	{"aligned-too-many-hcas", optedIn("training")},
+}
+
+func TestMutateAlignedGolden(t *testing.T) {
+	t.Parallel()
+	for _, tc := range alignedGoldenCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pod := readPod(t, tc.name)
+			res, err := Mutate(pod, tc.ns, alignedConfig())
+			if err != nil {
+				t.Fatalf("Mutate: %v", err)
+			}
+			got, err := yaml.Marshal(goldenFile{Warnings: res.Warnings, Patch: res.Patch, Pod: pod})
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden.Check(t, filepath.Join("testdata", "golden", tc.name+".yaml"), got)
+			if err := checkProperties(readPod(t, tc.name), tc.ns, alignedConfig()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestAlignedLeavesExtendedResources: with the feature off, in modes
+// without exclusive HCAs and for pods without GPUs, no claim is added and
+// the GPUs stay where the user wrote them.
+func TestAlignedLeavesExtendedResources(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, pod, mode string
+		cfg             *config.Config
+	}{
+		{"feature off", "aligned-ndv5-4gpu", "", testConfig()},
+		{"rdma-shared", "aligned-ndv5-4gpu", "rdma-shared", alignedConfig()},
+		{"ipoib only", "aligned-ndv5-4gpu", "ipoib", alignedConfig()},
+		{"no GPUs", "mpijob-launcher", "rdma-exclusive", alignedConfig()},
+		{"own claims", "aligned-own-claims", "", alignedConfig()},
+		{"beyond a claim's bounds", "aligned-too-many-hcas", "", alignedConfig()},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pod := readPod(t, tc.pod)
+			if tc.mode != "" {
+				pod.Annotations[contract.AnnotationMode] = tc.mode
+			}
+			before := pod.DeepCopy()
+			if _, err := Mutate(pod, optedIn(pod.Namespace), tc.cfg); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(before.Spec.ResourceClaims, pod.Spec.ResourceClaims); diff != "" {
+				t.Errorf("resourceClaims changed (-before +after):\n%s", diff)
+			}
+			for i, c := range before.Spec.Containers {
+				if g := gpuCount(&c, contract.ResourceGPU); g != gpuCount(&pod.Spec.Containers[i], contract.ResourceGPU) {
+					t.Errorf("container %q: GPUs %d, now %d", c.Name, g, gpuCount(&pod.Spec.Containers[i], contract.ResourceGPU))
+				}
+			}
+		})
+	}
+}

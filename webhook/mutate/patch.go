@@ -96,6 +96,9 @@ func apply(pod *corev1.Pod, pl *plan) []PatchOp {
 			p.addMount(cp.target)
 		}
 	}
+	for _, c := range pl.claims {
+		p.addAlignedClaim(pod, c)
+	}
 	if pl.volume {
 		p.addVolume(pod)
 	}

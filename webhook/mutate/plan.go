@@ -26,6 +26,9 @@ type plan struct {
 	// jobAffinity is the partition affinity term to the pod's job; nil
 	// for none.
 	jobAffinity *corev1.PodAffinityTerm
+	// claims are the aligned GPU+HCA claims replacing containers' extended
+	// resources (alignedClaims on).
+	claims []alignedClaim
 }
 
 // containerPlan is what one selected container lacks.
@@ -63,6 +66,9 @@ type decision struct {
 	hcas        int64   // the hcas annotation, 0 when absent
 	counts      []int64 // rdma-exclusive count per target
 	addCap      bool    // IPC_LOCK wanted by the capability policy
+	// holders are the paths of the selected containers whose HCAs come
+	// from an aligned claim, planned or held since an earlier admission.
+	holders map[string]bool
 
 	plan plan
 }
@@ -79,6 +85,7 @@ func decideSteps() []decideStep {
 		(*decision).selectTargets,
 		(*decision).boundNetworks,
 		(*decision).warnPod,
+		(*decision).decideAligned,
 		(*decision).decideCapability,
 		(*decision).decideAnnotations,
 		(*decision).decideContainers,
@@ -270,16 +277,13 @@ func (d *decision) decideNetwork() error {
 
 // decideContainers plans, per selected container, what it lacks.
 func (d *decision) decideContainers() error {
-	exclusiveRes := d.cfg.Resources.Exclusive
-	if d.profile.ExclusiveResource != "" {
-		exclusiveRes = d.profile.ExclusiveResource
-	}
+	exclusiveRes := d.exclusiveResource()
 	for i, t := range d.targets {
 		cp := containerPlan{target: t}
 		if d.mode.Shared {
 			cp.resources = d.needResource(cp.resources, t, d.cfg.Resources.Shared, 1)
 		}
-		if d.mode.Exclusive {
+		if d.mode.Exclusive && !d.holders[t.path] {
 			cp.resources = d.needResource(cp.resources, t, exclusiveRes, d.counts[i])
 		}
 		if d.addCap && !hasCapability(t.c, "IPC_LOCK") {

@@ -85,6 +85,12 @@ var goldenNamespaces = map[string]mutate.Namespace{
 	"lws-worker":         optedIn("serving"),
 	"batch-job-shared":   optedIn("training"),
 	"mi300x":             optedIn("hpc", contract.AnnotationMode, "rdma-exclusive"),
+	// Admitted with the default config, where alignedClaims is off.
+	"aligned-ndv5-4gpu":      optedIn("training"),
+	"aligned-oci-roce":       optedIn("training"),
+	"aligned-two-containers": optedIn("serving"),
+	"aligned-own-claims":     optedIn("training"),
+	"aligned-too-many-hcas":  optedIn("training"),
 }
 
 func readPod(path string) (*corev1.Pod, error) {
