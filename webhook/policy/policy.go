@@ -9,6 +9,7 @@ package policy
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -103,10 +104,22 @@ func (n Names) Validate() error {
 	return nil
 }
 
-// Render renders the policies and their parameters for cfg.
+// ErrAlignedClaims refuses a config with alignedClaims on: the aligned
+// claim is made from ResourceClaimTemplates the webhook's controller keeps
+// in each opted-in namespace, and a policy has no controller, so its pods
+// keep their extended resources.
+var ErrAlignedClaims = errors.New("alignedClaims.enabled: admission.mode policy cannot give pods the aligned GPU+HCA claim " +
+	"(its ResourceClaimTemplates are kept by the webhook's controller) and keeps GPUs and HCAs on extended resources; " +
+	"accepted: alignedClaims.enabled false with the policy, or admission.mode webhook for aligned claims (docs/admission-policy.md)")
+
+// Render renders the policies and their parameters for cfg; a config
+// with alignedClaims on is refused (ErrAlignedClaims).
 func Render(cfg *config.Config, n Names) (*Objects, error) {
 	if err := n.Validate(); err != nil {
 		return nil, fmt.Errorf("policy names: %w", err)
+	}
+	if cfg.AlignedClaims.Enabled {
+		return nil, ErrAlignedClaims
 	}
 	data, err := Params(cfg)
 	if err != nil {
