@@ -1,6 +1,10 @@
 package mutate
 
 import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -8,6 +12,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/aligned"
+	"github.com/ibkube/ibkube/webhook/config"
 )
 
 // alignedClaim is one aligned GPU+HCA claim the pod gets: the container
@@ -41,6 +46,11 @@ func (d *decision) decideAligned() error {
 	}
 	asking := d.askingGPUs()
 	if len(asking) == 0 {
+		return nil
+	}
+	if d.gpuRes != d.cfg.GPUResource {
+		d.plan.warn("the pod's GPUs and HCAs stay on %s and %s, not on an aligned claim: profile %s counts GPUs by %s, and alignedClaims.gpuDeviceClass %s serves %s",
+			d.gpuRes, d.exclusiveResource(), d.profileName, d.gpuRes, d.cfg.AlignedClaims.GPUDeviceClass, d.cfg.GPUResource)
 		return nil
 	}
 	if rc := d.pod.Spec.ResourceClaims; len(rc) > 0 {
@@ -93,6 +103,11 @@ func (d *decision) alignedClaimOf(i int, named bool) (alignedClaim, string) {
 	}
 	if err := shape.Validate(); err != nil {
 		return alignedClaim{}, "container " + echo(t.c.Name) + ": " + err.Error()
+	}
+	if !slices.Contains(AlignedShapes(d.cfg), shape) {
+		return alignedClaim{}, fmt.Sprintf("container %s: no ResourceClaimTemplate is kept for %d GPUs and %d HCAs of %s; "+
+			"accepted: 1 to a profile's gpusPerNode GPUs with its hcasPerGPU HCAs each, GPUs counted by %s (docs/dra.md, \"Aligned GPU and HCA pairs\")",
+			echo(t.c.Name), shape.GPUs, shape.HCAs, shape.HCAClass, d.cfg.GPUResource)
 	}
 	name := contract.AlignedClaim
 	if named {
@@ -224,4 +239,42 @@ func (p *patcher) removeQuantity(list *corev1.ResourceList, path string, name co
 	}
 	delete(*list, name)
 	p.ops = append(p.ops, PatchOp{Op: "remove", Path: path + "/" + escape(string(name))})
+}
+
+// AlignedShapes are the shapes whose ResourceClaimTemplates the webhook's
+// controller keeps in each opted-in namespace, and so the only ones a pod
+// is aligned to (none with alignedClaims off): for each profile whose GPUs
+// the configured GPU DeviceClass serves, 1 to its gpusPerNode GPUs (a
+// profile that states none: the most any profile states) with its HCAs
+// per GPU each, on the DeviceClass of its rdma-exclusive pool. Shapes
+// beyond one claim's bounds are left out. Sorted by name, each once.
+func AlignedShapes(cfg *config.Config) []aligned.Shape {
+	if !cfg.AlignedClaims.Enabled {
+		return nil
+	}
+	most := 0
+	for _, name := range cfg.ProfileNames() {
+		p, _ := cfg.Profile(name)
+		most = max(most, p.GPUsPerNode)
+	}
+	seen := map[string]aligned.Shape{}
+	for _, name := range cfg.ProfileNames() {
+		p, _ := cfg.Profile(name)
+		if gpuResource(p, cfg) != cfg.GPUResource {
+			continue
+		}
+		gpus := cmp.Or(p.GPUsPerNode, most)
+		class := contract.DeviceClassFor(cmp.Or(p.ExclusiveResource, cfg.Resources.Exclusive))
+		for g := 1; g <= gpus; g++ {
+			s := aligned.Shape{GPUs: g, HCAs: g * max(1, p.HCAsPerGPU), GPUClass: cfg.AlignedClaims.GPUDeviceClass, HCAClass: class}
+			if s.Validate() == nil {
+				seen[s.Name()] = s
+			}
+		}
+	}
+	out := make([]aligned.Shape, 0, len(seen))
+	for _, name := range slices.Sorted(maps.Keys(seen)) {
+		out = append(out, seen[name])
+	}
+	return out
 }

@@ -575,6 +575,7 @@ var alignedGoldenCases = []struct {
 	{"aligned-two-containers", optedIn("serving")},
 	{"aligned-own-claims", optedIn("training")},
 	{"aligned-too-many-hcas", optedIn("training")},
+	{"aligned-shape-not-kept", optedIn("training")},
 }
 
 func TestMutateAlignedGolden(t *testing.T) {
@@ -614,6 +615,9 @@ func TestAlignedLeavesExtendedResources(t *testing.T) {
 		{"no GPUs", "mpijob-launcher", "rdma-exclusive", alignedConfig()},
 		{"own claims", "aligned-own-claims", "", alignedConfig()},
 		{"beyond a claim's bounds", "aligned-too-many-hcas", "", alignedConfig()},
+		{"no template kept for the shape", "aligned-shape-not-kept", "", alignedConfig()},
+		// amd.com/gpu is not what alignedClaims.gpuDeviceClass serves.
+		{"another GPU resource", "mi300x", "rdma-exclusive", alignedConfig()},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -636,4 +640,18 @@ func TestAlignedLeavesExtendedResources(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAlignedShapes pins the templates the controller keeps for the
+// built-in profiles: a change to a profile's counts shows here.
+func TestAlignedShapes(t *testing.T) {
+	t.Parallel()
+	if got := AlignedShapes(testConfig()); got != nil {
+		t.Errorf("feature off: %d shapes, want none", len(got))
+	}
+	var b strings.Builder
+	for _, s := range AlignedShapes(alignedConfig()) {
+		fmt.Fprintf(&b, "%s %s\n", s.Name(), s.GPUClass)
+	}
+	golden.Check(t, filepath.Join("testdata", "golden", "aligned-shapes.txt"), []byte(b.String()))
 }

@@ -91,6 +91,7 @@ var goldenNamespaces = map[string]mutate.Namespace{
 	"aligned-two-containers": optedIn("serving"),
 	"aligned-own-claims":     optedIn("training"),
 	"aligned-too-many-hcas":  optedIn("training"),
+	"aligned-shape-not-kept": optedIn("training"),
 }
 
 func readPod(path string) (*corev1.Pod, error) {
