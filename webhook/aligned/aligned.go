@@ -109,6 +109,13 @@ const UnpairedGPUs = "gpus-unpaired"
 // first rung is tried with every free GPU and the HCAs on its root, so a
 // GPU whose own HCAs are taken does not push the pair down the ladder
 // while another GPU has free ones.
+//
+// The pairs are interleaved (a GPU, its HCAs, the next GPU) rather than
+// every GPU first, though a node with too few free GPUs would then fail
+// at the GPUs before any HCA is tried: the allocator backtracks to its
+// latest choice, so with every GPU first a GPU whose HCAs are taken is
+// found out only after every choice of the later GPUs, which on a busy
+// node costs a fitting pod hundreds of times more (docs/dra.md, "Cost").
 func Spec(s Shape) (resourceapi.ResourceClaimSpec, error) {
 	if err := s.Validate(); err != nil {
 		return resourceapi.ResourceClaimSpec{}, err
