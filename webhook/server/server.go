@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -112,6 +113,10 @@ func newManager(cfg Config) (manager.Manager, error) {
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("scheme: %w", err)
 	}
+	// The aligned claim's templates, which the templates controller writes.
+	if err := resourceapi.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("scheme: %w", err)
+	}
 	mgr, err := manager.New(cfg.Rest, manager.Options{
 		Scheme: scheme,
 		Logger: cfg.Log,
@@ -175,7 +180,8 @@ func newTLSServer(cfg Config, mgr manager.Manager, store *configStore, reg ctrlm
 }
 
 // addRunnables adds to mgr the webhook server (started once certificates
-// are ready), the cache warmer, the config watcher and the health checks.
+// are ready), the cache warmer, the config watcher, the aligned claim
+// templates' controller and the health checks.
 func addRunnables(ctx context.Context, cfg Config, mgr manager.Manager, srv *tlsServer, store *configStore) error {
 	var certsReady <-chan struct{}
 	if cfg.CertSetup != nil {
@@ -196,6 +202,9 @@ func addRunnables(ctx context.Context, cfg Config, mgr manager.Manager, srv *tls
 		return store.Run(ctx, cfg.ConfigPoll)
 	})); err != nil {
 		return fmt.Errorf("add config watcher: %w", err)
+	}
+	if err := mgr.Add(templateRunner{mgr: mgr, store: store, log: cfg.Log.WithName("templates")}); err != nil {
+		return fmt.Errorf("add aligned claim templates: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("healthz: %w", err)

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -83,7 +84,13 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 		}
 	}
 	var have resourceapi.ResourceClaimTemplateList
-	if err := c.Templates.List(ctx, &have, client.MatchingLabels{LabelManagedBy: Manager}); err != nil {
+	err := c.Templates.List(ctx, &have, client.MatchingLabels{LabelManagedBy: Manager})
+	switch {
+	case err != nil && !cfg.AlignedClaims.Enabled && (meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err)):
+		// Off, on a cluster without resource.k8s.io (nothing of ours can
+		// exist) or under RBAC from before the templates: nothing to do.
+		return nil
+	case err != nil:
 		return fmt.Errorf("list aligned claim templates: %w", err)
 	}
 	existing := make([]*resourceapi.ResourceClaimTemplate, len(have.Items))
