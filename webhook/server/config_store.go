@@ -46,6 +46,10 @@ type configStore struct {
 	lastOK  prometheus.Gauge
 
 	watching chan struct{} // closed once Run watches the directory (tests wait on it)
+	// changed receives (without blocking, at most one pending) when a
+	// reload swaps the configuration, for what acts on it outside
+	// admission (the aligned claim templates).
+	changed chan struct{}
 }
 
 func newConfigStore(path string, apply func(*config.Config), reg prometheus.Registerer, log logr.Logger) (*configStore, error) {
@@ -54,6 +58,7 @@ func newConfigStore(path string, apply func(*config.Config), reg prometheus.Regi
 		log:      log,
 		apply:    apply,
 		watching: make(chan struct{}),
+		changed:  make(chan struct{}, 1),
 		reloads:  promreg.CounterVec("ibkube_webhook_config_reloads_total", "Re-reads of the webhook config file that changed it, by result (success, failure: the last good config stays).", "result"),
 		lastOK:   promreg.Gauge("ibkube_webhook_config_last_reload_successful", "1 if the config file in use parsed on its last read, 0 if a bad file was ignored and the last good config is still in use."),
 	}
@@ -71,6 +76,9 @@ func newConfigStore(path string, apply func(*config.Config), reg prometheus.Regi
 	s.lastOK.Set(1)
 	return s, nil
 }
+
+// Changed receives when a reload swapped the configuration.
+func (s *configStore) Changed() <-chan struct{} { return s.changed }
 
 // Current returns the configuration in use. Callers must not modify it.
 func (s *configStore) Current() *config.Config { return s.cur.Load() }
@@ -126,6 +134,10 @@ func (s *configStore) reload() (bool, error) {
 	s.lastData, s.missing = data, missing
 	s.reloads.WithLabelValues("success").Inc()
 	s.log.Info("webhook config reloaded", "path", s.path)
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
 	return true, nil
 }
 

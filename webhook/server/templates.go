@@ -24,7 +24,7 @@ type liveClient struct {
 
 // templateRunner runs the aligned claim templates' controller, each pass
 // reading the config the webhook admits with, woken by changes of the
-// namespaces' labels (the handler's namespace cache).
+// namespaces (the handler's namespace cache) and of the config.
 type templateRunner struct {
 	mgr   manager.Manager
 	store *configStore
@@ -39,6 +39,16 @@ func (r templateRunner) Start(ctx context.Context) error {
 		default:
 		}
 	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.store.Changed():
+				poke()
+			}
+		}
+	}()
 	ns := &metav1.PartialObjectMetadata{}
 	ns.SetGroupVersionKind(handler.NamespaceGVK)
 	inf, err := r.mgr.GetCache().GetInformer(ctx, ns)

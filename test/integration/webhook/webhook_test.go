@@ -384,6 +384,7 @@ func TestWebhook(t *testing.T) {
 	t.Run("IPoIB network check", e.testNetworks)
 	t.Run("config reload", e.testConfigReload)
 	t.Run("metrics", e.testMetrics)
+	t.Run("aligned claims", e.testAligned)
 	t.Run("health probes", func(t *testing.T) {
 		for _, path := range []string{"/healthz", "/readyz"} {
 			code, body, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d%s", probePort, path))
