@@ -16,7 +16,6 @@ import (
 // internal/testing/; the test fails on an entry that is no longer needed.
 var pendingTestOnly = map[string]string{
 	"hca/fixture":     "fake hosts from real machines' trees, imported by tests in every room (node/dra, test/e2e, test/fleet among them, still being edited) and by make fixtures; moves with them",
-	"webhook/aligned": "product code, the aligned GPU+HCA claim of DRA mode, proved by node/dra's allocator tests; admission imports it once the allocator's cost on nodes it does not fit is bounded (docs/dra.md, \"Aligned GPU and HCA pairs\")",
 }
 
 // TestTestOnlyPackagesLiveUnderInternalTesting: a package that only
