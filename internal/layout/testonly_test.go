@@ -15,7 +15,7 @@ import (
 // with why it has not moved yet. Delete an entry when its package moves to
 // internal/testing/; the test fails on an entry that is no longer needed.
 var pendingTestOnly = map[string]string{
-	"hca/fixture":     "fake hosts from real machines' trees, imported by tests in every room (node/dra, test/e2e, test/fleet among them, still being edited) and by make fixtures; moves with them",
+	"hca/fixture": "fake hosts from real machines' trees, imported by tests in every room (node/dra, test/e2e, test/fleet among them, still being edited) and by make fixtures; moves with them",
 }
 
 // TestTestOnlyPackagesLiveUnderInternalTesting: a package that only
