@@ -104,7 +104,7 @@ func (d *decision) alignedClaimOf(i int, named bool) (alignedClaim, string) {
 	if err := shape.Validate(); err != nil {
 		return alignedClaim{}, "container " + echo(t.c.Name) + ": " + err.Error()
 	}
-	if !slices.Contains(AlignedShapes(d.cfg), shape) {
+	if !kept(d.cfg, shape) {
 		return alignedClaim{}, fmt.Sprintf("container %s: no ResourceClaimTemplate is kept for %d GPUs and %d HCAs of %s; "+
 			"accepted: 1 to a profile's gpusPerNode GPUs with its hcasPerGPU HCAs each, GPUs counted by %s (docs/dra.md, \"Aligned GPU and HCA pairs\")",
 			echo(t.c.Name), shape.GPUs, shape.HCAs, shape.HCAClass, d.cfg.GPUResource)
@@ -249,24 +249,10 @@ func (p *patcher) removeQuantity(list *corev1.ResourceList, path string, name co
 // per GPU each, on the DeviceClass of its rdma-exclusive pool. Shapes
 // beyond one claim's bounds are left out. Sorted by name, each once.
 func AlignedShapes(cfg *config.Config) []aligned.Shape {
-	if !cfg.AlignedClaims.Enabled {
-		return nil
-	}
-	most := 0
-	for _, name := range cfg.ProfileNames() {
-		p, _ := cfg.Profile(name)
-		most = max(most, p.GPUsPerNode)
-	}
 	seen := map[string]aligned.Shape{}
-	for _, name := range cfg.ProfileNames() {
-		p, _ := cfg.Profile(name)
-		if gpuResource(p, cfg) != cfg.GPUResource {
-			continue
-		}
-		gpus := cmp.Or(p.GPUsPerNode, most)
-		class := contract.DeviceClassFor(cmp.Or(p.ExclusiveResource, cfg.Resources.Exclusive))
-		for g := 1; g <= gpus; g++ {
-			s := aligned.Shape{GPUs: g, HCAs: g * max(1, p.HCAsPerGPU), GPUClass: cfg.AlignedClaims.GPUDeviceClass, HCAClass: class}
+	for _, k := range keptShapes(cfg) {
+		for g := 1; g <= k.gpus; g++ {
+			s := k.shape(g, cfg)
 			if s.Validate() == nil {
 				seen[s.Name()] = s
 			}
@@ -275,6 +261,56 @@ func AlignedShapes(cfg *config.Config) []aligned.Shape {
 	out := make([]aligned.Shape, 0, len(seen))
 	for _, name := range slices.Sorted(maps.Keys(seen)) {
 		out = append(out, seen[name])
+	}
+	return out
+}
+
+// kept says whether AlignedShapes holds s, without building it: admission
+// asks it for every aligned pod.
+func kept(cfg *config.Config, s aligned.Shape) bool {
+	if s.Validate() != nil || s.GPUClass != cfg.AlignedClaims.GPUDeviceClass {
+		return false
+	}
+	for _, k := range keptShapes(cfg) {
+		if s.GPUs <= k.gpus && k.shape(s.GPUs, cfg) == s {
+			return true
+		}
+	}
+	return false
+}
+
+// profileShapes are one profile's kept shapes: 1 to gpus GPUs, perGPU
+// HCAs each, on class.
+type profileShapes struct {
+	gpus, perGPU int
+	class        string
+}
+
+func (k profileShapes) shape(gpus int, cfg *config.Config) aligned.Shape {
+	return aligned.Shape{GPUs: gpus, HCAs: gpus * k.perGPU, GPUClass: cfg.AlignedClaims.GPUDeviceClass, HCAClass: k.class}
+}
+
+// keptShapes is the rule of AlignedShapes, per profile.
+func keptShapes(cfg *config.Config) []profileShapes {
+	if !cfg.AlignedClaims.Enabled {
+		return nil
+	}
+	names := cfg.ProfileNames()
+	most := 0
+	for _, name := range names {
+		p, _ := cfg.Profile(name)
+		most = max(most, p.GPUsPerNode)
+	}
+	out := make([]profileShapes, 0, len(names))
+	for _, name := range names {
+		p, _ := cfg.Profile(name)
+		if gpuResource(p, cfg) != cfg.GPUResource {
+			continue
+		}
+		out = append(out, profileShapes{
+			gpus: cmp.Or(p.GPUsPerNode, most), perGPU: max(1, p.HCAsPerGPU),
+			class: contract.DeviceClassFor(cmp.Or(p.ExclusiveResource, cfg.Resources.Exclusive)),
+		})
 	}
 	return out
 }

@@ -45,3 +45,31 @@ func BenchmarkDeepCopy(b *testing.B) {
 		_ = pod.DeepCopy()
 	}
 }
+
+// BenchmarkMutateAligned is BenchmarkMutate's pod with alignedClaims on:
+// its GPUs and HCAs become the aligned claim (the difference is the
+// claim's decision, AlignedShapes included, and its patch).
+func BenchmarkMutateAligned(b *testing.B) {
+	pod := readPod(b, "pytorchjob-worker")
+	ns := goldenCases[0].ns
+	cfg := alignedConfig()
+	if res, err := Mutate(pod.DeepCopy(), ns, cfg); err != nil || !hasAlignedClaim(res) {
+		b.Fatalf("pod not aligned: %v", err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		p := pod.DeepCopy()
+		if _, err := Mutate(p, ns, cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func hasAlignedClaim(res Result) bool {
+	for _, op := range res.Patch {
+		if op.Path == "/spec/resourceClaims" {
+			return true
+		}
+	}
+	return false
+}

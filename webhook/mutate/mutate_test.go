@@ -16,6 +16,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/testing/golden"
+	"github.com/ibkube/ibkube/webhook/aligned"
 	"github.com/ibkube/ibkube/webhook/config"
 )
 
@@ -646,7 +647,7 @@ func TestAlignedLeavesExtendedResources(t *testing.T) {
 // built-in profiles: a change to a profile's counts shows here.
 func TestAlignedShapes(t *testing.T) {
 	t.Parallel()
-	if got := AlignedShapes(testConfig()); got != nil {
+	if got := AlignedShapes(testConfig()); len(got) != 0 {
 		t.Errorf("feature off: %d shapes, want none", len(got))
 	}
 	var b strings.Builder
@@ -654,4 +655,28 @@ func TestAlignedShapes(t *testing.T) {
 		fmt.Fprintf(&b, "%s %s\n", s.Name(), s.GPUClass)
 	}
 	golden.Check(t, filepath.Join("testdata", "golden", "aligned-shapes.txt"), []byte(b.String()))
+}
+
+// TestKeptIsAlignedShapes: admission's membership test answers as the
+// list the controller writes, over every shape up to a claim's bounds.
+func TestKeptIsAlignedShapes(t *testing.T) {
+	t.Parallel()
+	cfg := alignedConfig()
+	list := map[aligned.Shape]bool{}
+	for _, s := range AlignedShapes(cfg) {
+		list[s] = true
+	}
+	classes := []string{contract.DeviceClassIB, contract.DeviceClassRoCE, contract.DeviceClassSharedIB}
+	for g := 1; g <= aligned.MaxHCAs+1; g++ {
+		for h := 1; h <= aligned.MaxHCAs+1; h++ {
+			for _, class := range classes {
+				for _, gpuClass := range []string{cfg.AlignedClaims.GPUDeviceClass, "gpu.amd.com"} {
+					s := aligned.Shape{GPUs: g, HCAs: h, GPUClass: gpuClass, HCAClass: class}
+					if kept(cfg, s) != list[s] {
+						t.Errorf("kept(%s, %s) = %t, AlignedShapes lists it: %t", s.Name(), gpuClass, kept(cfg, s), list[s])
+					}
+				}
+			}
+		}
+	}
 }
