@@ -1,6 +1,7 @@
 package templates
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,7 +47,7 @@ type Controller struct {
 // changed, the config changed) and every Resync, until ctx ends. A failed
 // pass is logged and tried again on the next.
 func (c *Controller) Run(ctx context.Context, changes <-chan struct{}) error {
-	tick := time.NewTicker(cmpOr(c.Resync, time.Minute))
+	tick := time.NewTicker(cmp.Or(c.Resync, time.Minute))
 	defer tick.Stop()
 	for {
 		if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
@@ -59,13 +60,6 @@ func (c *Controller) Run(ctx context.Context, changes <-chan struct{}) error {
 		case <-tick.C:
 		}
 	}
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 // Reconcile makes one pass: reads the opted-in namespaces and the
