@@ -154,13 +154,13 @@ func (n *alignedNode) alignment(t testing.TB, a *resourceapi.AllocationResult) a
 	}
 	gpuOf := map[int]gpu{}
 	for _, r := range a.Devices.Results {
-		if pair, rung, ok := aligned.RungOf(r.Request); ok {
+		if pair, rung, ok := contract.AlignedRungOf(r.Request); ok {
 			gpuOf[pair] = gpu{n.places[structuredID{r.Driver, r.Device}], rung}
 		}
 	}
 	out := alignment{rungs: map[string]int{}}
 	for _, r := range a.Devices.Results {
-		pair, ok := aligned.PairOf(r.Request)
+		pair, ok := contract.AlignedPairOf(r.Request)
 		if !ok {
 			continue
 		}

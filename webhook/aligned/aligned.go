@@ -9,19 +9,22 @@ package aligned
 import (
 	"fmt"
 	"strconv"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/utils/ptr"
+
+	"github.com/ibkube/ibkube/contract"
 )
 
 // The rungs of each pair's GPU request, best first. A result's request
 // names the rung it was allocated for: "gpu-0/pcie-root".
+// The names are the contract's, which the node agent reads back from the
+// allocation results (contract.AlignedRungOf, AlignedPairOf).
 const (
-	RungPCIeRoot = "pcie-root"
-	RungNUMANode = "numa-node"
-	RungAny      = "any"
+	RungPCIeRoot = contract.RungPCIeRoot
+	RungNUMANode = contract.RungNUMANode
+	RungAny      = contract.RungAny
 )
 
 // MaxHCAs is the most HCAs one aligned claim pairs: each takes two of the
@@ -172,30 +175,4 @@ func exactly(name, class string, count int) resourceapi.DeviceRequest {
 
 func match(attr resourceapi.QualifiedName, requests ...string) resourceapi.DeviceConstraint {
 	return resourceapi.DeviceConstraint{Requests: requests, MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(attr))}
-}
-
-// RungOf reads which pair and rung an allocation result's request name
-// ("gpu-3/numa-node") stands for; ok is false for any other request.
-func RungOf(request string) (pair int, rung string, ok bool) {
-	name, rung, found := strings.Cut(request, "/")
-	idx, isGPU := strings.CutPrefix(name, "gpu-")
-	if !found || !isGPU {
-		return 0, "", false
-	}
-	pair, err := strconv.Atoi(idx)
-	if err != nil {
-		return 0, "", false
-	}
-	return pair, rung, true
-}
-
-// PairOf reads which pair an HCA request ("hca-3-1") belongs to.
-func PairOf(request string) (pair int, ok bool) {
-	rest, isHCA := strings.CutPrefix(request, "hca-")
-	idx, _, found := strings.Cut(rest, "-")
-	if !isHCA || !found {
-		return 0, false
-	}
-	pair, err := strconv.Atoi(idx)
-	return pair, err == nil
 }

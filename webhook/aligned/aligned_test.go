@@ -72,7 +72,7 @@ func TestEveryHCAIsPaired(t *testing.T) {
 				t.Errorf("%+v: constraints join %d HCAs, want %d", s, len(joined), hcas)
 			}
 			for hca, with := range joined {
-				pair, _ := PairOf(hca)
+				pair, _ := contract.AlignedPairOf(hca)
 				gpu := GPURequest(pair)
 				want := []string{"resource.kubernetes.io/pcieRoot with " + gpu + "/pcie-root", "resource.kubernetes.io/numaNode with " + gpu + "/numa-node"}
 				if d := cmp.Diff(want, with); d != "" {
@@ -104,37 +104,21 @@ func TestValidateNamesWhatIsAccepted(t *testing.T) {
 	}
 }
 
-func TestRungOfAndPairOf(t *testing.T) {
+// TestRequestNamesReadBack: the names the claim gives its requests are
+// those the node agent reads back from the allocation results
+// (contract.AlignedRungOf, AlignedPairOf), for every pair, HCA and rung.
+func TestRequestNamesReadBack(t *testing.T) {
 	t.Parallel()
-	type read struct {
-		Pair int
-		Rung string
-		OK   bool
-	}
-	for in, want := range map[string]read{
-		"gpu-3/numa-node": {3, RungNUMANode, true},
-		"gpu-0/pcie-root": {0, RungPCIeRoot, true},
-		"gpu-0":           {},
-		"gpus-unpaired":   {},
-		"gpu-x/any":       {},
-		"hca-0-1":         {},
-	} {
-		var got read
-		got.Pair, got.Rung, got.OK = RungOf(in)
-		if d := cmp.Diff(want, got); d != "" {
-			t.Errorf("RungOf(%q) (-want +got):\n%s", in, d)
+	for pair := range MaxHCAs {
+		for _, rung := range contract.Rungs() {
+			if p, r, ok := contract.AlignedRungOf(GPURequest(pair) + "/" + rung); !ok || p != pair || r != rung {
+				t.Errorf("%s/%s reads back as pair %d rung %q (%v)", GPURequest(pair), rung, p, r, ok)
+			}
 		}
-	}
-	for in, want := range map[string]read{
-		"hca-3-1":         {3, "", true},
-		"hca-12-0":        {12, "", true},
-		"gpu-3/pcie-root": {},
-		"hca-x-0":         {},
-	} {
-		var got read
-		got.Pair, got.OK = PairOf(in)
-		if d := cmp.Diff(want, got); d != "" {
-			t.Errorf("PairOf(%q) (-want +got):\n%s", in, d)
+		for j := range 2 {
+			if p, ok := contract.AlignedPairOf(HCARequest(pair, j)); !ok || p != pair {
+				t.Errorf("%s reads back as pair %d (%v)", HCARequest(pair, j), p, ok)
+			}
 		}
 	}
 }
