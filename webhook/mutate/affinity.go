@@ -73,11 +73,7 @@ func (p *patcher) addJobAffinity(pod *corev1.Pod, t *corev1.PodAffinityTerm) {
 	case spec.Affinity.PodAffinity == nil:
 		spec.Affinity.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term}}
 		p.add("/spec/affinity/podAffinity", spec.Affinity.PodAffinity)
-	case spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil:
-		spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = []corev1.PodAffinityTerm{term}
-		p.add("/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution", spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution)
 	default:
-		spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution, term)
-		p.add("/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution/-", term)
+		appendItem(p, &spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution, "/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution", term)
 	}
 }

@@ -209,21 +209,8 @@ func (p *patcher) addAlignedClaim(pod *corev1.Pod, c alignedClaim) {
 		p.removeQuantity(&res.Requests, c.path+"/resources/requests", r)
 	}
 	ref := corev1.ResourceClaim{Name: c.name}
-	if res.Claims == nil {
-		res.Claims = []corev1.ResourceClaim{ref}
-		p.add(c.path+"/resources/claims", res.Claims)
-	} else {
-		res.Claims = append(res.Claims, ref)
-		p.add(c.path+"/resources/claims/-", ref)
-	}
-	claim := corev1.PodResourceClaim{Name: c.name, ResourceClaimTemplateName: &c.template}
-	if pod.Spec.ResourceClaims == nil {
-		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{claim}
-		p.add("/spec/resourceClaims", pod.Spec.ResourceClaims)
-		return
-	}
-	pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, claim)
-	p.add("/spec/resourceClaims/-", claim)
+	appendItem(p, &res.Claims, c.path+"/resources/claims", ref)
+	appendItem(p, &pod.Spec.ResourceClaims, "/spec/resourceClaims", corev1.PodResourceClaim{Name: c.name, ResourceClaimTemplateName: &c.template})
 }
 
 // removeQuantity removes name from the list at path, the whole list when

@@ -38,6 +38,19 @@ func (p *patcher) add(path string, v any) {
 	p.ops = append(p.ops, PatchOp{Op: "add", Path: path, Value: v})
 }
 
+// appendItem appends item to the list at path: the list is added whole
+// where the pod has none (JSON Patch cannot append to a missing array),
+// else the item is appended with "/-".
+func appendItem[T any](p *patcher, list *[]T, path string, item T) {
+	if *list == nil {
+		*list = []T{item}
+		p.add(path, *list)
+		return
+	}
+	*list = append(*list, item)
+	p.add(path+"/-", item)
+}
+
 // escape makes s a JSON Pointer reference token (RFC 6901).
 func escape(s string) string {
 	switch s { // the keys written on every admission, without allocating
@@ -144,12 +157,8 @@ func (p *patcher) addCapability(t target, capName corev1.Capability) {
 	case c.SecurityContext.Capabilities == nil:
 		c.SecurityContext.Capabilities = &corev1.Capabilities{Add: []corev1.Capability{capName}}
 		p.add(t.path+"/securityContext/capabilities", c.SecurityContext.Capabilities)
-	case c.SecurityContext.Capabilities.Add == nil:
-		c.SecurityContext.Capabilities.Add = []corev1.Capability{capName}
-		p.add(t.path+"/securityContext/capabilities/add", c.SecurityContext.Capabilities.Add)
 	default:
-		c.SecurityContext.Capabilities.Add = append(c.SecurityContext.Capabilities.Add, capName)
-		p.add(t.path+"/securityContext/capabilities/add/-", capName)
+		appendItem(p, &c.SecurityContext.Capabilities.Add, t.path+"/securityContext/capabilities/add", capName)
 	}
 }
 
@@ -183,13 +192,7 @@ func (p *patcher) addEnv(t target, add []corev1.EnvVar) {
 func (p *patcher) addMount(t target) {
 	c := t.c
 	m := corev1.VolumeMount{Name: contract.NCCLConfVolume, MountPath: contract.NCCLConfDir, ReadOnly: true}
-	if c.VolumeMounts == nil {
-		c.VolumeMounts = []corev1.VolumeMount{m}
-		p.add(t.path+"/volumeMounts", c.VolumeMounts)
-		return
-	}
-	c.VolumeMounts = append(c.VolumeMounts, m)
-	p.add(t.path+"/volumeMounts/-", m)
+	appendItem(p, &c.VolumeMounts, t.path+"/volumeMounts", m)
 }
 
 // addVolume adds the downwardAPI volume projecting the conf annotation.
@@ -200,13 +203,7 @@ func (p *patcher) addVolume(pod *corev1.Pod) {
 			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['" + contract.AnnotationNCCLConf + "']"},
 		}},
 	}}}
-	if pod.Spec.Volumes == nil {
-		pod.Spec.Volumes = []corev1.Volume{v}
-		p.add("/spec/volumes", pod.Spec.Volumes)
-		return
-	}
-	pod.Spec.Volumes = append(pod.Spec.Volumes, v)
-	p.add("/spec/volumes/-", v)
+	appendItem(p, &pod.Spec.Volumes, "/spec/volumes", v)
 }
 
 func mountsConf(cs []corev1.Container) bool {
