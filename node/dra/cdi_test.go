@@ -22,13 +22,7 @@ import (
 // which the NRI memlock plugin then matches against the node's devices.
 func TestCDISpecAcceptedByRuntime(t *testing.T) {
 	t.Parallel()
-	var opts []fixture.Option
-	root := os.Geteuid() == 0
-	if root {
-		opts = append(opts, fixture.WithCharDevices())
-	}
-	h := newHost(t, fixture.NDv5, nil, opts...)
-	h.hostDevRoot = fixture.DevRoot(h.dir)
+	h, root := injectableHost(t)
 	h.topology = h.dir + "/nccl-topo.xml"
 	dir := t.TempDir()
 	d := newDriver(t, h, dir)
@@ -106,13 +100,7 @@ func TestCDISpecAcceptedByRuntime(t *testing.T) {
 // own.
 func TestClaimOfOneRequestPerHCANamesEveryHCA(t *testing.T) {
 	t.Parallel()
-	var opts []fixture.Option
-	root := os.Geteuid() == 0
-	if root {
-		opts = append(opts, fixture.WithCharDevices())
-	}
-	h := newHost(t, fixture.NDv5, nil, opts...)
-	h.hostDevRoot = fixture.DevRoot(h.dir)
+	h, root := injectableHost(t)
 	dir := t.TempDir()
 	d := newDriver(t, h, dir)
 	c := claim("5d1c0b7e-2f4a-4c6d-8e9f-0a1b2c3d4e5f", "aligned-0",
@@ -153,4 +141,19 @@ func TestClaimOfOneRequestPerHCANamesEveryHCA(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("the container's port lists after injection = %v, want %v", got, want)
 	}
+}
+
+// injectableHost is an ND H100 v5 host whose devices the CDI library can
+// inject: with real char devices where the test runs as root (mknod), so
+// the runtime's stat fills in major:minor; root says whether it could.
+func injectableHost(t *testing.T) (h *host, root bool) {
+	t.Helper()
+	var opts []fixture.Option
+	root = os.Geteuid() == 0
+	if root {
+		opts = append(opts, fixture.WithCharDevices())
+	}
+	h = newHost(t, fixture.NDv5, nil, opts...)
+	h.hostDevRoot = fixture.DevRoot(h.dir)
+	return h, root
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/ibkube/ibkube/test/e2e/fakegpu"
 	"github.com/ibkube/ibkube/webhook/aligned"
@@ -37,15 +36,7 @@ func BenchmarkPreparePairs(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			c := specClaim(fmt.Sprintf("whole-node-%d", i), spec)
 			c.UID, c.Status.Allocation = testUID(c.Name), a
-			start := time.Now()
-			res, err := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
-			times = append(times, time.Since(start))
-			if err != nil || res[c.UID].Err != nil {
-				b.Fatal(err, res[c.UID].Err)
-			}
-			if _, err := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: c.UID}}); err != nil {
-				b.Fatal(err)
-			}
+			times = append(times, prepareAndRelease(ctx, b, d, c))
 		}
 		reportPercentiles(b, times)
 	})
