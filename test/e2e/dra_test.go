@@ -971,6 +971,7 @@ func testDRA(t *testing.T, st *state) {
 	t.Run("9f-dra-agent-restart", func(t *testing.T) { testDRAAgentRestart(t, st, d) })
 	t.Run("9g-dra-unprepare", func(t *testing.T) { testDRAUnprepare(t, st, d) })
 	t.Run("9h-dra-gpu-hca-aligned", func(t *testing.T) { testDRAAligned(t, st, d) })
+	t.Run("9m-dra-aligned-admission", func(t *testing.T) { testDRAAlignedAdmission(t, st, d) })
 	t.Run("9j-dra-exclusive-is-exclusive", func(t *testing.T) { testDRAExclusiveIsExclusive(t, st, d) })
 	t.Run("9k-dra-flap-burst", func(t *testing.T) { testDRAFlapBurst(t, st, d) })
 	t.Run("9l-dra-stale-cdi-spec", func(t *testing.T) { testDRAStaleCDISpec(t, st, d) })
