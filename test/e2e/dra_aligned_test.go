@@ -312,7 +312,7 @@ func checkStoredAligned(ctx context.Context, t *testing.T, r *Result, name strin
 // rung) and is told so; a 1-GPU pod whose only free GPUs sit on the NUMA
 // node without free HCAs takes the any rung and gets GPUAlignmentFellBack;
 // a pod without the annotation keeps its GPUs. alignedClaims goes back off
-// at the end and the templates go.
+// at the end, also when a step failed, and the templates go.
 func testDRAAlignedAdmission(t *testing.T, st *state, d *draState) {
 	r, ctx := d.scenario(t, "9m-dra-aligned-admission", 12*time.Minute)
 	gpus, stop, err := startFakeGPUs(ctx)
@@ -322,11 +322,13 @@ func testDRAAlignedAdmission(t *testing.T, st *state, d *draState) {
 	defer stop()
 	optedIn(ctx, t, alignedNS, true)
 	claimNamespace(ctx, t)
+	// Deferred after stop, so it runs first: the pods holding fake GPUs
+	// go while the driver can still unprepare their claims.
+	defer alignedClaimsOff(t, r)
 	start := time.Now()
 	if err := setAlignedClaims(ctx, fakegpu.DeviceClass); err != nil {
 		fail(t, r, "turn alignedClaims on: %v", err)
 	}
-	t.Cleanup(func() { alignedClaimsOff(t, r) })
 	if err := waitAlignedAdmission(ctx, true); err != nil {
 		fail(t, r, "%v", err)
 	}
@@ -344,8 +346,9 @@ func testDRAAlignedAdmission(t *testing.T, st *state, d *draState) {
 	unannotatedUnchanged(ctx, t, r)
 }
 
-// alignedClaimsOff turns alignedClaims back off (the chart's defaults) and
-// checks that the controller removes every template it kept.
+// alignedClaimsOff deletes the scenario's pods (left by a failed step),
+// turns alignedClaims back off (the chart's defaults) and checks that the
+// controller removes every template it kept.
 func alignedClaimsOff(t *testing.T, r *Result) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*alignedConfigTimeout)
 	defer cancel()
@@ -428,38 +431,7 @@ func deleteWithClaims(ctx context.Context, ns, name string) error {
 // told "none", and gets the agent's GPUAlignmentFellBack Warning.
 func alignedFallBack(ctx context.Context, t *testing.T, r *Result, gpus []fakegpu.GPU) {
 	const name = "aligned-fallback"
-	free := needFreeHCAs(ctx, t, r)
-	perNUMA := map[int64]int64{}
-	for _, n := range free {
-		numa, _ := hcaNUMA(n)
-		perNUMA[numa]++
-	}
-	b := int64(1) // the NUMA node whose HCAs stay free
-	if perNUMA[1] == 0 {
-		b = 0
-	}
-	a := 1 - b
-	var gpusOnB int64
-	for _, g := range gpus {
-		if g.NUMANode == b {
-			gpusOnB++
-		}
-	}
-	sel := func(n int64) string {
-		return fmt.Sprintf(`device.attributes["resource.kubernetes.io"].numaNode == %d`, n)
-	}
-	holders := []*corev1.Pod{claimPod("fallback-gpus", "fallback-gpus")}
-	tpls := []*resourceapi.ResourceClaimTemplate{claimTemplate("fallback-gpus", []draRequest{{name: "gpu", class: fakegpu.DeviceClass, count: gpusOnB, cel: sel(b)}})}
-	if perNUMA[a] > 0 {
-		tpls = append(tpls, claimTemplate("fallback-hcas", []draRequest{{name: "hca", class: classIB, count: perNUMA[a], cel: sel(a)}}))
-		holders = append(holders, claimPod("fallback-hcas", "fallback-hcas"))
-	}
-	if err := createTemplates(ctx, draClaimNS, tpls...); err != nil {
-		fail(t, r, "%v", err)
-	}
-	if _, err := startPods(ctx, draClaimNS, holders...); err != nil {
-		fail(t, r, "holders of NUMA node %d's %d GPUs and NUMA node %d's %d free HCAs: %v", b, gpusOnB, a, perNUMA[a], err)
-	}
+	a, b := holdCrossPairsOnly(ctx, t, r, gpus)
 	if _, err := startPods(ctx, alignedNS, alignedPod(name, 1, true)); err != nil {
 		fail(t, r, "aligned 1-GPU pod with no free pair: %v", err)
 	}
@@ -483,6 +455,45 @@ func alignedFallBack(ctx context.Context, t *testing.T, r *Result, gpus []fakegp
 	checkFellBack(ctx, t, r, name)
 	check(t, r, deleteWithClaims(ctx, alignedNS, name) == nil, "%s or its claim did not go away", name)
 	check(t, r, deletePodsNow(ctx, draClaimNS, "fallback-gpus", "fallback-hcas") == nil, "the holder pods did not go away")
+}
+
+// holdCrossPairsOnly starts claim pods in draClaimNS holding NUMA node a's
+// free HCAs and NUMA node b's GPUs, b being a node with a free HCA: what
+// stays free pairs no GPU with an HCA of its NUMA node.
+func holdCrossPairsOnly(ctx context.Context, t *testing.T, r *Result, gpus []fakegpu.GPU) (a, b int64) {
+	t.Helper()
+	perNUMA := map[int64]int64{}
+	for _, n := range needFreeHCAs(ctx, t, r) {
+		numa, _ := hcaNUMA(n)
+		perNUMA[numa]++
+	}
+	b = 1
+	if perNUMA[1] == 0 {
+		b = 0
+	}
+	a = 1 - b
+	var gpusOnB int64
+	for _, g := range gpus {
+		if g.NUMANode == b {
+			gpusOnB++
+		}
+	}
+	sel := func(n int64) string {
+		return fmt.Sprintf(`device.attributes["resource.kubernetes.io"].numaNode == %d`, n)
+	}
+	holders := []*corev1.Pod{claimPod("fallback-gpus", "fallback-gpus")}
+	tpls := []*resourceapi.ResourceClaimTemplate{claimTemplate("fallback-gpus", []draRequest{{name: "gpu", class: fakegpu.DeviceClass, count: gpusOnB, cel: sel(b)}})}
+	if perNUMA[a] > 0 {
+		tpls = append(tpls, claimTemplate("fallback-hcas", []draRequest{{name: "hca", class: classIB, count: perNUMA[a], cel: sel(a)}}))
+		holders = append(holders, claimPod("fallback-hcas", "fallback-hcas"))
+	}
+	if err := createTemplates(ctx, draClaimNS, tpls...); err != nil {
+		fail(t, r, "%v", err)
+	}
+	if _, err := startPods(ctx, draClaimNS, holders...); err != nil {
+		fail(t, r, "holders of NUMA node %d's %d GPUs and NUMA node %d's %d free HCAs: %v", b, gpusOnB, a, perNUMA[a], err)
+	}
+	return a, b
 }
 
 // checkFellBack checks that the fall-back pod got the agent's Warning
