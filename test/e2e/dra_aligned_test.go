@@ -171,6 +171,10 @@ type alignedPair struct {
 	hcaNUMA  []int64
 }
 
+func (p *alignedPair) String() string {
+	return fmt.Sprintf("{GPU %s (%s, NUMA %d) rung %s, HCAs %v on NUMA %v}", p.gpu, p.gpuBusID, p.gpuNUMA, p.rung, p.hcas, p.hcaNUMA)
+}
+
 // fakeGPUDevices are the fake driver's devices on the node, by name.
 func fakeGPUDevices(ctx context.Context) (map[string]resourceapi.Device, error) {
 	list, err := h.cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
