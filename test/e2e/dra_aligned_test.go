@@ -48,10 +48,11 @@ const (
 )
 
 // setAlignedClaims sets webhook.config.alignedClaims with helm upgrade and
-// waits for the webhook's rollout: class "" restores the chart's defaults
-// (off, gpu.nvidia.com).
+// waits for the webhook's rollout: class "" turns it off.
 func setAlignedClaims(ctx context.Context, class string) error {
-	sets := []string{"--set", "webhook.config.alignedClaims.enabled=null", "--set", "webhook.config.alignedClaims.gpuDeviceClass=null"}
+	// Off is an explicit false: with --reuse-values, Helm 3's "--set
+	// key=null" left the previous release's true in the rendered config.
+	sets := []string{"--set", "webhook.config.alignedClaims.enabled=false"}
 	if class != "" {
 		sets = []string{"--set", "webhook.config.alignedClaims.enabled=true", "--set", "webhook.config.alignedClaims.gpuDeviceClass=" + class}
 	}
