@@ -132,8 +132,10 @@ func waitTemplates(ctx context.Context, ns string, ok func([]string) bool) ([]st
 	return got, err
 }
 
-// startFakeGPUs runs the fake GPU driver with ND H100 v5's GPUs (as 9h)
-// and its DeviceClass; stop undoes both.
+// startFakeGPUs runs the fake GPU driver with ND H100 v5's GPUs and its
+// DeviceClass (9h, 9m); stop undoes both. The driver logs to stderr, not
+// t: the kubelet plugin's goroutines may log while stopping, after the
+// test's own logger is closed.
 func startFakeGPUs(ctx context.Context) (gpus []fakegpu.GPU, stop func(), err error) {
 	topo, err := nccl.Topology("ndv5-topo.xml")
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,7 +24,6 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
-	"github.com/ibkube/ibkube/nccl"
 	"github.com/ibkube/ibkube/test/e2e/fakegpu"
 )
 
@@ -825,32 +823,11 @@ func testDRAUnprepare(t *testing.T, st *state, d *draState) {
 // rates of DRA claims with and without the constraint.
 func testDRAAligned(t *testing.T, st *state, d *draState) {
 	r, ctx := d.scenario(t, "9h-dra-gpu-hca-aligned", 8*time.Minute)
-	topo, err := nccl.Topology("ndv5-topo.xml")
+	gpus, stopGPUs, err := startFakeGPUs(ctx)
 	if err != nil {
-		fail(t, r, "%v", err)
+		fail(t, r, "fake GPU driver: %v", err)
 	}
-	gpus, err := fakegpu.GPUs(topo)
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
-	// Logs to stderr, not t: the kubelet plugin's goroutines may log while
-	// stopping, after the test's own logger is closed.
-	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, "fakegpu:", prefix, args) }, funcr.Options{})
-	drv, err := fakegpu.Start(ctx, fakegpu.Config{Client: h.cs, NodeName: nodeName, GPUs: gpus, CDIDir: cdiDir, Log: log})
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
-	defer drv.Stop()
-	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: fakegpu.DeviceClass}, Spec: resourceapi.DeviceClassSpec{
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", fakegpu.DriverName)}}},
-	}}
-	_ = h.cs.ResourceV1().DeviceClasses().Delete(ctx, class.Name, metav1.DeleteOptions{})
-	if _, err := h.cs.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
-		fail(t, r, "DeviceClass %s: %v", class.Name, err)
-	}
-	defer func() {
-		_ = h.cs.ResourceV1().DeviceClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
-	}()
+	defer stopGPUs()
 	numa := resourceapi.FullyQualifiedName("resource.kubernetes.io/numaNode")
 	aligned := claimTemplate("gpu-hca-aligned", []draRequest{{name: "gpu", class: fakegpu.DeviceClass, count: 1}, {name: "hca", class: classIB, count: 1}},
 		resourceapi.DeviceConstraint{Requests: []string{"gpu", "hca"}, MatchAttribute: &numa})
