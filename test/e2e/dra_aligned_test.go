@@ -178,23 +178,6 @@ func (p *alignedPair) String() string {
 	return fmt.Sprintf("{GPU %s (%s, NUMA %d) rung %s, HCAs %v on NUMA %v}", p.gpu, p.gpuBusID, p.gpuNUMA, p.rung, p.hcas, p.hcaNUMA)
 }
 
-// fakeGPUDevices are the fake driver's devices on the node, by name.
-func fakeGPUDevices(ctx context.Context) (map[string]resourceapi.Device, error) {
-	list, err := h.cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-		FieldSelector: "spec.nodeName=" + nodeName + ",spec.driver=" + fakegpu.DriverName,
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]resourceapi.Device{}
-	for _, s := range list.Items {
-		for _, d := range s.Spec.Devices {
-			out[d.Name] = d
-		}
-	}
-	return out, nil
-}
-
 // alignedAllocation reads the pod's aligned claim's allocation: its pairs
 // by index, from the request names (gpu-<i>/<rung>, hca-<i>-<j>).
 func alignedAllocation(ctx context.Context, ns, pod string) (map[int]*alignedPair, error) {
@@ -222,7 +205,7 @@ func alignedAllocation(ctx context.Context, ns, pod string) (map[int]*alignedPai
 	if err != nil {
 		return nil, err
 	}
-	gpus, err := fakeGPUDevices(ctx)
+	gpus, err := driverDevices(ctx, fakegpu.DriverName)
 	if err != nil {
 		return nil, err
 	}

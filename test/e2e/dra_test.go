@@ -126,8 +126,14 @@ func podReady(p *corev1.Pod) bool {
 
 // draDevices returns the node's devices of ibkube's driver by name.
 func draDevices(ctx context.Context) (map[string]resourceapi.Device, error) {
+	return driverDevices(ctx, draDriver)
+}
+
+// driverDevices returns the node's devices of a DRA driver by name, from
+// its ResourceSlices.
+func driverDevices(ctx context.Context, driver string) (map[string]resourceapi.Device, error) {
 	list, err := h.cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-		FieldSelector: "spec.nodeName=" + nodeName + ",spec.driver=" + draDriver,
+		FieldSelector: "spec.nodeName=" + nodeName + ",spec.driver=" + driver,
 	})
 	if err != nil {
 		return nil, err
