@@ -64,12 +64,32 @@ func (s *Scanner) readGPU(bdf string) (inventory.GPU, bool) {
 	if d, err := readAttr(filepath.Join(dir, "device")); err == nil {
 		g.DeviceID, _ = ParseHexID(d)
 	}
-	if n, err := readAttr(filepath.Join(dir, "numa_node")); err == nil {
-		if numa, err := ParseNUMANode(n); err == nil {
-			g.NUMANode = numa
-		}
+	if numa, err := readNUMANode(dir); err == nil {
+		g.NUMANode = numa
 	}
 	return g, true
+}
+
+// readNUMANode reads the numa_node of the PCI function whose sysfs
+// directory is dir.
+func readNUMANode(dir string) (int, error) {
+	n, err := readAttr(filepath.Join(dir, "numa_node"))
+	if err != nil {
+		return 0, err
+	}
+	return ParseNUMANode(n)
+}
+
+// NUMANode is the NUMA node of the PCI function bdf under sysfsRoot, as
+// discovery reads it for GPU.NUMANode: for a function the inventory does
+// not hold (another driver's device). The caller checks that bdf is a PCI
+// address before it becomes part of a path.
+func NUMANode(sysfsRoot, bdf string) (int, error) {
+	n, err := readNUMANode(filepath.Join(sysfsRoot, "bus", "pci", "devices", bdf))
+	if err != nil {
+		return 0, fmt.Errorf("NUMA node of %s: %w", bdf, err)
+	}
+	return n, nil
 }
 
 // place finds where the PCI function bdf sits: the chain of its

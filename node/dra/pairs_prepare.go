@@ -3,10 +3,7 @@ package dra
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/node/resource"
 )
@@ -182,22 +180,13 @@ func sysfsPCIAddress(address string) (string, bool) {
 }
 
 // NUMANode is the NUMA node of the PCI device at address under sysfsRoot
-// (bus/pci/devices/<address>/numa_node); inventory.UnknownNUMANode where
-// the kernel does not know it.
+// (discovery.NUMANode), for devices of other drivers: an address not of
+// the PCI form is refused before it becomes part of a path.
 func NUMANode(sysfsRoot, address string) (int, error) {
 	if _, ok := sysfsPCIAddress(address); !ok {
 		return 0, fmt.Errorf("PCI address %q: want domain:bus:device.function in hex (0000:0f:00.0)", address)
 	}
-	path := filepath.Join(sysfsRoot, "bus", "pci", "devices", address, "numa_node")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("NUMA node of %s: %w", address, err)
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil {
-		return 0, fmt.Errorf("NUMA node of %s: %s holds %q, want an integer", address, path, strings.TrimSpace(string(data)))
-	}
-	return max(n, inventory.UnknownNUMANode), nil
+	return discovery.NUMANode(sysfsRoot, address)
 }
 
 // alignmentEvent sends each pod the claim is reserved for a Warning Event
