@@ -331,14 +331,8 @@ func containerNames(spec *corev1.PodSpec) string {
 }
 
 func gpuCount(c *corev1.Container, gpu string) int64 {
-	name := corev1.ResourceName(gpu)
-	if q, ok := c.Resources.Limits[name]; ok {
-		return q.Value()
-	}
-	if q, ok := c.Resources.Requests[name]; ok {
-		return q.Value()
-	}
-	return 0
+	n, _ := quantityOf(c, corev1.ResourceName(gpu))
+	return n
 }
 
 // podGPUResources are the resources that count as GPUs for a pod: the
