@@ -11,7 +11,7 @@ import (
 
 // BenchmarkScanNDv5 is one full discovery of the ND H100 v5 fixture (9 HCAs).
 func BenchmarkScanNDv5(b *testing.B) {
-	dir := build(b, fixture.NDv5)
+	dir := fixture.BuildTemp(b, fixture.NDv5)
 	s := newScanner(b, dir, nil)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -29,7 +29,7 @@ func BenchmarkScanNDv5(b *testing.B) {
 // about one whole period: this is the worst case; a change at a random
 // instant waits half a period on average.
 func BenchmarkPortDownToHint(b *testing.B) {
-	dir := build(b, fixture.NDv5)
+	dir := fixture.BuildTemp(b, fixture.NDv5)
 	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir)})
 	hints := watch(b, s)
 	states := []string{"DOWN", "ACTIVE"}

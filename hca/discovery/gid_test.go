@@ -27,7 +27,7 @@ func TestGIDFixtures(t *testing.T) {
 		fixture.NDv5:    {"mlx5_8": "none"},
 	}
 	for fx, special := range want {
-		node, err := newScanner(t, build(t, fx), nil).Scan(context.Background())
+		node, err := newScanner(t, fixture.BuildTemp(t, fx), nil).Scan(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}

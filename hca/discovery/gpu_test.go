@@ -70,7 +70,7 @@ func TestGPUPartnersFacts(t *testing.T) {
 	for name, want := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			node, err := newScanner(t, build(t, name), nil).Scan(context.Background())
+			node, err := newScanner(t, fixture.BuildTemp(t, name), nil).Scan(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +86,7 @@ func TestGPUPartnersFacts(t *testing.T) {
 // function of another class (an NVSwitch bridge, audio), is none.
 func TestScanGPUClassesAndVendors(t *testing.T) {
 	t.Parallel()
-	dir := build(t, fixture.HB)
+	dir := fixture.BuildTemp(t, fixture.HB)
 	sys := fixture.SysfsRoot(dir)
 	add := func(bdf, class, vendor string) {
 		p := filepath.Join(sys, "devices", "pci0000:00", "0000:00:01.0", bdf)

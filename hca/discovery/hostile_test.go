@@ -121,7 +121,7 @@ func TestScanHostileTrees(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := build(t, fixture.HB)
+			dir := fixture.BuildTemp(t, fixture.HB)
 			if err := tc.mutate(dir); err != nil {
 				t.Fatal(err)
 			}
@@ -140,7 +140,7 @@ func TestScanUnreadableDirectory(t *testing.T) {
 	if os.Geteuid() == 0 {
 		t.Skip("root reads through mode 000; the directory case is covered by TestScanHostileTrees")
 	}
-	dir := build(t, fixture.HB)
+	dir := fixture.BuildTemp(t, fixture.HB)
 	ports := filepath.Join(fixture.SysfsRoot(dir), "class", "infiniband", "mlx5_0", "ports")
 	if err := os.Chmod(ports, 0); err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestScanUnreadableDirectory(t *testing.T) {
 
 func TestCheckSysfsRoot(t *testing.T) {
 	t.Parallel()
-	withIB := build(t, fixture.HB)
+	withIB := fixture.BuildTemp(t, fixture.HB)
 	noIB := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(noIB, "class", "net"), 0o755); err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ func TestPartitionFixtures(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.fixture, func(t *testing.T) {
 			t.Parallel()
-			node, err := newScanner(t, build(t, tc.fixture), nil).Scan(context.Background())
+			node, err := newScanner(t, fixture.BuildTemp(t, tc.fixture), nil).Scan(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +153,7 @@ func TestPartitionHostileTables(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := build(t, fixture.HB)
+			dir := fixture.BuildTemp(t, fixture.HB)
 			if err := tc.mutate(dir); err != nil {
 				t.Fatal(err)
 			}

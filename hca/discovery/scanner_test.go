@@ -40,18 +40,12 @@ func treeScanner(t testing.TB, dir string, opts discovery.Options) *discovery.Sc
 	return discovery.NewScanner(opts)
 }
 
-func build(t testing.TB, name string) string {
-	t.Helper()
-	dir := fixture.BuildTemp(t, name)
-	return dir
-}
-
 func TestScanFixtures(t *testing.T) {
 	t.Parallel()
 	for _, name := range fixture.Names() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			dir := build(t, name)
+			dir := fixture.BuildTemp(t, name)
 			node, err := newScanner(t, dir, nil).Scan(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -71,7 +65,7 @@ func TestScanFixtures(t *testing.T) {
 func TestScanFacts(t *testing.T) {
 	t.Parallel()
 	scan := func(name string) inventory.Node {
-		node, err := newScanner(t, build(t, name), nil).Scan(context.Background())
+		node, err := newScanner(t, fixture.BuildTemp(t, name), nil).Scan(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +147,7 @@ func hcaByName(t *testing.T, node inventory.Node, name string) inventory.HCA {
 
 func TestScanHealthFlip(t *testing.T) {
 	t.Parallel()
-	dir := build(t, fixture.NDv5)
+	dir := fixture.BuildTemp(t, fixture.NDv5)
 	s := newScanner(t, dir, nil)
 	check := func(step string, healthy bool, reason string) {
 		t.Helper()
@@ -274,7 +268,7 @@ func (f *fakeNetlink) LinkSubscribe(ch chan<- netlink.LinkUpdate, done <-chan st
 
 func TestScanNetlink(t *testing.T) {
 	t.Parallel()
-	dir := build(t, fixture.HB)
+	dir := fixture.BuildTemp(t, fixture.HB)
 	nl := &fakeNetlink{links: []*netlink.RdmaLink{
 		// vishvananda prints the host-order GUID little-endian: byte-reversed.
 		{Attrs: netlink.RdmaLinkAttrs{Index: 0, Name: "mlx5_0", FirmwareVersion: "20.31.1014", NodeGuid: "7f:ff:4b:fd:ff:5d:15:00", NumPorts: 1}},
@@ -302,7 +296,7 @@ func TestScanNetlink(t *testing.T) {
 
 func TestScanNetlinkUnavailableLogsOnce(t *testing.T) {
 	t.Parallel()
-	dir := build(t, fixture.HB)
+	dir := fixture.BuildTemp(t, fixture.HB)
 	var mu sync.Mutex
 	var lines []string
 	log := funcr.New(func(prefix, args string) {
@@ -355,7 +349,7 @@ func noHint(t *testing.T, ch <-chan struct{}, during time.Duration) {
 
 func TestWatchHealthFlip(t *testing.T) {
 	t.Parallel()
-	dir := build(t, fixture.NDv5)
+	dir := fixture.BuildTemp(t, fixture.NDv5)
 	s := newScanner(t, dir, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -401,7 +395,7 @@ func TestWatchHealthFlip(t *testing.T) {
 func TestWatchCoalescesBursts(t *testing.T) {
 	t.Parallel()
 	const coalesce = 200 * time.Millisecond
-	dir := build(t, fixture.NDv5)
+	dir := fixture.BuildTemp(t, fixture.NDv5)
 	s := treeScanner(t, dir, discovery.Options{Coalesce: coalesce, PortPoll: -1})
 	hints := watch(t, s)
 	start := time.Now()
@@ -469,7 +463,7 @@ func TestWatchLateHCA(t *testing.T) {
 
 func TestWatchLinkEvents(t *testing.T) {
 	t.Parallel()
-	dir := build(t, fixture.OCIH100)
+	dir := fixture.BuildTemp(t, fixture.OCIH100)
 	nl := &fakeNetlink{ready: make(chan struct{})}
 	// Only link events can give a hint here: no port poll.
 	s := treeScanner(t, dir, discovery.Options{Netlink: nl, Coalesce: 20 * time.Millisecond, PortPoll: -1})
@@ -494,7 +488,7 @@ func TestWatchLinkEvents(t *testing.T) {
 
 func TestWatchWithoutLinkEvents(t *testing.T) {
 	t.Parallel()
-	dir := build(t, fixture.HB)
+	dir := fixture.BuildTemp(t, fixture.HB)
 	nl := &fakeNetlink{subErr: errors.New("operation not permitted")}
 	s := newScanner(t, dir, nl)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -514,7 +508,7 @@ func TestWatchWithoutLinkEvents(t *testing.T) {
 // and each flip gives exactly one hint.
 func TestWatchPortPoll(t *testing.T) {
 	t.Parallel()
-	dir := build(t, fixture.NDv5)
+	dir := fixture.BuildTemp(t, fixture.NDv5)
 	s := treeScanner(t, dir, discovery.Options{Coalesce: time.Hour, PortPoll: 10 * time.Millisecond})
 	hints := watch(t, s)
 	for _, step := range []struct{ dev, state string }{{"mlx5_7", "DOWN"}, {"mlx5_7", "ACTIVE"}, {"mlx5_8", "INIT"}} {
@@ -545,7 +539,7 @@ func TestWatchPortPoll(t *testing.T) {
 // sysfs attribute files); the poll above is the one a host uses.
 func TestWatchNoSysfsEventPath(t *testing.T) {
 	t.Parallel()
-	dir := build(t, fixture.HB)
+	dir := fixture.BuildTemp(t, fixture.HB)
 	s := treeScanner(t, dir, discovery.Options{Coalesce: 10 * time.Millisecond, PortPoll: -1})
 	hints := watch(t, s)
 	if err := fixture.SetPortState(dir, "mlx5_0", 1, "DOWN"); err != nil {
@@ -563,7 +557,7 @@ func TestWatchNoSysfsEventPath(t *testing.T) {
 // carrier loss into a hint, and the rescan then sees the port down.
 func TestWatchIPoIBCarrier(t *testing.T) {
 	t.Parallel()
-	dir := build(t, fixture.HB)
+	dir := fixture.BuildTemp(t, fixture.HB)
 	// The kernel does not know the fixture's devices: list them from sysfs.
 	nl := &fakeNetlink{ready: make(chan struct{}), listErr: unix.EPROTONOSUPPORT}
 	s := treeScanner(t, dir, discovery.Options{Netlink: nl, Coalesce: 10 * time.Millisecond, PortPoll: -1})
@@ -591,7 +585,7 @@ func TestWatchIPoIBCarrier(t *testing.T) {
 // dev_port; the port's netdev must stay the parent.
 func TestScanPKeyChildLosesToParent(t *testing.T) {
 	t.Parallel()
-	dir := build(t, fixture.HB)
+	dir := fixture.BuildTemp(t, fixture.HB)
 	net := filepath.Join(fixture.SysfsRoot(dir), "class", "infiniband", "mlx5_0", "device", "net")
 	write := func(ifname, file, v string) {
 		t.Helper()
@@ -624,7 +618,7 @@ func TestSystemNetlinkFallback(t *testing.T) {
 	if _, err := (discovery.SystemNetlink{}).RdmaLinkList(); err == nil {
 		t.Skip("this host answers RDMA netlink; the fallback is covered by TestScanNetlinkUnavailableLogsOnce")
 	}
-	dir := build(t, fixture.NDv4)
+	dir := fixture.BuildTemp(t, fixture.NDv4)
 	node, err := newScanner(t, dir, discovery.SystemNetlink{}).Scan(context.Background())
 	if err != nil {
 		t.Fatal(err)
