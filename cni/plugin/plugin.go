@@ -60,66 +60,86 @@ type record struct {
 	Delegate    json.RawMessage `json:"delegate"`
 }
 
-// Add resolves the parent, records it and delegates ADD.
-func (p *Plugin) Add(args *skel.CmdArgs) error {
-	ctx := context.Background()
+// withConf parses the network config on stdin and runs cmd with it,
+// returning both's errors as the CNI errors the runtime reads: a config
+// that does not parse names no network, any later error names conf's.
+func withConf(args *skel.CmdArgs, cmd func(conf *NetConf) error) error {
 	conf, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return cniError(err, "")
 	}
+	if err := cmd(conf); err != nil {
+		return cniError(err, conf.Name)
+	}
+	return nil
+}
+
+// Add resolves the parent, records it and delegates ADD.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	var result types.Result
+	err := withConf(args, func(conf *NetConf) error {
+		var err error
+		result, err = p.add(context.Background(), conf, args)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return result.PrintTo(p.opts.Stdout)
+}
+
+// add is ADD up to its result in the config's CNI version.
+func (p *Plugin) add(ctx context.Context, conf *NetConf, args *skel.CmdArgs) (types.Result, error) {
 	parent, err := p.resolve(ctx, conf)
 	if err != nil {
-		return cniError(err, conf.Name)
+		return nil, err
 	}
 	delegate, err := conf.DelegateConfig(parent, false)
 	if err != nil {
-		return cniError(err, conf.Name)
+		return nil, err
 	}
 	dt, _ := conf.DelegateType()
 	path := statePath(conf, args)
 	// Record first: if the delegate half-succeeds, DEL still knows the parent.
 	rec := record{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName, Parent: parent, Delegate: delegate}
 	if err := writeRecord(path, rec); err != nil {
-		return cniError(err, conf.Name)
+		return nil, err
 	}
 	result, err := invoke.DelegateAdd(ctx, dt, delegate, p.opts.Exec)
 	if err != nil {
 		_ = os.Remove(path)
-		return cniError(delegateErr(dt, parent, err), conf.Name)
+		return nil, delegateErr(dt, parent, err)
 	}
 	versioned, err := result.GetAsVersion(conf.CNIVersion)
 	if err != nil {
 		_ = invoke.DelegateDel(ctx, dt, delegate, p.opts.Exec)
 		_ = os.Remove(path)
-		return cniError(fmt.Errorf("convert the %s result to CNI %s: %w", dt, conf.CNIVersion, err), conf.Name)
+		return nil, fmt.Errorf("convert the %s result to CNI %s: %w", dt, conf.CNIVersion, err)
 	}
-	return versioned.PrintTo(p.opts.Stdout)
+	return versioned, nil
 }
 
 // Check delegates CHECK with the parent chosen at ADD.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
-	ctx := context.Background()
-	conf, err := ParseConfig(args.StdinData)
-	if err != nil {
-		return cniError(err, "")
-	}
-	rec, err := readRecord(statePath(conf, args))
-	if err != nil {
+	return withConf(args, func(conf *NetConf) error {
+		rec, err := readRecord(statePath(conf, args))
 		if errors.Is(err, fs.ErrNotExist) {
 			return types.NewError(types.ErrUnknownContainer, fmt.Sprintf(
 				"%s: network %q: no attachment recorded for container %s interface %s", PluginType, conf.Name, args.ContainerID, args.IfName), "")
 		}
-		return cniError(err, conf.Name)
-	}
-	delegate, err := conf.DelegateConfig(rec.Parent, true)
-	if err != nil {
-		return cniError(err, conf.Name)
-	}
-	dt, _ := conf.DelegateType()
-	if err := invoke.DelegateCheck(ctx, dt, delegate, p.opts.Exec); err != nil {
-		return cniError(delegateErr(dt, rec.Parent, err), conf.Name)
-	}
-	return nil
+		if err != nil {
+			return err
+		}
+		delegate, err := conf.DelegateConfig(rec.Parent, true)
+		if err != nil {
+			return err
+		}
+		dt, _ := conf.DelegateType()
+		if err := invoke.DelegateCheck(context.Background(), dt, delegate, p.opts.Exec); err != nil {
+			return delegateErr(dt, rec.Parent, err)
+		}
+		return nil
+	})
 }
 
 // Del delegates DEL with the config ADD recorded, then forgets it. With no
@@ -129,27 +149,21 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 // it idempotent even over delegates that are not (host-device fails a
 // second DEL).
 func (p *Plugin) Del(args *skel.CmdArgs) error {
-	ctx := context.Background()
-	conf, err := ParseConfig(args.StdinData)
-	if err != nil {
-		return cniError(err, "")
-	}
-	dt, _ := conf.DelegateType()
-	path := statePath(conf, args)
-	rec, err := readRecord(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return cniError(err, conf.Name)
-	}
-	if err := invoke.DelegateDel(ctx, dt, rec.Delegate, p.opts.Exec); err != nil {
-		return cniError(delegateErr(dt, rec.Parent, err), conf.Name)
-	}
-	if err := removeRecord(path); err != nil {
-		return cniError(err, conf.Name)
-	}
-	return nil
+	return withConf(args, func(conf *NetConf) error {
+		dt, _ := conf.DelegateType()
+		path := statePath(conf, args)
+		rec, err := readRecord(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := invoke.DelegateDel(context.Background(), dt, rec.Delegate, p.opts.Exec); err != nil {
+			return delegateErr(dt, rec.Parent, err)
+		}
+		return removeRecord(path)
+	})
 }
 
 // GC forgets the records of this network's attachments that the runtime
@@ -157,51 +171,45 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 // resources are released by the runtime's DEL; many delegates do not know
 // GC yet, so it is not passed on.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
-	conf, err := ParseConfig(args.StdinData)
-	if err != nil {
-		return cniError(err, "")
-	}
-	var gc struct {
-		Valid []types.GCAttachment `json:"cni.dev/valid-attachments"`
-	}
-	if err := json.Unmarshal(args.StdinData, &gc); err != nil {
-		return cniError(&ConfigError{Msg: fmt.Sprintf("%s: cni.dev/valid-attachments: %v", PluginType, err)}, conf.Name)
-	}
-	valid := map[[2]string]bool{}
-	for _, a := range gc.Valid {
-		valid[[2]string{a.ContainerID, a.IfName}] = true
-	}
-	dir := stateDir(conf)
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
+	return withConf(args, func(conf *NetConf) error {
+		var gc struct {
+			Valid []types.GCAttachment `json:"cni.dev/valid-attachments"`
+		}
+		if err := json.Unmarshal(args.StdinData, &gc); err != nil {
+			return &ConfigError{Msg: fmt.Sprintf("%s: cni.dev/valid-attachments: %v", PluginType, err)}
+		}
+		valid := map[[2]string]bool{}
+		for _, a := range gc.Valid {
+			valid[[2]string{a.ContainerID, a.IfName}] = true
+		}
+		dir := stateDir(conf)
+		entries, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read state dir: %w", err)
+		}
+		for _, e := range entries {
+			path := filepath.Join(dir, e.Name())
+			rec, err := readRecord(path)
+			if err != nil || rec.Network != conf.Name || valid[[2]string{rec.ContainerID, rec.IfName}] {
+				continue
+			}
+			if err := removeRecord(path); err != nil {
+				return err
+			}
+		}
 		return nil
-	}
-	if err != nil {
-		return cniError(fmt.Errorf("read state dir: %w", err), conf.Name)
-	}
-	for _, e := range entries {
-		path := filepath.Join(dir, e.Name())
-		rec, err := readRecord(path)
-		if err != nil || rec.Network != conf.Name || valid[[2]string{rec.ContainerID, rec.IfName}] {
-			continue
-		}
-		if err := removeRecord(path); err != nil {
-			return cniError(err, conf.Name)
-		}
-	}
-	return nil
+	})
 }
 
 // Status reports ready when the config is valid and a parent resolves now.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
-	conf, err := ParseConfig(args.StdinData)
-	if err != nil {
-		return cniError(err, "")
-	}
-	if _, err := p.resolve(context.Background(), conf); err != nil {
-		return cniError(err, conf.Name)
-	}
-	return nil
+	return withConf(args, func(conf *NetConf) error {
+		_, err := p.resolve(context.Background(), conf)
+		return err
+	})
 }
 
 func (p *Plugin) resolve(ctx context.Context, conf *NetConf) (Parent, error) {
