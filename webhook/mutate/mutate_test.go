@@ -33,34 +33,42 @@ func optedIn(name string, kv ...string) Namespace {
 }
 
 // goldenCases are the realistic pods under testdata/pods with the namespace
-// each is admitted in.
+// each is admitted in and the config it is admitted with (the aligned- pods
+// with alignedClaims on).
 var goldenCases = []struct {
 	name string
 	ns   Namespace
+	cfg  *config.Config
 }{
-	{"pytorchjob-worker", optedIn("training")},
-	{"mpijob-launcher", optedIn("hpc")},
-	{"mpijob-worker", optedIn("hpc")},
-	{"multi-container", optedIn("research")},
-	{"json-networks", optedIn("serving")},
-	{"user-set", optedIn("training")},
-	{"namespace-defaults", optedIn("team-a", contract.AnnotationMode, "rdma-exclusive,ipoib", contract.AnnotationProfile, "ndv5")},
-	{"baseline-namespace", optedIn("restricted-team", LabelPodSecurityEnforce, "baseline")},
-	{"envfrom", optedIn("training")},
-	{"ipoib-only", optedIn("training")},
-	{"oci-roce", optedIn("training")},
-	{"oci-hostpath", optedIn("training")},
-	{"ndv5-partial-1gpu", optedIn("training")},
-	{"ndv5-partial-2gpu", optedIn("training")},
-	{"ndv5-partial-4gpu", optedIn("training")},
-	{"fail-closed", optedIn("training")},
-	{"mi300x", optedIn("hpc", contract.AnnotationMode, "rdma-exclusive")},
-	{"jobset-worker", optedIn("training")},
-	{"job-own-affinity", optedIn("training")},
-	{"job-placement-any", optedIn("training")},
-	{"job-other-affinity", optedIn("training")},
-	{"lws-worker", optedIn("serving")},
-	{"batch-job-shared", optedIn("training")},
+	{"pytorchjob-worker", optedIn("training"), testConfig()},
+	{"mpijob-launcher", optedIn("hpc"), testConfig()},
+	{"mpijob-worker", optedIn("hpc"), testConfig()},
+	{"multi-container", optedIn("research"), testConfig()},
+	{"json-networks", optedIn("serving"), testConfig()},
+	{"user-set", optedIn("training"), testConfig()},
+	{"namespace-defaults", optedIn("team-a", contract.AnnotationMode, "rdma-exclusive,ipoib", contract.AnnotationProfile, "ndv5"), testConfig()},
+	{"baseline-namespace", optedIn("restricted-team", LabelPodSecurityEnforce, "baseline"), testConfig()},
+	{"envfrom", optedIn("training"), testConfig()},
+	{"ipoib-only", optedIn("training"), testConfig()},
+	{"oci-roce", optedIn("training"), testConfig()},
+	{"oci-hostpath", optedIn("training"), testConfig()},
+	{"ndv5-partial-1gpu", optedIn("training"), testConfig()},
+	{"ndv5-partial-2gpu", optedIn("training"), testConfig()},
+	{"ndv5-partial-4gpu", optedIn("training"), testConfig()},
+	{"fail-closed", optedIn("training"), testConfig()},
+	{"mi300x", optedIn("hpc", contract.AnnotationMode, "rdma-exclusive"), testConfig()},
+	{"jobset-worker", optedIn("training"), testConfig()},
+	{"job-own-affinity", optedIn("training"), testConfig()},
+	{"job-placement-any", optedIn("training"), testConfig()},
+	{"job-other-affinity", optedIn("training"), testConfig()},
+	{"lws-worker", optedIn("serving"), testConfig()},
+	{"batch-job-shared", optedIn("training"), testConfig()},
+	{"aligned-ndv5-4gpu", optedIn("training"), alignedConfig()},
+	{"aligned-oci-roce", optedIn("training"), alignedConfig()},
+	{"aligned-two-containers", optedIn("serving"), alignedConfig()},
+	{"aligned-own-claims", optedIn("training"), alignedConfig()},
+	{"aligned-too-many-hcas", optedIn("training"), alignedConfig()},
+	{"aligned-shape-not-kept", optedIn("training"), alignedConfig()},
 }
 
 func testConfig() *config.Config {
@@ -89,7 +97,7 @@ func TestMutateGolden(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			pod := readPod(t, tc.name)
-			res, err := Mutate(pod, tc.ns, testConfig())
+			res, err := Mutate(pod, tc.ns, tc.cfg)
 			if err != nil {
 				t.Fatalf("Mutate: %v", err)
 			}
@@ -563,42 +571,6 @@ func alignedConfig() *config.Config {
 	c := testConfig()
 	c.AlignedClaims.Enabled = true
 	return c
-}
-
-// alignedGoldenCases are the pods under testdata/pods admitted with
-// alignedClaims on.
-var alignedGoldenCases = []struct {
-	name string
-	ns   Namespace
-}{
-	{"aligned-ndv5-4gpu", optedIn("training")},
-	{"aligned-oci-roce", optedIn("training")},
-	{"aligned-two-containers", optedIn("serving")},
-	{"aligned-own-claims", optedIn("training")},
-	{"aligned-too-many-hcas", optedIn("training")},
-	{"aligned-shape-not-kept", optedIn("training")},
-}
-
-func TestMutateAlignedGolden(t *testing.T) {
-	t.Parallel()
-	for _, tc := range alignedGoldenCases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			pod := readPod(t, tc.name)
-			res, err := Mutate(pod, tc.ns, alignedConfig())
-			if err != nil {
-				t.Fatalf("Mutate: %v", err)
-			}
-			got, err := yaml.Marshal(goldenFile{Warnings: res.Warnings, Patch: res.Patch, Pod: pod})
-			if err != nil {
-				t.Fatal(err)
-			}
-			golden.Check(t, filepath.Join("testdata", "golden", tc.name+".yaml"), got)
-			if err := checkProperties(readPod(t, tc.name), tc.ns, alignedConfig()); err != nil {
-				t.Error(err)
-			}
-		})
-	}
 }
 
 // TestAlignedLeavesExtendedResources: with the feature off, in modes
