@@ -40,6 +40,17 @@ func scanWithin(t *testing.T, dir string, d time.Duration) inventory.Node {
 	}
 }
 
+// scanBrokenHB scans a fresh HB tree (one HCA, mlx5_0, with one InfiniBand
+// port) after mutate has broken it, within scanWithin's deadline.
+func scanBrokenHB(t *testing.T, mutate func(dir string) error) inventory.Node {
+	t.Helper()
+	dir := fixture.BuildTemp(t, fixture.HB)
+	if err := mutate(dir); err != nil {
+		t.Fatal(err)
+	}
+	return scanWithin(t, dir, 10*time.Second)
+}
+
 // TestScanHostileTrees: what a broken or malicious tree holds is reported
 // on the HCA it concerns with the real cause, never hangs the scan, never
 // reads without bound, and never makes an HCA vanish.
@@ -121,12 +132,7 @@ func TestScanHostileTrees(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := fixture.BuildTemp(t, fixture.HB)
-			if err := tc.mutate(dir); err != nil {
-				t.Fatal(err)
-			}
-			node := scanWithin(t, dir, 10*time.Second)
-			h := hcaByName(t, node, tc.hca)
+			h := hcaByName(t, scanBrokenHB(t, tc.mutate), tc.hca)
 			if h.Healthy || h.HealthReason != tc.reason {
 				t.Errorf("%q: healthy=%v reason=%q, want false %q", tc.hca, h.Healthy, h.HealthReason, tc.reason)
 			}

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -153,11 +152,7 @@ func TestPartitionHostileTables(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := fixture.BuildTemp(t, fixture.HB)
-			if err := tc.mutate(dir); err != nil {
-				t.Fatal(err)
-			}
-			node := scanWithin(t, dir, 10*time.Second)
+			node := scanBrokenHB(t, tc.mutate)
 			p := inventory.NodePartition(node)
 			if p.State != tc.state || p.Label() != tc.key || p.Reason != tc.reason {
 				t.Fatalf("partition = %+v (label %q)\nwant state %s, label %q, reason %q", p, p.Label(), tc.state, tc.key, tc.reason)

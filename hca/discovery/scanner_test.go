@@ -266,6 +266,16 @@ func (f *fakeNetlink) LinkSubscribe(ch chan<- netlink.LinkUpdate, done <-chan st
 	return nil
 }
 
+// send delivers l to Watch's subscription as the kernel would, once Watch
+// has subscribed.
+func (f *fakeNetlink) send(l netlink.Link) {
+	<-f.ready
+	f.mu.Lock()
+	ch := f.subCh
+	f.mu.Unlock()
+	ch <- netlink.LinkUpdate{Link: l}
+}
+
 func TestScanNetlink(t *testing.T) {
 	t.Parallel()
 	dir := fixture.BuildTemp(t, fixture.HB)
@@ -468,21 +478,14 @@ func TestWatchLinkEvents(t *testing.T) {
 	// Only link events can give a hint here: no port poll.
 	s := treeScanner(t, dir, discovery.Options{Netlink: nl, Coalesce: 20 * time.Millisecond, PortPoll: -1})
 	hints := watch(t, s)
-	<-nl.ready
-	send := func(l netlink.Link) {
-		nl.mu.Lock()
-		ch := nl.subCh
-		nl.mu.Unlock()
-		ch <- netlink.LinkUpdate{Link: l}
-	}
 	// A pod's veth: not ours.
-	send(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "veth1234", EncapType: "ether"}})
+	nl.send(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "veth1234", EncapType: "ether"}})
 	noHint(t, hints, 200*time.Millisecond)
 	// The RoCE netdev of mlx5_3 (found through sysfs).
-	send(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "rdma2", EncapType: "ether"}})
+	nl.send(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "rdma2", EncapType: "ether"}})
 	hint(t, hints, 5*time.Second)
 	// Any IPoIB netdev, even one sysfs does not show (another namespace's view).
-	send(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "ib0", EncapType: "infiniband"}})
+	nl.send(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "ib0", EncapType: "infiniband"}})
 	hint(t, hints, 5*time.Second)
 }
 
@@ -562,15 +565,11 @@ func TestWatchIPoIBCarrier(t *testing.T) {
 	nl := &fakeNetlink{ready: make(chan struct{}), listErr: unix.EPROTONOSUPPORT}
 	s := treeScanner(t, dir, discovery.Options{Netlink: nl, Coalesce: 10 * time.Millisecond, PortPoll: -1})
 	hints := watch(t, s)
-	<-nl.ready
 	if err := fixture.SetPortState(dir, "mlx5_0", 1, "DOWN"); err != nil {
 		t.Fatal(err)
 	}
-	nl.mu.Lock()
-	ch := nl.subCh
-	nl.mu.Unlock()
 	// What the kernel sends when ib0 loses its carrier (RTM_NEWLINK without IFF_RUNNING).
-	ch <- netlink.LinkUpdate{Link: &netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "ib0", EncapType: "infiniband", OperState: netlink.OperDown}}}
+	nl.send(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "ib0", EncapType: "infiniband", OperState: netlink.OperDown}})
 	hint(t, hints, 5*time.Second)
 	node, err := s.Scan(t.Context())
 	if err != nil {
