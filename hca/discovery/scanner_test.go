@@ -192,13 +192,7 @@ func TestScanHealthFlip(t *testing.T) {
 
 func TestScanRealCharDevices(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("mknod needs root")
-	}
-	dir := t.TempDir()
-	if err := fixture.Build(dir, fixture.HB, fixture.WithCharDevices()); err != nil {
-		t.Skipf("mknod not permitted: %v", err)
-	}
+	dir := fixture.BuildTempCharDevices(t, fixture.HB)
 	s := newScanner(t, dir, nil)
 	node, err := s.Scan(context.Background())
 	if err != nil {
