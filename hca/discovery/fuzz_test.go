@@ -7,54 +7,55 @@ import (
 
 // Fuzz targets: the parsers read whatever a kernel, a driver or a hand-made
 // tree puts in sysfs; they must never panic, and what they accept must
-// round-trip or stay in range. Each check below says that of one parser;
-// its own target and FuzzSysfsValue both run it.
+// round-trip or stay in range. Each parserFuzz says that of one parser; its
+// own target and FuzzSysfsValue both run it, from the same seeds.
 
-func FuzzParseNumberedState(f *testing.F) {
-	addSeeds(f, "4: ACTIVE\n", "5: LinkUp", "1: DOWN", ":", "9999999999999999999: X")
-	f.Fuzz(checkNumberedState)
+// parserFuzz is one parser's seed corpus and the check any input must pass.
+type parserFuzz struct {
+	seeds []string
+	check func(t *testing.T, s string)
 }
 
-func FuzzParseRate(f *testing.F) {
-	addSeeds(f, "400 Gb/sec (4X NDR)\n", "2.5 Gb/sec (1X SDR)", "10 Gb/sec (4X)", "1e308 Gb/sec", "Gb/sec ()")
-	f.Fuzz(checkRate)
+var (
+	numberedStateFuzz = parserFuzz{[]string{"4: ACTIVE\n", "5: LinkUp", "1: DOWN", ":", "9999999999999999999: X"}, checkNumberedState}
+	rateFuzz          = parserFuzz{[]string{"400 Gb/sec (4X NDR)\n", "2.5 Gb/sec (1X SDR)", "10 Gb/sec (4X)", "1e308 Gb/sec", "Gb/sec ()"}, checkRate}
+	guidFuzz          = parserFuzz{[]string{"0015:5dff:fd33:ff7f", "00:15:5d:ff:fd:33:ff:7f", "0x00155dfffd33ff7f", "::::"}, checkGUID}
+	gidFuzz           = parserFuzz{[]string{"fe80:0000:0000:0000:0015:5dff:fd33:ff7f", "::::::::"}, checkGID}
+	devNumberFuzz     = parserFuzz{[]string{"231:192\n", "10:58", "0:0", "231:-1", ":"}, checkDevNumber}
+	numaNodeFuzz      = parserFuzz{[]string{"-1\n", "0", "7", "-0", "+1"}, checkNUMANode}
+	hexIDFuzz         = parserFuzz{[]string{"0x15b3\n", "0x101e", "0x", "0x10000"}, checkHexID}
+)
+
+func (p parserFuzz) fuzz(f *testing.F) {
+	p.seed(f)
+	f.Fuzz(p.check)
 }
 
-func FuzzParseGUID(f *testing.F) {
-	addSeeds(f, "0015:5dff:fd33:ff7f", "00:15:5d:ff:fd:33:ff:7f", "0x00155dfffd33ff7f", "::::")
-	f.Fuzz(checkGUID)
+func (p parserFuzz) seed(f *testing.F) {
+	for _, s := range p.seeds {
+		f.Add(s)
+	}
 }
 
-func FuzzParseGID(f *testing.F) {
-	addSeeds(f, "fe80:0000:0000:0000:0015:5dff:fd33:ff7f", "::::::::")
-	f.Fuzz(checkGID)
-}
-
-func FuzzParseDevNumber(f *testing.F) {
-	addSeeds(f, "231:192\n", "10:58", "0:0", "231:-1", ":")
-	f.Fuzz(checkDevNumber)
-}
-
-func FuzzParseNUMANode(f *testing.F) {
-	addSeeds(f, "-1\n", "0", "7", "-0", "+1")
-	f.Fuzz(checkNUMANode)
-}
-
-func FuzzParseHexID(f *testing.F) {
-	addSeeds(f, "0x15b3\n", "0x101e", "0x", "0x10000")
-	f.Fuzz(checkHexID)
-}
+func FuzzParseNumberedState(f *testing.F) { numberedStateFuzz.fuzz(f) }
+func FuzzParseRate(f *testing.F)          { rateFuzz.fuzz(f) }
+func FuzzParseGUID(f *testing.F)          { guidFuzz.fuzz(f) }
+func FuzzParseGID(f *testing.F)           { gidFuzz.fuzz(f) }
+func FuzzParseDevNumber(f *testing.F)     { devNumberFuzz.fuzz(f) }
+func FuzzParseNUMANode(f *testing.F)      { numaNodeFuzz.fuzz(f) }
+func FuzzParseHexID(f *testing.F)         { hexIDFuzz.fuzz(f) }
 
 // FuzzSysfsValue feeds one value to every parser, as if any sysfs file held
 // it; make test runs this one (make fuzz/hca/discovery/Fuzz<Parser> runs a
 // single parser).
 func FuzzSysfsValue(f *testing.F) {
-	addSeeds(f, "4: ACTIVE\n", "400 Gb/sec (4X NDR)\n", "0015:5dff:fd33:ff7f", "fe80:0000:0000:0000:0015:5dff:fd33:ff7f", "231:192", "-1", "0x15b3")
+	all := []parserFuzz{numberedStateFuzz, rateFuzz, guidFuzz, gidFuzz, devNumberFuzz, numaNodeFuzz, hexIDFuzz}
+	for _, p := range all {
+		p.seed(f)
+	}
 	f.Fuzz(func(t *testing.T, s string) {
-		for _, check := range []func(*testing.T, string){
-			checkNumberedState, checkRate, checkGUID, checkGID, checkDevNumber, checkNUMANode, checkHexID,
-		} {
-			check(t, s)
+		for _, p := range all {
+			p.check(t, s)
 		}
 	})
 }
@@ -113,12 +114,5 @@ func checkNUMANode(t *testing.T, s string) {
 func checkHexID(t *testing.T, s string) {
 	if id, err := ParseHexID(s); err == nil && len(id) != 4 {
 		t.Errorf("ParseHexID(%q) = %q, want 4 hex digits", s, id)
-	}
-}
-
-// addSeeds adds each string to f's seed corpus.
-func addSeeds(f *testing.F, seeds ...string) {
-	for _, s := range seeds {
-		f.Add(s)
 	}
 }
