@@ -62,10 +62,10 @@ func azureProfiles() []Profile {
 		// Our rendering of the layout azhpc-images states in
 		// topology/ndv4-topo.xml (NCCL_TOPO_FILE in ndv4.sh); see ndv4Machine.
 		azureND(NDv4, "Azure ND A100 v4 (ND96asr_v4, ND96amsr_A100_v4): 8 A100, 8 HDR IB VFs, 4 NUMA nodes",
-			srcNDv4, "ndv4-topo.xml"),
+			srcNDv4, topologyNDv4),
 		// The same for topology/ndv5-topo.xml and ndv5.sh; see ndv5Machine.
 		azureND(NDv5, "Azure ND H100 v5 and ND H200 v5 (ND96isr_H100_v5, ND96isr_H200_v5): 8 GPUs, 8 NDR IB VFs, 2 NUMA nodes",
-			srcNDv5, "ndv5-topo.xml"),
+			srcNDv5, topologyNDv5),
 		{
 			// azhpc-images components/customizations/ndv6.sh (the "gb-family"
 			// of setup_sku_customizations.sh) writes no nccl.conf and no

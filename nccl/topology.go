@@ -140,16 +140,37 @@ func ndv5Machine() machine {
 	}
 }
 
+// The topology files Topology renders, as a Profile's TopologyFile names them.
+const (
+	topologyNDv4 = "ndv4-topo.xml"
+	topologyNDv5 = "ndv5-topo.xml"
+)
+
+// topologies pairs each topology file with the machine it describes; the
+// one list behind TopologyNames and machineFor.
+var topologies = []struct {
+	name    string
+	machine func() machine
+}{
+	{topologyNDv4, ndv4Machine},
+	{topologyNDv5, ndv5Machine},
+}
+
 // TopologyNames lists the topology files Topology renders.
-func TopologyNames() []string { return []string{"ndv4-topo.xml", "ndv5-topo.xml"} }
+func TopologyNames() []string {
+	names := make([]string, len(topologies))
+	for i, t := range topologies {
+		names[i] = t.name
+	}
+	return names
+}
 
 // machineFor returns the description behind a Profile's TopologyFile name.
 func machineFor(name string) (machine, bool) {
-	switch name {
-	case "ndv4-topo.xml":
-		return ndv4Machine(), true
-	case "ndv5-topo.xml":
-		return ndv5Machine(), true
+	for _, t := range topologies {
+		if t.name == name {
+			return t.machine(), true
+		}
 	}
 	return machine{}, false
 }
