@@ -342,6 +342,16 @@ func hint(t *testing.T, ch <-chan struct{}, within time.Duration) time.Duration 
 	}
 }
 
+// hintAfter waits for the hint a change to the tree must give; err is the
+// change's own error, which fails t first.
+func hintAfter(t *testing.T, hints <-chan struct{}, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hint(t, hints, 5*time.Second)
+}
+
 func noHint(t *testing.T, ch <-chan struct{}, during time.Duration) {
 	t.Helper()
 	select {
@@ -363,10 +373,7 @@ func TestWatchHealthFlip(t *testing.T) {
 	}
 	expect := func(step string, act func() error, healthy bool) {
 		t.Helper()
-		if err := act(); err != nil {
-			t.Fatal(err)
-		}
-		hint(t, hints, 5*time.Second)
+		hintAfter(t, hints, act())
 		node, err := s.Scan(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -442,10 +449,7 @@ func TestWatchLateHCA(t *testing.T) {
 	ctx := t.Context()
 	hints := watch(t, s)
 	// The drivers load after the agent started: sys and dev fill in.
-	if err := fixture.Build(dir, fixture.HB); err != nil {
-		t.Fatal(err)
-	}
-	hint(t, hints, 5*time.Second)
+	hintAfter(t, hints, fixture.Build(dir, fixture.HB))
 	node, err := s.Scan(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -455,10 +459,7 @@ func TestWatchLateHCA(t *testing.T) {
 	}
 	// The hint re-listed the ports to poll: a flip of the new device's
 	// port is seen by the poll (the watcher does not watch sysfs at all).
-	if err := fixture.SetPortState(dir, "mlx5_0", 1, "DOWN"); err != nil {
-		t.Fatal(err)
-	}
-	hint(t, hints, 5*time.Second)
+	hintAfter(t, hints, fixture.SetPortState(dir, "mlx5_0", 1, "DOWN"))
 	node, _ = s.Scan(ctx)
 	if node.HCAs[0].Healthy {
 		t.Error("port down not seen after late load")
@@ -494,10 +495,7 @@ func TestWatchWithoutLinkEvents(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Watch must degrade, not fail, without rtnetlink: %v", err)
 	}
-	if err := fixture.RemoveCharDevice(dir, "issm0"); err != nil {
-		t.Fatal(err)
-	}
-	hint(t, hints, 5*time.Second)
+	hintAfter(t, hints, fixture.RemoveCharDevice(dir, "issm0"))
 }
 
 // TestWatchPortPoll: a port change the kernel reports to nobody (no netdev,
@@ -509,26 +507,17 @@ func TestWatchPortPoll(t *testing.T) {
 	s := treeScanner(t, dir, discovery.Options{Coalesce: time.Hour, PortPoll: 10 * time.Millisecond})
 	hints := watch(t, s)
 	for _, step := range []struct{ dev, state string }{{"mlx5_7", "DOWN"}, {"mlx5_7", "ACTIVE"}, {"mlx5_8", "INIT"}} {
-		if err := fixture.SetPortState(dir, step.dev, 1, step.state); err != nil {
-			t.Fatal(err)
-		}
 		// Coalesce is an hour: only the poll's immediate hint can arrive.
-		hint(t, hints, 5*time.Second)
+		hintAfter(t, hints, fixture.SetPortState(dir, step.dev, 1, step.state))
 	}
 	// A phys_state change alone (state unchanged) is a change too.
 	p := filepath.Join(fixture.SysfsRoot(dir), "class", "infiniband", "mlx5_0", "ports", "1", "phys_state")
-	if err := os.WriteFile(p, []byte("6: LinkErrorRecovery\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	hint(t, hints, 5*time.Second)
+	hintAfter(t, hints, os.WriteFile(p, []byte("6: LinkErrorRecovery\n"), 0o644))
 	// An attribute replaced by a FIFO is a change, and does not hang the poll.
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mkfifo(p, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	hint(t, hints, 5*time.Second)
+	hintAfter(t, hints, unix.Mkfifo(p, 0o644))
 }
 
 // TestWatchNoSysfsEventPath: with the poll off, a port change in the tree
@@ -544,10 +533,7 @@ func TestWatchNoSysfsEventPath(t *testing.T) {
 	}
 	noHint(t, hints, 300*time.Millisecond)
 	// The dev root is watched: udev removing a node is an event on a host.
-	if err := fixture.RemoveCharDevice(dir, "uverbs0"); err != nil {
-		t.Fatal(err)
-	}
-	hint(t, hints, 5*time.Second)
+	hintAfter(t, hints, fixture.RemoveCharDevice(dir, "uverbs0"))
 }
 
 // TestWatchIPoIBCarrier: the rtnetlink path alone (no poll) turns an IPoIB
