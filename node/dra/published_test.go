@@ -25,6 +25,8 @@ import (
 
 // runDriver runs a driver for node-0 of fixture ND H100 v5 against a fake
 // API server until the returned stop is called; stop returns once Run has.
+// It returns once Published has, so that every caller starts from the slices
+// the API server holds.
 func runDriver(t *testing.T, podUID string) (*Driver, *fake.Clientset, string, func()) {
 	t.Helper()
 	h := newHost(t, fixture.NDv5, nil)
@@ -57,6 +59,11 @@ func runDriver(t *testing.T, podUID string) (*Driver, *fake.Clientset, string, f
 		}
 	}
 	t.Cleanup(stop)
+	published, pCancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer pCancel()
+	if err := d.Published(published); err != nil {
+		t.Fatalf("Published: %v", err)
+	}
 	return d, client, registry, stop
 }
 
@@ -80,9 +87,6 @@ func TestPublishedWaitsForTheAPI(t *testing.T) {
 	d, client, _, _ := runDriver(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := d.Published(ctx); err != nil {
-		t.Fatalf("Published: %v", err)
-	}
 	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -115,11 +119,6 @@ func TestPublishedWaitsForTheAPI(t *testing.T) {
 func TestPublishedFromTheInformer(t *testing.T) {
 	t.Parallel()
 	d, client, _, _ := runDriver(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := d.Published(ctx); err != nil {
-		t.Fatalf("Published: %v", err)
-	}
 	lists := 0
 	for _, a := range client.Actions() {
 		if a.GetVerb() == "list" && a.GetResource().Resource == "resourceslices" {
@@ -195,11 +194,6 @@ func TestSliceView(t *testing.T) {
 func TestPlannedExitTaintsDevices(t *testing.T) {
 	t.Parallel()
 	d, client, _, stop := runDriver(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := d.Published(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if got := taintKeys(t, client); len(got) != 0 {
 		t.Fatalf("taints while running: %v", got)
 	}
@@ -218,12 +212,7 @@ func TestPlannedExitTaintsDevices(t *testing.T) {
 // the old one leaves the slices as they are.
 func TestPlannedExitLeavesSlicesToSuccessor(t *testing.T) {
 	t.Parallel()
-	d, client, registry, stop := runDriver(t, "old-pod")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := d.Published(ctx); err != nil {
-		t.Fatal(err)
-	}
+	_, client, registry, stop := runDriver(t, "old-pod")
 	succ := filepath.Join(registry, kubeletplugin.RollingUpdateRegistrarSocketFile(registry, contract.DRADriverName, types.UID("new-pod")))
 	l, err := net.Listen("unix", succ)
 	if err != nil {
