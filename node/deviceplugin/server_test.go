@@ -2,7 +2,6 @@ package deviceplugin
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,24 +15,16 @@ import (
 
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/internal/testing/kubeletstub"
+	"github.com/ibkube/ibkube/internal/testing/nodetest"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/resource"
 )
 
 const wait = 5 * time.Second
 
-func testNode() inventory.Node {
-	var n inventory.Node
-	for i := range 8 {
-		n.HCAs = append(n.HCAs, inventory.HCA{
-			Name: fmt.Sprintf("mlx5_%d", i), VendorID: "15b3", NUMANode: i / 4, Healthy: true,
-			Ports:       []inventory.Port{{Number: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: "InfiniBand"}},
-			CharDevices: []inventory.CharDevice{{Name: fmt.Sprintf("uverbs%d", i), Present: true}},
-		})
-	}
-	n.RDMACM = &inventory.CharDevice{Name: "rdma_cm", Present: true}
-	return n
-}
+// testNode is an ND H100 v5-like node: eight InfiniBand HCAs, four on each
+// NUMA node.
+func testNode() inventory.Node { return nodetest.IBNode(8, 4) }
 
 func specs(m *resource.Model) []Spec {
 	var out []Spec

@@ -15,7 +15,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
-	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/internal/testing/nodetest"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/dra/slice"
 	"github.com/ibkube/ibkube/node/resource"
@@ -293,16 +293,7 @@ func TestRateGbps(t *testing.T) {
 // set that holds it, and slices within the API's limits.
 func TestSlicesManyHCAs(t *testing.T) {
 	t.Parallel()
-	var n inventory.Node
-	for i := range 40 {
-		n.HCAs = append(n.HCAs, inventory.HCA{
-			Name: fmt.Sprintf("mlx5_%d", i), VendorID: "15b3", NUMANode: i / 20, Healthy: true,
-			Ports:       []inventory.Port{{Number: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: "InfiniBand"}},
-			CharDevices: []inventory.CharDevice{{Name: fmt.Sprintf("uverbs%d", i), Present: true}},
-		})
-	}
-	n.RDMACM = &inventory.CharDevice{Name: "rdma_cm", Present: true}
-	m := resource.Build(config.Default(), n, resource.Options{HostDevRoot: "/dev"})
+	m := resource.Build(config.Default(), nodetest.IBNode(40, 20), resource.Options{HostDevRoot: "/dev"})
 	counters := map[string]map[string]bool{}
 	var devices int
 	for _, s := range slice.Slices(m, slice.NodeFacts{Name: "node-0"}) {

@@ -1,8 +1,6 @@
 package slice
 
 import (
-	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -11,29 +9,14 @@ import (
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/hca/selector"
+	"github.com/ibkube/ibkube/internal/testing/nodetest"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/resource"
 )
 
 // node is an ND H100 v5-like node: eight InfiniBand HCAs, four on each
 // NUMA node; down names HCAs whose port is down.
-func node(down ...string) inventory.Node {
-	var n inventory.Node
-	for i := range 8 {
-		name := fmt.Sprintf("mlx5_%d", i)
-		state, phys, healthy := "ACTIVE", "LinkUp", true
-		if slices.Contains(down, name) {
-			state, phys, healthy = "DOWN", "Polling", false
-		}
-		n.HCAs = append(n.HCAs, inventory.HCA{
-			Name: name, VendorID: "15b3", NUMANode: i / 4, Healthy: healthy,
-			Ports:       []inventory.Port{{Number: 1, State: state, PhysState: phys, LinkLayer: inventory.LinkLayerInfiniBand}},
-			CharDevices: []inventory.CharDevice{{Name: fmt.Sprintf("uverbs%d", i), Present: true}},
-		})
-	}
-	n.RDMACM = &inventory.CharDevice{Name: "rdma_cm", Present: true}
-	return n
-}
+func node(down ...string) inventory.Node { return nodetest.IBNode(8, 4, down...) }
 
 func published(t *testing.T, pools []config.Pool, n inventory.Node) (devices []resourceapi.Device, sets []resourceapi.CounterSet) {
 	t.Helper()

@@ -1,0 +1,33 @@
+// Package nodetest builds the inventories that the node agent's tests hand
+// their packages in place of a scanned host. Only tests import it.
+package nodetest
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/ibkube/ibkube/hca/inventory"
+)
+
+// IBNode is a node of hcas healthy InfiniBand HCAs (mlx5_0, mlx5_1, ...),
+// perNUMA of them on each NUMA node in order, each with one active port and
+// its uverbs device, and the rdma_cm device: what the resource model and the
+// published devices are built from on an ND H100 v5-like host. down names
+// HCAs whose port is down (Polling), which the scanner reports unhealthy.
+func IBNode(hcas, perNUMA int, down ...string) inventory.Node {
+	var n inventory.Node
+	for i := range hcas {
+		name := fmt.Sprintf("mlx5_%d", i)
+		state, phys, healthy := inventory.PortStateActive, inventory.PortPhysStateUp, true
+		if slices.Contains(down, name) {
+			state, phys, healthy = "DOWN", "Polling", false
+		}
+		n.HCAs = append(n.HCAs, inventory.HCA{
+			Name: name, VendorID: "15b3", NUMANode: i / perNUMA, Healthy: healthy,
+			Ports:       []inventory.Port{{Number: 1, State: state, PhysState: phys, LinkLayer: inventory.LinkLayerInfiniBand}},
+			CharDevices: []inventory.CharDevice{{Name: fmt.Sprintf("uverbs%d", i), Present: true}},
+		})
+	}
+	n.RDMACM = &inventory.CharDevice{Name: inventory.RDMACMDeviceName, Present: true}
+	return n
+}
