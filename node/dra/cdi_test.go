@@ -27,9 +27,7 @@ func TestCDISpecAcceptedByRuntime(t *testing.T) {
 	dir := t.TempDir()
 	d := newDriver(t, h, dir)
 	c := gpuNIC()
-	if r := prepare(t, d, c)[c.UID]; r.Err != nil {
-		t.Fatal(r.Err)
-	}
+	mustPrepare(t, d, c)
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
 	if err != nil {
 		t.Fatal(err)
@@ -106,9 +104,7 @@ func TestClaimOfOneRequestPerHCANamesEveryHCA(t *testing.T) {
 	c := claim("5d1c0b7e-2f4a-4c6d-8e9f-0a1b2c3d4e5f", "aligned-0",
 		alloc("hca-0-0", "ib-mlx5-0"), alloc("hca-1-0", "ib-mlx5-1"), alloc("hca-2-0", "ib-mlx5-2"),
 		shared("ipoib", "shared-ib-mlx5-4", "share-1"))
-	if r := prepare(t, d, c)[c.UID]; r.Err != nil {
-		t.Fatal(r.Err)
-	}
+	mustPrepare(t, d, c)
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
 	if err != nil {
 		t.Fatal(err)

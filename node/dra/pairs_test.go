@@ -237,9 +237,7 @@ func prepareReport(t *testing.T, d *Driver, events *podEvents, c *resourceapi.Re
 	events.mu.Lock()
 	events.events = nil
 	events.mu.Unlock()
-	if res := prepare(t, d, c)[c.UID]; res.Err != nil {
-		t.Fatalf("prepare %s: %v", c.Name, res.Err)
-	}
+	mustPrepare(t, d, c)
 	spec, err := d.store.read(c.UID)
 	if err != nil || spec == nil {
 		t.Fatalf("CDI spec of %s: %v, %v", c.Name, spec, err)
@@ -413,9 +411,7 @@ func TestFallbackEventOncePerAllocation(t *testing.T) {
 	c.Status.Allocation = n.allocate(c)
 	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "train-0", UID: testUID("pod")}}
 	for range 3 {
-		if res := prepare(t, d, c)[c.UID]; res.Err != nil {
-			t.Fatal(res.Err)
-		}
+		mustPrepare(t, d, c)
 	}
 	if len(events.events) != 1 {
 		t.Errorf("%d Events after three prepares of one allocation, want 1: %v", len(events.events), events.events)

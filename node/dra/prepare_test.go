@@ -79,6 +79,14 @@ func prepare(t *testing.T, d *Driver, claims ...*resourceapi.ResourceClaim) map[
 	return res
 }
 
+// mustPrepare prepares c, for a test whose claim under test comes after it.
+func mustPrepare(t *testing.T, d *Driver, c *resourceapi.ResourceClaim) {
+	t.Helper()
+	if r := prepare(t, d, c)[c.UID]; r.Err != nil {
+		t.Fatalf("prepare %s: %v", c.Name, r.Err)
+	}
+}
+
 // gpuNIC is a claim like the GPU-aligned template's: two exclusive HCAs in
 // one request, a shared one in another, and a GPU of another driver.
 func gpuNIC() *resourceapi.ResourceClaim {
@@ -178,13 +186,9 @@ func TestPrepareRewritesAnotherAllocation(t *testing.T) {
 	cdi := t.TempDir()
 	d := newDriver(t, h, cdi)
 	earlier := claim("reallocated", "train-0", alloc("nic", "ib-mlx5-0"))
-	if r := prepare(t, d, earlier)[earlier.UID]; r.Err != nil {
-		t.Fatal(r.Err)
-	}
+	mustPrepare(t, d, earlier)
 	now := claim("reallocated", "train-0", alloc("nic", "ib-mlx5-3"))
-	if r := prepare(t, d, now)[now.UID]; r.Err != nil {
-		t.Fatal(r.Err)
-	}
+	mustPrepare(t, d, now)
 	path := specStore{dir: cdi}.path(now.UID)
 	written, err := os.ReadFile(path)
 	if err != nil {
@@ -200,9 +204,7 @@ func TestPrepareRewritesAnotherAllocation(t *testing.T) {
 	if env := spec.Devices[0].ContainerEdits.Env; !slices.Contains(env, "NCCL_IB_HCA==mlx5_3:1") {
 		t.Errorf("the spec after the new allocation sets %v, want NCCL_IB_HCA==mlx5_3:1", env)
 	}
-	if r := prepare(t, d, now)[now.UID]; r.Err != nil {
-		t.Fatal(r.Err)
-	}
+	mustPrepare(t, d, now)
 	if again, _ := os.ReadFile(path); string(again) != string(written) {
 		t.Errorf("the same allocation asked again rewrote the spec:\n%s\n%s", written, again)
 	}
@@ -254,9 +256,7 @@ func TestPrepareRefuses(t *testing.T) {
 	cdi := t.TempDir()
 	d := newDriver(t, h, cdi)
 	holder := claim("uid-holder", "holder", alloc("nic", "ib-mlx5-2"))
-	if r := prepare(t, d, holder)[holder.UID]; r.Err != nil {
-		t.Fatal(r.Err)
-	}
+	mustPrepare(t, d, holder)
 	for _, name := range []string{"sharer-a", "sharer-b"} {
 		sharer := claim(name, name, shared("s", "shared-ib-mlx5-5", types.UID(name)))
 		if r := prepare(t, d, sharer)[sharer.UID]; r.Err != nil {
@@ -304,9 +304,7 @@ func TestPrepareHoldsByHCA(t *testing.T) {
 			t.Parallel()
 			d := newDriver(t, newHost(t, fixture.NDv5, nil), t.TempDir())
 			first, second := claim("first", "first", tc.first), claim("second", "second", tc.second)
-			if r := prepare(t, d, first)[first.UID]; r.Err != nil {
-				t.Fatal(r.Err)
-			}
+			mustPrepare(t, d, first)
 			if r := prepare(t, d, second)[second.UID]; r.Err == nil || !strings.Contains(r.Err.Error(), "HCA mlx5_0 is already prepared for claim "+string(first.UID)) {
 				t.Errorf("second claim on mlx5_0: %v, want a refusal naming the first claim", r.Err)
 			}

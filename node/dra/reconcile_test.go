@@ -40,9 +40,7 @@ func TestReconcileCDIRemovesStaleSpecs(t *testing.T) {
 	replaced := claim("replaced-old", "replaced", alloc("nic", "ib-mlx5-2"))
 	deallocated := claim("deallocated", "deallocated", shared("s", "shared-ib-mlx5-3", "x"))
 	for _, c := range []*resourceapi.ResourceClaim{live, deleted, replaced, deallocated} {
-		if r := prepare(t, old, c)[c.UID]; r.Err != nil {
-			t.Fatal(r.Err)
-		}
+		mustPrepare(t, old, c)
 	}
 	// What the API server has now.
 	replacement := claim("replaced-new", "replaced", alloc("nic", "ib-mlx5-5"))
@@ -110,9 +108,7 @@ func TestReconcileCDIPacedByItsLimiter(t *testing.T) {
 	old := newDriver(t, h, cdi)
 	for _, name := range []string{"gone-0", "gone-1", "gone-2", "gone-3"} {
 		c := claim(name, name, shared("s", "shared-ib-mlx5-3", types.UID(name)))
-		if r := prepare(t, old, c)[c.UID]; r.Err != nil {
-			t.Fatal(r.Err)
-		}
+		mustPrepare(t, old, c)
 	}
 	client := fake.NewClientset()
 	limiter := &countingLimiter{allow: 2}
