@@ -13,6 +13,7 @@ import (
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/internal/testing/nodetest"
 	"github.com/ibkube/ibkube/node/config"
 )
 
@@ -99,11 +100,7 @@ func TestAgentLabelsPartition(t *testing.T) {
 func TestPartitionLabelValue(t *testing.T) {
 	t.Parallel()
 	ib := func(keys ...inventory.PKey) inventory.HCA {
-		p := inventory.Port{Number: 1, LinkLayer: inventory.LinkLayerInfiniBand, State: inventory.PortStateActive}
-		for i, k := range keys {
-			p.PKeys = append(p.PKeys, inventory.PKeyEntry{Index: i, Key: k})
-		}
-		return inventory.HCA{Name: "mlx5_0", Ports: []inventory.Port{p}}
+		return inventory.HCA{Name: "mlx5_0", Ports: []inventory.Port{nodetest.IBPort(keys...)}}
 	}
 	roce := inventory.HCA{Name: "mlx5_0", Ports: []inventory.Port{{Number: 1, LinkLayer: inventory.LinkLayerEthernet, State: inventory.PortStateActive}}}
 	own := map[string]string{"oci.oraclecloud.com/rdma.hpc_island_id": "island-7"}

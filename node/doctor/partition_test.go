@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/internal/testing/nodetest"
 )
 
 // TestCheckPartitionNamesPorts: the doctor fails on ports that hold the
@@ -12,13 +13,7 @@ import (
 // tenant partition.
 func TestCheckPartitionNamesPorts(t *testing.T) {
 	t.Parallel()
-	port := func(keys ...inventory.PKey) inventory.Port {
-		p := inventory.Port{Number: 1, LinkLayer: inventory.LinkLayerInfiniBand, State: inventory.PortStateActive}
-		for i, k := range keys {
-			p.PKeys = append(p.PKeys, inventory.PKeyEntry{Index: i, Key: k})
-		}
-		return p
-	}
+	port := nodetest.IBPort
 	node := func(ports ...inventory.Port) Facts {
 		var f Facts
 		for i, p := range ports {

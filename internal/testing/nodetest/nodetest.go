@@ -31,3 +31,13 @@ func IBNode(hcas, perNUMA int, down ...string) inventory.Node {
 	n.RDMACM = &inventory.CharDevice{Name: inventory.RDMACMDeviceName, Present: true}
 	return n
 }
+
+// IBPort is an active InfiniBand port 1 whose partition table holds keys,
+// in order from index 0.
+func IBPort(keys ...inventory.PKey) inventory.Port {
+	p := inventory.Port{Number: 1, LinkLayer: inventory.LinkLayerInfiniBand, State: inventory.PortStateActive}
+	for i, k := range keys {
+		p.PKeys = append(p.PKeys, inventory.PKeyEntry{Index: i, Key: k})
+	}
+	return p
+}
