@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
@@ -45,6 +44,19 @@ func counter(t *testing.T, c *prometheus.CounterVec, label string) float64 {
 
 func setRelease(c *config.Config) { c.ReleaseNamespace = "ibkube-system" }
 
+// fileStore mounts content as the ConfigMap's file and opens a store on it,
+// as the webhook starts with its ConfigMap mounted.
+func fileStore(t *testing.T, content string, apply func(*config.Config), log logr.Logger) (*configStore, *configmapdir.Dir) {
+	t.Helper()
+	c := configmapdir.New(t.TempDir(), "webhook.yaml")
+	c.Write(t, content)
+	s, err := newConfigStore(c.Path(), apply, prometheus.NewRegistry(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c
+}
+
 func TestConfigStoreStart(t *testing.T) {
 	t.Parallel()
 	t.Run("missing file: defaults", func(t *testing.T) {
@@ -72,12 +84,7 @@ func TestConfigStoreStart(t *testing.T) {
 // bad file (reporting it once), and recovers.
 func TestConfigStoreWatch(t *testing.T) {
 	t.Parallel()
-	c := configmapdir.New(t.TempDir(), "webhook.yaml")
-	c.Write(t, configYAML("rdma/shared_a"))
-	s, err := newConfigStore(c.Path(), setRelease, prometheus.NewRegistry(), logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, c := fileStore(t, configYAML("rdma/shared_a"), setRelease, logr.Discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, 0) }()
@@ -87,16 +94,6 @@ func TestConfigStoreWatch(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
 	shared := func() string { return s.Current().Resources.Shared }
 	wantReloads := func(result string, want float64, when string) {
 		t.Helper()
@@ -107,13 +104,13 @@ func TestConfigStoreWatch(t *testing.T) {
 
 	<-s.watching
 	c.Write(t, configYAML("rdma/shared_b"))
-	waitFor("rdma/shared_b", func() bool { return shared() == "rdma/shared_b" })
+	waitFor(t, "rdma/shared_b", func() bool { return shared() == "rdma/shared_b" })
 	if s.Current().ReleaseNamespace != "ibkube-system" {
 		t.Errorf("release namespace lost on reload")
 	}
 
 	c.Write(t, badYAML)
-	waitFor("failure reported", func() bool { return gauge(t, s.lastOK) == 0 })
+	waitFor(t, "failure reported", func() bool { return gauge(t, s.lastOK) == 0 })
 	if shared() != "rdma/shared_b" {
 		t.Errorf("bad file replaced the config: shared = %q", shared())
 	}
@@ -123,12 +120,12 @@ func TestConfigStoreWatch(t *testing.T) {
 	wantReloads("failure", 1, "for one bad file")
 
 	c.Write(t, configYAML("rdma/shared_c"))
-	waitFor("recovery", func() bool { return shared() == "rdma/shared_c" && gauge(t, s.lastOK) == 1 })
+	waitFor(t, "recovery", func() bool { return shared() == "rdma/shared_c" && gauge(t, s.lastOK) == 1 })
 	wantReloads("success", 2, "after the recovery")
 
 	// The file disappears: a failed reload, the last good config stays.
 	c.Remove(t)
-	waitFor("disappearance reported", func() bool { return gauge(t, s.lastOK) == 0 })
+	waitFor(t, "disappearance reported", func() bool { return gauge(t, s.lastOK) == 0 })
 	if shared() != "rdma/shared_c" {
 		t.Errorf("a vanished file replaced the config: shared = %q, want the last good rdma/shared_c", shared())
 	}
@@ -139,7 +136,7 @@ func TestConfigStoreWatch(t *testing.T) {
 	wantReloads("success", 2, "after the file vanished")
 
 	c.Write(t, configYAML("rdma/shared_d"))
-	waitFor("recovery after the file came back", func() bool { return shared() == "rdma/shared_d" && gauge(t, s.lastOK) == 1 })
+	waitFor(t, "recovery after the file came back", func() bool { return shared() == "rdma/shared_d" && gauge(t, s.lastOK) == 1 })
 	wantReloads("success", 3, "after the file came back")
 }
 
@@ -173,12 +170,7 @@ func TestConfigStoreVanishedFileLogsError(t *testing.T) {
 		defer mu.Unlock()
 		logs = append(logs, args)
 	}, funcr.Options{})
-	c := configmapdir.New(t.TempDir(), "webhook.yaml")
-	c.Write(t, configYAML("rdma/shared_a"))
-	s, err := newConfigStore(c.Path(), nil, prometheus.NewRegistry(), log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, c := fileStore(t, configYAML("rdma/shared_a"), nil, log)
 	c.Remove(t)
 	if _, err := s.reload(); err == nil {
 		t.Fatal("reload of a vanished file: no error")
@@ -196,5 +188,32 @@ func TestConfigStoreVanishedFileLogsError(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no error-level log about the vanished file in %q", logs)
+	}
+}
+
+// TestConfigStoreSignalsChanges: a reload that swaps the configuration
+// wakes what acts on it outside admission (the aligned claim templates),
+// and one that finds the same content, or a bad file, does not.
+func TestConfigStoreSignalsChanges(t *testing.T) {
+	t.Parallel()
+	s, c := fileStore(t, configYAML("rdma/a"), nil, logr.Discard())
+	pending := func() bool {
+		select {
+		case <-s.Changed():
+			return true
+		default:
+			return false
+		}
+	}
+	if _, err := s.reload(); err != nil || pending() {
+		t.Fatalf("same content: err %v, signalled %t; want neither", err, pending())
+	}
+	c.Write(t, configYAML("rdma/b"))
+	if _, err := s.reload(); err != nil || !pending() {
+		t.Fatalf("new content: err %v; want a signal", err)
+	}
+	c.Write(t, badYAML)
+	if _, err := s.reload(); err == nil || pending() {
+		t.Fatalf("bad content: err %v; want an error and no signal", err)
 	}
 }
