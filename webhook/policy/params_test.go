@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -73,5 +74,18 @@ func TestRenderNeedsNames(t *testing.T) {
 	got := objs.MutatingBinding.Spec.MatchResources.NamespaceSelector.MatchExpressions[0].Values
 	if diff := cmp.Diff([]string{"ns", "kube-system", "ci"}, got); diff != "" {
 		t.Errorf("excluded namespaces (-want +got):\n%s", diff)
+	}
+}
+
+// TestRenderRefusesAlignedClaims: the policies cannot keep the aligned
+// claim's templates, so a config asking for it is refused rather than
+// rendered into policies that silently keep extended resources.
+func TestRenderRefusesAlignedClaims(t *testing.T) {
+	t.Parallel()
+	cfg := config.Default()
+	cfg.AlignedClaims.Enabled = true
+	_, err := policy.Render(cfg, policy.Names{Prefix: "p", Namespace: "ns"})
+	if !errors.Is(err, policy.ErrAlignedClaims) {
+		t.Fatalf("Render = %v, want ErrAlignedClaims", err)
 	}
 }
