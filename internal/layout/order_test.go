@@ -61,18 +61,14 @@ func TestRoomsReadTopDown(t *testing.T) {
 	t.Parallel()
 	root := filepath.Join("..", "..")
 	for room, order := range roomOrder(t) {
-		err := filepath.WalkDir(filepath.Join(root, room), func(path string, d os.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) {
-				return filepath.SkipDir
-			}
-			if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		err := walkGo(filepath.Join(root, room), nil, func(path, rel string) error {
+			if strings.HasSuffix(path, "_test.go") {
 				return nil
 			}
-			rel, _ := filepath.Rel(root, filepath.Dir(path))
-			pkg := filepath.ToSlash(rel)
+			pkg := room
+			if dir := filepath.ToSlash(filepath.Dir(rel)); dir != "." {
+				pkg += "/" + dir
+			}
 			me := rank(order, pkg)
 			if me < 0 {
 				t.Errorf("%s is not listed in README.md's Layout row for %s/; add it where it belongs in the order", pkg, room)

@@ -5,7 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -91,16 +90,10 @@ func oversizedIn(root string, pkgs []string) ([]oversized, error) {
 // goFiles lists the non-test Go files of the package pkg under root, or of
 // every package below it when pkg ends in "/".
 func goFiles(root, pkg string) ([]string, error) {
-	dir := filepath.Join(root, filepath.FromSlash(strings.TrimSuffix(pkg, "/")))
+	below := strings.HasSuffix(pkg, "/")
 	var files []string
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && path != dir && (d.Name() == "testdata" || !strings.HasSuffix(pkg, "/")) {
-			return filepath.SkipDir
-		}
-		if !d.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
+	err := walkGo(filepath.Join(root, filepath.FromSlash(strings.TrimSuffix(pkg, "/"))), nil, func(path, rel string) error {
+		if !strings.HasSuffix(path, "_test.go") && (below || !strings.Contains(rel, "/")) {
 			files = append(files, path)
 		}
 		return nil
