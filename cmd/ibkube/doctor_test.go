@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,8 +16,7 @@ func TestDoctorCommand(t *testing.T) {
 	t.Parallel()
 	dir := fixture.BuildTemp(t, fixture.HB)
 	proc := filepath.Join(dir, "proc")
-	os.MkdirAll(proc, 0o755)
-	os.WriteFile(filepath.Join(proc, "modules"), []byte("nvidia 1 0 - Live 0x0\nnvidia_peermem 1 0 - Live 0x0\n"), 0o644)
+	writeFile(t, filepath.Join(proc, "modules"), "nvidia 1 0 - Live 0x0\nnvidia_peermem 1 0 - Live 0x0\n")
 	args := []string{"--sysfs-root", fixture.SysfsRoot(dir), "--dev-root", fixture.DevRoot(dir), "--proc-root", proc,
 		"--nri-socket", filepath.Join(dir, "none.sock"), "--config", filepath.Join(dir, "absent.yaml"),
 		"--kubelet-socket-dir", filepath.Join(dir, "no-kubelet"), "--pod-resources-socket=",

@@ -40,9 +40,7 @@ func TestOneVoice(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	badAgent := filepath.Join(dir, "agent.yaml")
-	if err := os.WriteFile(badAgent, []byte("kind: AgentConfig\npools: 3\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, badAgent, "kind: AgentConfig\npools: 3\n")
 	missing := filepath.Join(dir, "missing")
 	tests := []struct {
 		args   []string
@@ -80,5 +78,17 @@ func TestOneVoice(t *testing.T) {
 				t.Errorf("wrote %q: the subcommand %q must be named once", line, name)
 			}
 		})
+	}
+}
+
+// writeFile writes a test's input file, and the directories above it,
+// failing the test where it cannot.
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -91,9 +91,7 @@ func TestRunNodeErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(bad, []byte("apiVersion: ibkube.io/v1alpha1\nkind: AgentConfig\npools:\n- {resourceName: rdma/ib, mode: both}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, bad, "apiVersion: ibkube.io/v1alpha1\nkind: AgentConfig\npools:\n- {resourceName: rdma/ib, mode: both}\n")
 	for _, tc := range []struct {
 		args []string
 		want string

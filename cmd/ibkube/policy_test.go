@@ -17,9 +17,7 @@ import (
 func TestRunPolicy(t *testing.T) {
 	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "webhook.yaml")
-	if err := os.WriteFile(cfg, []byte("apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nmemlock: 32Gi\nprofiles:\n- {name: site, base: ndv5, nccl: {NCCL_DEBUG: WARN}}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, cfg, "apiVersion: ibkube.io/v1alpha1\nkind: WebhookConfig\nmemlock: 32Gi\nprofiles:\n- {name: site, base: ndv5, nccl: {NCCL_DEBUG: WARN}}\n")
 	cases := []struct {
 		name             string
 		args             []string
