@@ -60,9 +60,9 @@ type record struct {
 	Delegate    json.RawMessage `json:"delegate"`
 }
 
-// withConf parses the network config on stdin and runs cmd with it,
-// returning both's errors as the CNI errors the runtime reads: a config
-// that does not parse names no network, any later error names conf's.
+// withConf parses the network config on stdin and runs cmd with it. Either
+// one's error comes back as the CNI error the runtime reads: a config that
+// does not parse names no network, an error of cmd names conf's.
 func withConf(args *skel.CmdArgs, cmd func(conf *NetConf) error) error {
 	conf, err := ParseConfig(args.StdinData)
 	if err != nil {
