@@ -12,17 +12,8 @@ import (
 
 	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
-	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/internal/testing/nodetest"
 )
-
-func scanned(b *testing.B, dir string) inventory.Node {
-	b.Helper()
-	node, err := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Logger: logr.Discard()}).Scan(context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
-	return node
-}
 
 // ndv5Targets is every port of the ND H100 v5 fixture (9 HCAs), as discovery sees it.
 func ndv5Targets(b *testing.B, sys, dev string) []Target {
@@ -78,7 +69,7 @@ func BenchmarkStepAndScrapeNDv5(b *testing.B) {
 func BenchmarkScrapeNDv5(b *testing.B) {
 	dir := fixture.BuildTemp(b, fixture.NDv5)
 	sys := fixture.SysfsRoot(dir)
-	m, err := NewMonitor(MonitorConfig{Reader: Reader{SysfsRoot: sys}, Source: fakeSource{scanned(b, dir)},
+	m, err := NewMonitor(MonitorConfig{Reader: Reader{SysfsRoot: sys}, Source: fakeSource{nodetest.Scan(b, dir)},
 		Period: time.Second, Idle: IdleRule{Window: time.Minute}}, logr.Discard())
 	if err != nil {
 		b.Fatal(err)

@@ -1,20 +1,18 @@
 package deviceplugin
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
-	"github.com/go-logr/logr"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/internal/testing/golden"
+	"github.com/ibkube/ibkube/internal/testing/nodetest"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/resource"
 )
@@ -71,11 +69,7 @@ func TestTopologyFollowsGPUPartners(t *testing.T) {
 	for _, name := range fixture.Names() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			dir := fixture.BuildTemp(t, name)
-			node, err := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Logger: logr.Discard()}).Scan(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
+			node := nodetest.Scan(t, fixture.BuildTemp(t, name))
 			view := viewOf(t, node, resource.Build(topologyConfig(t, name), node, resource.Options{}))
 			got, err := json.MarshalIndent(view, "", "  ")
 			if err != nil {

@@ -1,15 +1,14 @@
 package doctor
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/internal/testing/nodetest"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/resource"
 )
@@ -22,9 +21,7 @@ func TestHeldTwiceCheck(t *testing.T) {
 	t.Parallel()
 	node := filepath.Join(t.TempDir(), "node")
 	must(t, fixture.Build(node, fixture.NDv5))
-	scanned, err := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(node), DevRoot: fixture.DevRoot(node)}).Scan(context.Background())
-	must(t, err)
-	model := resource.Build(config.Default(), scanned, resource.Options{})
+	model := resource.Build(config.Default(), nodetest.Scan(t, node), resource.Options{})
 	const effect = ": the scheduler sees its counter over-committed and allocates no rdma device of this node, on any HCA, until one of those claims' pods ends"
 	tests := []struct {
 		dir     string

@@ -1,17 +1,16 @@
 package dra
 
 import (
-	"context"
 	"path/filepath"
 	"testing"
 
 	"github.com/go-logr/logr"
 
-	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
 	"github.com/ibkube/ibkube/hca/selector"
 	goldenfile "github.com/ibkube/ibkube/internal/testing/golden"
+	"github.com/ibkube/ibkube/internal/testing/nodetest"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/resource"
 )
@@ -39,12 +38,7 @@ func newHost(t testing.TB, name string, cfg *config.AgentConfig, opts ...fixture
 // scan reads the fixture as the agent does, without netlink.
 func (h *host) scan(t testing.TB) inventory.Node {
 	t.Helper()
-	s := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(h.dir), DevRoot: fixture.DevRoot(h.dir), PortPoll: -1})
-	n, err := s.Scan(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return nodetest.Scan(t, h.dir)
 }
 
 func (h *host) model(t testing.TB) *resource.Model {

@@ -20,9 +20,9 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/internal/testing/nodetest"
 	"github.com/ibkube/ibkube/node/imagefs"
 )
 
@@ -85,11 +85,7 @@ func newGIDFixture(t *testing.T, img ImageReader, gids GIDReader) gidFixture {
 func scanOCI(t *testing.T) (string, inventory.Node) {
 	t.Helper()
 	dir := fixture.BuildTemp(t, fixture.OCIH100)
-	node, err := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir), Logger: testr.New(t)}).Scan(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir, node
+	return dir, nodetest.Scan(t, dir)
 }
 
 // pluginOn is a plugin over a scanned fixture, reading the image img; one

@@ -1,11 +1,10 @@
 package resource_test
 
 import (
-	"context"
 	"testing"
 
-	"github.com/ibkube/ibkube/hca/discovery"
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/internal/testing/nodetest"
 	"github.com/ibkube/ibkube/node/config"
 	"github.com/ibkube/ibkube/node/resource"
 )
@@ -33,12 +32,7 @@ func TestPartitionEnv(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.fixture, func(t *testing.T) {
 			t.Parallel()
-			dir := fixture.BuildTemp(t, tc.fixture)
-			node, err := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir)}).Scan(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := resource.Build(config.Default(), node, resource.Options{HostDevRoot: "/dev"})
+			m := resource.Build(config.Default(), nodetest.Scan(t, fixture.BuildTemp(t, tc.fixture)), resource.Options{HostDevRoot: "/dev"})
 			g, err := m.Pool("rdma/ib").AllocateHCAs(tc.hcas)
 			if err != nil {
 				t.Fatal(err)

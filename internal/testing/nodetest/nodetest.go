@@ -1,13 +1,30 @@
 // Package nodetest builds the inventories that the node agent's tests hand
-// their packages in place of a scanned host. Only tests import it.
+// their packages: scanned from a fixture host, or made up where a test needs
+// a node no fixture describes. Only tests import it.
 package nodetest
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"testing"
 
+	"github.com/ibkube/ibkube/hca/discovery"
+	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/inventory"
 )
+
+// Scan reads the fixture host tree at dir (fixture.Build's layout) as the
+// agent's scanner reads a host, so a test starts from what discovery makes
+// of a real machine's sysfs rather than from a hand-built inventory.
+func Scan(t testing.TB, dir string) inventory.Node {
+	t.Helper()
+	node, err := discovery.NewScanner(discovery.Options{SysfsRoot: fixture.SysfsRoot(dir), DevRoot: fixture.DevRoot(dir)}).Scan(context.Background())
+	if err != nil {
+		t.Fatalf("scan fixture %s: %v", dir, err)
+	}
+	return node
+}
 
 // IBNode is a node of hcas healthy InfiniBand HCAs (mlx5_0, mlx5_1, ...),
 // perNUMA of them on each NUMA node in order, each with one active port and
