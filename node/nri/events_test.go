@@ -1,11 +1,12 @@
 package nri
 
 import (
-	"github.com/ibkube/ibkube/node/memlock"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/ibkube/ibkube/node/memlock"
 )
 
 func TestRecorderSink(t *testing.T) {

@@ -3,7 +3,6 @@ package nri
 import (
 	"context"
 	"fmt"
-	"github.com/ibkube/ibkube/node/memlock"
 	"io"
 	"net"
 	"os"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/inventory"
+	"github.com/ibkube/ibkube/node/memlock"
 )
 
 type staticInventory inventory.Node

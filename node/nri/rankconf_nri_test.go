@@ -2,7 +2,6 @@ package nri
 
 import (
 	"context"
-	"github.com/ibkube/ibkube/node/memlock"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/node/memlock"
 )
 
 // TestRankConfAgainstNRIRuntime drives the plugin through the runtime side
