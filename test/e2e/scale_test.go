@@ -4,15 +4,8 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"sort"
@@ -30,6 +23,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/internal/testing/policytest"
+	"github.com/ibkube/ibkube/internal/testing/suitetest"
 	"github.com/ibkube/ibkube/webhook/config"
 	"github.com/ibkube/ibkube/webhook/mutate"
 	"github.com/ibkube/ibkube/webhook/policy"
@@ -340,7 +334,7 @@ func createInterleaved(ctx context.Context, setups []scaleSetup, round, n int) (
 func startNoopWebhook(ctx context.Context, t *testing.T) (func(), error) {
 	const ns, name = "e2e-noop-system", "e2e-noop"
 	h.namespace(ctx, t, ns, nil, nil)
-	certPEM, keyPEM, caPEM, err := serviceCert(name + "." + ns + ".svc")
+	certPEM, keyPEM, caPEM, err := serviceCert(t, name+"."+ns+".svc")
 	if err != nil {
 		return nil, err
 	}
@@ -434,7 +428,7 @@ webhooks:
 
 // serviceCert issues a serving certificate for dnsName from the node's CA
 // (_output/e2e/pki) and returns it, its key and the CA, PEM-encoded.
-func serviceCert(dnsName string) (certPEM, keyPEM, caPEM []byte, err error) {
+func serviceCert(t *testing.T, dnsName string) (certPEM, keyPEM, caPEM []byte, err error) {
 	pki := filepath.Join(h.e2eDir, "pki")
 	caPEM, err = os.ReadFile(filepath.Join(pki, "ca.crt"))
 	if err != nil {
@@ -444,42 +438,12 @@ func serviceCert(dnsName string) (certPEM, keyPEM, caPEM []byte, err error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	cb, _ := pem.Decode(caPEM)
-	kb, _ := pem.Decode(caKeyPEM)
-	if cb == nil || kb == nil {
-		return nil, nil, nil, fmt.Errorf("CA in %s is not PEM", pki)
-	}
-	ca, err := x509.ParseCertificate(cb.Bytes)
+	ca, err := suitetest.ParseCA(caPEM, caKeyPEM)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("CA in %s: %w", pki, err)
 	}
-	caKey, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("CA key: %w", err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: dnsName},
-		DNSNames:     []string{dnsName},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), caPEM, nil
+	certPEM, keyPEM = ca.Issue(t, time.Now().UnixNano(), []string{dnsName}, nil)
+	return certPEM, keyPEM, caPEM, nil
 }
 
 func dropSetup(s []scaleSetup, name string) []scaleSetup {

@@ -10,18 +10,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -54,6 +47,7 @@ import (
 	"github.com/ibkube/ibkube/internal/testing/configmapdir"
 	"github.com/ibkube/ibkube/internal/testing/errtest"
 	"github.com/ibkube/ibkube/internal/testing/freeport"
+	"github.com/ibkube/ibkube/internal/testing/suitetest"
 	"github.com/ibkube/ibkube/internal/testing/testenv"
 	"github.com/ibkube/ibkube/internal/testing/testrun"
 	"github.com/ibkube/ibkube/webhook/handler"
@@ -115,70 +109,22 @@ func shippedWebhookConfig(t *testing.T) *admissionregistrationv1.MutatingWebhook
 	return nil
 }
 
-// testCA issues serving certificates for 127.0.0.1.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-// sign makes a P-256 key and a certificate of it from tmpl, valid from an
-// hour ago for two hours, signed by ca (self-signed when ca is nil).
-func sign(t *testing.T, tmpl *x509.Certificate, ca *testCA) ([]byte, *ecdsa.PrivateKey) {
+// issue writes tls.crt and tls.key for 127.0.0.1 with the given serial
+// into dir, each replaced atomically as a rotating Secret mount would.
+func issue(t *testing.T, ca *suitetest.CA, dir string, serial int64) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
-	parent, parentKey := tmpl, key
-	if ca != nil {
-		parent, parentKey = ca.cert, ca.key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der, key
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	der, key := sign(t, &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ibkube-test-ca"},
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}, nil)
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue writes tls.crt and tls.key with the given serial into dir, each
-// replaced atomically as a rotating Secret mount would.
-func (ca *testCA) issue(t *testing.T, dir string, serial int64) {
-	t.Helper()
-	der, key := sign(t, &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}, ca)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(name, typ string, b []byte) {
+	crt, key := ca.Issue(t, serial, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
+	write := func(name string, b []byte) {
 		tmp := filepath.Join(dir, "."+name+".tmp")
-		if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+		if err := os.WriteFile(tmp, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write("tls.key", "EC PRIVATE KEY", keyDER)
-	write("tls.crt", "CERTIFICATE", der)
+	write("tls.key", key)
+	write("tls.crt", crt)
 }
 
 // servedSerial is the serial of the certificate the webhook presents.
@@ -285,9 +231,9 @@ func TestWebhook(t *testing.T) {
 	log := logr.FromSlogHandler(newTestLogHandler(t))
 	ctrllog.SetLogger(log)
 	certDir := t.TempDir()
-	ca := newTestCA(t)
-	ca.issue(t, certDir, 2)
-	caBundle := ca.pem
+	ca := suitetest.NewCA(t, "ibkube-test-ca")
+	issue(t, ca, certDir, 2)
+	caBundle := ca.PEM
 	port, metricsPort, probePort := freeport.Port(t), freeport.Port(t), freeport.Port(t)
 	cd := configmapdir.New(t.TempDir(), "webhook.yaml")
 
@@ -394,7 +340,7 @@ func TestWebhook(t *testing.T) {
 		}
 	})
 	t.Run("certificate rotation", func(t *testing.T) {
-		ca.issue(t, certDir, 3)
+		issue(t, ca, certDir, 3)
 		testenv.Eventually(t, 30*time.Second, "rotated certificate served", func() error {
 			serial, err := servedSerial(port)
 			if err != nil {
@@ -779,7 +725,7 @@ func TestCertSetupGatesReadiness(t *testing.T) {
 	if _, err := servedSerial(port); err == nil {
 		t.Fatal("webhook port answers TLS before CertSetup said the certificates are there")
 	}
-	newTestCA(t).issue(t, certDir, 7)
+	issue(t, suitetest.NewCA(t, "ibkube-test-ca"), certDir, 7)
 	close(ready)
 	testenv.Eventually(t, 30*time.Second, "readyz after certificates", func() error {
 		code, body, err := httpGet(readyz)
