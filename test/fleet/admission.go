@@ -5,15 +5,8 @@ package fleet
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -35,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/testing/suitetest"
 )
 
 const (
@@ -241,21 +235,10 @@ func (f *fleet) admitBurst(t *testing.T, ns, prefix string) burstResult {
 		n = 100
 	}
 	var tally admissionTally
-	sem := make(chan struct{}, 32)
-	var wg sync.WaitGroup
 	profiled := f.profileAPIServer(t, prefix)
 	api0, hooks0 := f.admissionCPU(t)
 	start := time.Now()
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			tally.create(f, ns, fmt.Sprintf("%s-%05d", prefix, i))
-		}()
-	}
-	wg.Wait()
+	forEach(n, 32, func(i int) { tally.create(f, ns, fmt.Sprintf("%s-%05d", prefix, i)) })
 	secs := time.Since(start).Seconds()
 	api1, hooks1 := f.admissionCPU(t)
 	// The pods' deletion stays out of the profile.
@@ -648,35 +631,17 @@ func writeCerts(t *testing.T, dir string) []byte {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fleet-webhook-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: webhookSvc + "." + webhookNS + ".svc"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		DNSNames:    []string{webhookSvc + "." + webhookNS + ".svc", webhookSvc + "." + webhookNS + ".svc.cluster.local"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	ca := suitetest.NewCA(t, "fleet-webhook-ca")
+	var ips []net.IP
 	for _, ip := range webhookIPs {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+		ips = append(ips, net.ParseIP(ip))
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	for name, b := range map[string][]byte{
-		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-	} {
+	svc := webhookSvc + "." + webhookNS + ".svc"
+	crt, key := ca.Issue(t, 2, []string{svc, svc + ".cluster.local"}, ips)
+	for name, b := range map[string][]byte{"tls.crt": crt, "tls.key": key} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	return ca.PEM
 }

@@ -374,25 +374,33 @@ func rewatch(ctx context.Context, open func(context.Context) (watch.Interface, e
 // the first error.
 func parallel(t *testing.T, nodes []*simNode, width int, fn func(*simNode) error) {
 	t.Helper()
-	sem := make(chan struct{}, width)
 	errs := make(chan error, len(nodes))
+	forEach(len(nodes), width, func(i int) {
+		if err := fn(nodes[i]); err != nil {
+			errs <- err
+		}
+	})
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// forEach runs fn(i) for every i below n, width at a time, and returns once
+// every call has.
+func forEach(n, width int, fn func(i int)) {
+	sem := make(chan struct{}, width)
 	var wg sync.WaitGroup
-	for _, n := range nodes {
+	for i := range n {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := fn(n); err != nil {
-				errs <- err
-			}
+			fn(i)
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
 }
 
 type percentiles struct {

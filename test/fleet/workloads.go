@@ -195,23 +195,14 @@ func (f *fleet) burst(t *testing.T, ns string, n int, pod func(i int) *corev1.Po
 		}
 	}()
 	start := time.Now()
-	var wg sync.WaitGroup
 	var failed atomic.Int64
-	sem := make(chan struct{}, 32)
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			p := pod(i)
-			if _, err := f.admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-				failed.Add(1)
-				t.Errorf("create %s: %v", p.Name, err)
-			}
-		}()
-	}
-	wg.Wait()
+	forEach(n, 32, func(i int) {
+		p := pod(i)
+		if _, err := f.admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			failed.Add(1)
+			t.Errorf("create %s: %v", p.Name, err)
+		}
+	})
 	want := n - int(failed.Load())
 	var last time.Time
 	got := 0
