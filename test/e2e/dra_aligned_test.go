@@ -84,21 +84,8 @@ func alignedTemplate(n int) string {
 // 1-GPU aligned pod carry the aligned claim (want) or none (!want): every
 // webhook replica then serves that config.
 func waitAlignedAdmission(ctx context.Context, want bool) error {
-	inARow := 0
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, alignedConfigTimeout, true, func(ctx context.Context) (bool, error) {
-		p, err := h.cs.CoreV1().Pods(alignedNS).Create(ctx, alignedPod("probe", 1, true), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			last, inARow = err.Error(), 0
-			return false, nil
-		}
-		last = fmt.Sprintf("resourceClaims %v", p.Spec.ResourceClaims)
-		if (len(p.Spec.ResourceClaims) > 0) == want {
-			inARow++
-		} else {
-			inARow = 0
-		}
-		return inARow >= 5, nil
+	last, err := waitAdmission(ctx, alignedNS, alignedPod("probe", 1, true), alignedConfigTimeout, func(p *corev1.Pod) (bool, string) {
+		return (len(p.Spec.ResourceClaims) > 0) == want, fmt.Sprintf("resourceClaims %v", p.Spec.ResourceClaims)
 	})
 	if err != nil {
 		return fmt.Errorf("admission of an aligned 1-GPU pod never gave the aligned claim=%v five times in a row: %w (last: %s)", want, err, last)
@@ -133,21 +120,22 @@ func waitTemplates(ctx context.Context, ns string, ok func([]string) bool) ([]st
 }
 
 // startFakeGPUs runs the fake GPU driver with ND H100 v5's GPUs and its
-// DeviceClass (9h, 9m); stop undoes both. The driver logs to stderr, not
-// t: the kubelet plugin's goroutines may log while stopping, after the
-// test's own logger is closed.
-func startFakeGPUs(ctx context.Context) (gpus []fakegpu.GPU, stop func(), err error) {
+// DeviceClass (9h, 9m), failing the scenario r when they cannot start; stop
+// undoes both. The driver logs to stderr, not t: the kubelet plugin's
+// goroutines may log while stopping, after the test's own logger is closed.
+func startFakeGPUs(ctx context.Context, t *testing.T, r *Result) (gpus []fakegpu.GPU, stop func()) {
+	t.Helper()
 	topo, err := nccl.Topology("ndv5-topo.xml")
 	if err != nil {
-		return nil, nil, err
+		fail(t, r, "fake GPU driver: %v", err)
 	}
 	if gpus, err = fakegpu.GPUs(topo); err != nil {
-		return nil, nil, err
+		fail(t, r, "fake GPU driver: %v", err)
 	}
 	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, "fakegpu:", prefix, args) }, funcr.Options{})
 	drv, err := fakegpu.Start(ctx, fakegpu.Config{Client: h.cs, NodeName: nodeName, GPUs: gpus, CDIDir: cdiDir, Log: log})
 	if err != nil {
-		return nil, nil, err
+		fail(t, r, "fake GPU driver: %v", err)
 	}
 	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: fakegpu.DeviceClass}, Spec: resourceapi.DeviceClassSpec{
 		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", fakegpu.DriverName)}}},
@@ -155,12 +143,12 @@ func startFakeGPUs(ctx context.Context) (gpus []fakegpu.GPU, stop func(), err er
 	_ = h.cs.ResourceV1().DeviceClasses().Delete(ctx, class.Name, metav1.DeleteOptions{})
 	if _, err := h.cs.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
 		drv.Stop()
-		return nil, nil, fmt.Errorf("DeviceClass %s: %w", class.Name, err)
+		fail(t, r, "fake GPU driver: DeviceClass %s: %v", class.Name, err)
 	}
 	return gpus, func() {
 		_ = h.cs.ResourceV1().DeviceClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
 		drv.Stop()
-	}, nil
+	}
 }
 
 // alignedPair is one pair of an allocated aligned claim: the rung its GPU
@@ -305,10 +293,7 @@ func checkStoredAligned(ctx context.Context, t *testing.T, r *Result, name strin
 // at the end, also when a step failed, and the templates go.
 func testDRAAlignedAdmission(t *testing.T, st *state, d *draState) {
 	r, ctx := d.scenario(t, "9m-dra-aligned-admission", 12*time.Minute)
-	gpus, stop, err := startFakeGPUs(ctx)
-	if err != nil {
-		fail(t, r, "%v", err)
-	}
+	gpus, stop := startFakeGPUs(ctx, t, r)
 	defer stop()
 	optedIn(ctx, t, alignedNS, true)
 	claimNamespace(ctx, t)

@@ -829,10 +829,7 @@ func testDRAUnprepare(t *testing.T, st *state, d *draState) {
 // rates of DRA claims with and without the constraint.
 func testDRAAligned(t *testing.T, st *state, d *draState) {
 	r, ctx := d.scenario(t, "9h-dra-gpu-hca-aligned", 8*time.Minute)
-	gpus, stopGPUs, err := startFakeGPUs(ctx)
-	if err != nil {
-		fail(t, r, "fake GPU driver: %v", err)
-	}
+	gpus, stopGPUs := startFakeGPUs(ctx, t, r)
 	defer stopGPUs()
 	numa := resourceapi.FullyQualifiedName("resource.kubernetes.io/numaNode")
 	aligned := claimTemplate("gpu-hca-aligned", []draRequest{{name: "gpu", class: fakegpu.DeviceClass, count: 1}, {name: "hca", class: classIB, count: 1}},

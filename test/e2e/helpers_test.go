@@ -328,3 +328,26 @@ func expect(t *testing.T, r *Result, ok bool, format string, args ...any) bool {
 	check(t, r, ok, format, args...)
 	return ok
 }
+
+// waitAdmission creates probe in ns as a dry run until five admissions in a
+// row give a pod that settled accepts, or timeout passes: a config change is
+// served by every webhook replica only once no replica answers the old way.
+// settled also says what it read, returned as last for the error.
+func waitAdmission(ctx context.Context, ns string, probe *corev1.Pod, timeout time.Duration, settled func(*corev1.Pod) (bool, string)) (last string, err error) {
+	inARow := 0
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := h.cs.CoreV1().Pods(ns).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			last, inARow = err.Error(), 0
+			return false, nil
+		}
+		ok, read := settled(p)
+		if last = read; ok {
+			inARow++
+		} else {
+			inARow = 0
+		}
+		return inARow >= 5, nil
+	})
+	return last, err
+}

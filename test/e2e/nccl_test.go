@@ -118,21 +118,9 @@ func setSiteProfiles(ctx context.Context, profiles string) error {
 // then serves the new config.
 func waitAdmitted(ctx context.Context, want string) error {
 	probe := reportPod("probe", map[string]string{prefix + "mode": "rdma-shared", prefix + "profile": nccl.NDv5})
-	inARow := 0
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := h.cs.CoreV1().Pods(ncclNS).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			last, inARow = err.Error(), 0
-			return false, nil
-		}
-		last = p.Annotations[prefix+"nccl-conf"]
-		if strings.Contains(last, want) {
-			inARow++
-		} else {
-			inARow = 0
-		}
-		return inARow >= 5, nil
+	last, err := waitAdmission(ctx, ncclNS, probe, 2*time.Minute, func(p *corev1.Pod) (bool, string) {
+		conf := p.Annotations[prefix+"nccl-conf"]
+		return strings.Contains(conf, want), conf
 	})
 	if err != nil {
 		return fmt.Errorf("admission never carried %q five times in a row: %w (last: %q)", want, err, last)
