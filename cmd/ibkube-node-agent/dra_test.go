@@ -6,10 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/node/dra"
 )
 
 // TestRunDRAWithoutAPIServer: DRA mode cannot work without the API server
@@ -65,4 +68,14 @@ func TestReconcileClientOwnLimit(t *testing.T) {
 	if _, err := reconcileClient(nil); err == nil {
 		t.Error("reconcileClient(nil) = nil error, want one naming the missing configuration")
 	}
+}
+
+// The DRA driver's pod Events go out on the pod, with the type it chose.
+func TestPodEventSink(t *testing.T) {
+	t.Parallel()
+	want := []string{"Warning GPUAlignmentFellBack aligned claim ml/c fell back involvedObject{kind=Pod,apiVersion=v1}"}
+	checkEvents(t, want, func(rec record.EventRecorder) {
+		var sink dra.PodEvents = podEventSink{rec: rec}
+		sink.PodEvent(dra.PodRef{Namespace: "ml", Name: "train-0", UID: "u-1"}, corev1.EventTypeWarning, dra.ReasonGPUAlignmentFellBack, "aligned claim ml/c fell back")
+	})
 }

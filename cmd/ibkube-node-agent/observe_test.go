@@ -16,21 +16,34 @@ import (
 	"github.com/ibkube/ibkube/node/counters"
 )
 
-func TestRecorderSink(t *testing.T) {
-	t.Parallel()
-	rec := record.NewFakeRecorder(4)
+// checkEvents hands emit a fake recorder and holds every Event it recorded,
+// each followed by the kind of object it is on, against want.
+func checkEvents(t *testing.T, want []string, emit func(record.EventRecorder)) {
+	t.Helper()
+	rec := record.NewFakeRecorder(8)
 	rec.IncludeObject = true
-	var sink counters.EventSink = recorderSink{rec: rec, node: "nd-0"}
-	sink.PodEvent(counters.PodInfo{Namespace: "ml", Name: "train-0", UID: "u-1"}, counters.ReasonIdle, "container trainer holds RDMA devices")
-	sink.NodeEvent(counters.ReasonLinkFlapped, "mlx5_1 port 1: link_downed +1")
-	got := []string{<-rec.Events, <-rec.Events}
-	want := []string{
-		"Warning RDMAIdle container trainer holds RDMA devices involvedObject{kind=Pod,apiVersion=v1}",
-		"Warning RDMALinkFlapped mlx5_1 port 1: link_downed +1 involvedObject{kind=Node,apiVersion=}",
+	emit(rec)
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
+}
+
+func TestRecorderSink(t *testing.T) {
+	t.Parallel()
+	want := []string{
+		"Warning RDMAIdle container trainer holds RDMA devices involvedObject{kind=Pod,apiVersion=v1}",
+		"Warning RDMALinkFlapped mlx5_1 port 1: link_downed +1 involvedObject{kind=Node,apiVersion=}",
+	}
+	checkEvents(t, want, func(rec record.EventRecorder) {
+		var sink counters.EventSink = recorderSink{rec: rec, node: "nd-0"}
+		sink.PodEvent(counters.PodInfo{Namespace: "ml", Name: "train-0", UID: "u-1"}, counters.ReasonIdle, "container trainer holds RDMA devices")
+		sink.NodeEvent(counters.ReasonLinkFlapped, "mlx5_1 port 1: link_downed +1")
+	})
 }
 
 // TestAPI checks the reads the agent's libraries get through the binary's
