@@ -29,16 +29,10 @@ type CA struct {
 // NewCA makes a self-signed P-256 CA named cn.
 func NewCA(t testing.TB, cn string) *CA {
 	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
+	der, key := sign(t, &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, nil)
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		t.Fatal(err)
@@ -70,8 +64,8 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 }
 
 // Issue makes a P-256 key and a serving certificate of it for dnsNames and
-// ips with serial, signed by ca and valid from an hour ago for a day. It
-// returns both in PEM, the certificate first: tls.crt and tls.key.
+// ips with serial, signed by ca. It returns both in PEM, the certificate
+// first: tls.crt and tls.key.
 func (ca *CA) Issue(t testing.TB, serial int64, dnsNames []string, ips []net.IP) (certPEM, keyPEM []byte) {
 	t.Helper()
 	var cn string
@@ -80,17 +74,10 @@ func (ca *CA) Issue(t testing.TB, serial int64, dnsNames []string, ips []net.IP)
 	} else if len(ips) > 0 {
 		cn = ips[0].String()
 	}
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-		DNSNames: dnsNames, IPAddresses: ips,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+	der, key := sign(t, &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn}, DNSNames: dnsNames, IPAddresses: ips,
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, ca)
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
@@ -99,11 +86,22 @@ func (ca *CA) Issue(t testing.TB, serial int64, dnsNames []string, ips []net.IP)
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
 
-func newKey(t testing.TB) *ecdsa.PrivateKey {
+// sign makes a P-256 key and a certificate of it from tmpl, valid from an
+// hour ago for a day, signed by parent (self-signed when parent is nil).
+func sign(t testing.TB, tmpl *x509.Certificate, parent *CA) ([]byte, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return key
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	parentCert, parentKey := tmpl, crypto.Signer(key)
+	if parent != nil {
+		parentCert, parentKey = parent.Cert, parent.Key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parentCert, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der, key
 }
