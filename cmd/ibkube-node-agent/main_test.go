@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"io"
 	"path/filepath"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/internal/testing/charttest"
 )
 
 func TestParseFlagsDefaults(t *testing.T) {
@@ -75,4 +77,17 @@ func TestNewAgentOnFixture(t *testing.T) {
 	if _, err := newAgent(options{config: bad}, nil, logr.Discard()); err == nil {
 		t.Error("a config without pools was accepted")
 	}
+}
+
+// TestFlagsDefaultToTheChart reads the DaemonSet the chart renders with its
+// default values and holds every arg it passes the agent against the flag's
+// own default, so that the agent run by hand and the agent the chart
+// deploys behave the same, apart from the listed deployment choices.
+func TestFlagsDefaultToTheChart(t *testing.T) {
+	t.Parallel()
+	// The agent's pod sees the host's /sys, /dev and /proc under /host, and
+	// the chart caps memlock (agent.nri.memlockMax).
+	deployment := map[string]bool{"sysfs-root": true, "dev-root": true, "proc-root": true, "memlock-max": true}
+	newFlags := func() *flag.FlagSet { return flagSet(new(options), func(string) string { return "" }, io.Discard) }
+	charttest.CheckDefaultFlags(t, "DaemonSet", "ibkube-node-agent", "agent", newFlags, deployment)
 }
