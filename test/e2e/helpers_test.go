@@ -342,7 +342,8 @@ func waitAdmission(ctx context.Context, ns string, probe *corev1.Pod, timeout ti
 			return false, nil
 		}
 		ok, read := settled(p)
-		if last = read; ok {
+		last = read
+		if ok {
 			inARow++
 		} else {
 			inARow = 0
