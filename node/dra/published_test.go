@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
@@ -23,19 +24,30 @@ import (
 	"github.com/ibkube/ibkube/internal/testing/dratest"
 )
 
+// runningDriver is a driver that runDriver started, with what a test
+// reaches it through as the kubelet and the API server do.
+type runningDriver struct {
+	*Driver
+	client      *fake.Clientset
+	cdi         string // the directory of the claims' CDI specs
+	pluginDir   string // the kubelet plugin's dra.sock
+	registryDir string // the kubelet's registration sockets
+	stop        func() // returns once Run has; the test's end calls it too
+}
+
 // runDriver runs a driver for node-0 of fixture ND H100 v5 against a fake
-// API server until the returned stop is called; stop returns once Run has.
-// It returns once Published has, so that every caller starts from the slices
-// the API server holds.
-func runDriver(t *testing.T, podUID string) (*Driver, *fake.Clientset, string, func()) {
+// API server holding the node and objs until stop is called. It returns
+// once Published has, so that every caller starts from the slices the API
+// server holds.
+func runDriver(t *testing.T, podUID string, objs ...runtime.Object) runningDriver {
 	t.Helper()
 	h := newHost(t, fixture.NDv5, nil)
-	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0", UID: "node-uid"}})
+	client := fake.NewClientset(append([]runtime.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0", UID: "node-uid"}}}, objs...)...)
 	dratest.GenerateNames(client)
 	sockets := dratest.SocketDir(t, "dra")
-	registry := filepath.Join(sockets, "registry")
-	d, err := New(Config{NodeName: "node-0", CDIDir: t.TempDir(), Plugin: PluginOptions{
-		Client: client, PodUID: podUID, PluginDir: filepath.Join(sockets, "plugin"), RegistryDir: registry,
+	r := runningDriver{client: client, cdi: t.TempDir(), pluginDir: filepath.Join(sockets, "plugin"), registryDir: filepath.Join(sockets, "registry")}
+	d, err := New(Config{NodeName: "node-0", CDIDir: r.cdi, Plugin: PluginOptions{
+		Client: client, PodUID: podUID, PluginDir: r.pluginDir, RegistryDir: r.registryDir,
 		// A loaded machine running every package's tests at once may take
 		// a while.
 		ExitTimeout: 30 * time.Second,
@@ -48,7 +60,7 @@ func runDriver(t *testing.T, podUID string) (*Driver, *fake.Clientset, string, f
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	stopped := false
-	stop := func() {
+	r.Driver, r.stop = d, func() {
 		if stopped {
 			return
 		}
@@ -58,13 +70,13 @@ func runDriver(t *testing.T, podUID string) (*Driver, *fake.Clientset, string, f
 			t.Errorf("Run: %v", err)
 		}
 	}
-	t.Cleanup(stop)
+	t.Cleanup(r.stop)
 	published, pCancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer pCancel()
 	if err := d.Published(published); err != nil {
 		t.Fatalf("Published: %v", err)
 	}
-	return d, client, registry, stop
+	return r
 }
 
 func taintKeys(t *testing.T, client *fake.Clientset) map[string][]string {
@@ -84,10 +96,10 @@ func taintKeys(t *testing.T, client *fake.Clientset) map[string][]string {
 // waits on.
 func TestPublishedWaitsForTheAPI(t *testing.T) {
 	t.Parallel()
-	d, client, _, _ := runDriver(t, "")
+	d := runDriver(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	list, err := d.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,9 +130,9 @@ func TestPublishedWaitsForTheAPI(t *testing.T) {
 // were what delayed Ready).
 func TestPublishedFromTheInformer(t *testing.T) {
 	t.Parallel()
-	d, client, _, _ := runDriver(t, "")
+	d := runDriver(t, "")
 	lists := 0
-	for _, a := range client.Actions() {
+	for _, a := range d.client.Actions() {
 		if a.GetVerb() == "list" && a.GetResource().Resource == "resourceslices" {
 			lists++
 		}
@@ -193,12 +205,12 @@ func TestSliceView(t *testing.T) {
 // scheduler sends no pod to the node while no driver serves it.
 func TestPlannedExitTaintsDevices(t *testing.T) {
 	t.Parallel()
-	d, client, _, stop := runDriver(t, "")
-	if got := taintKeys(t, client); len(got) != 0 {
+	d := runDriver(t, "")
+	if got := taintKeys(t, d.client); len(got) != 0 {
 		t.Fatalf("taints while running: %v", got)
 	}
-	stop()
-	got := taintKeys(t, client)
+	d.stop()
+	got := taintKeys(t, d.client)
 	devs := Devices(d.snapshot())
 	for _, dev := range devs {
 		if !slices.Contains(got[dev.Name], contract.DRATaintAgentStopped) {
@@ -212,8 +224,8 @@ func TestPlannedExitTaintsDevices(t *testing.T) {
 // the old one leaves the slices as they are.
 func TestPlannedExitLeavesSlicesToSuccessor(t *testing.T) {
 	t.Parallel()
-	_, client, registry, stop := runDriver(t, "old-pod")
-	succ := filepath.Join(registry, kubeletplugin.RollingUpdateRegistrarSocketFile(registry, contract.DRADriverName, types.UID("new-pod")))
+	d := runDriver(t, "old-pod")
+	succ := filepath.Join(d.registryDir, kubeletplugin.RollingUpdateRegistrarSocketFile(d.registryDir, contract.DRADriverName, types.UID("new-pod")))
 	l, err := net.Listen("unix", succ)
 	if err != nil {
 		t.Fatal(err)
@@ -228,8 +240,8 @@ func TestPlannedExitLeavesSlicesToSuccessor(t *testing.T) {
 			c.Close()
 		}
 	}()
-	stop()
-	if got := taintKeys(t, client); len(got) != 0 {
+	d.stop()
+	if got := taintKeys(t, d.client); len(got) != 0 {
 		t.Errorf("a successor serves the node, yet the exit tainted %v", got)
 	}
 }

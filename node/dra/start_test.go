@@ -8,20 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/ibkube/ibkube/contract"
-	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/internal/testing/dratest"
-	"github.com/ibkube/ibkube/internal/testing/testrun"
 )
 
 // TestRunServesKubelet runs the driver as the agent does, against a fake API
@@ -31,26 +26,11 @@ import (
 // NodeUnprepareResources removes the spec.
 func TestRunServesKubelet(t *testing.T) {
 	t.Parallel()
-	h := newHost(t, fixture.NDv5, nil)
 	c := gpuNIC()
-	client := fake.NewClientset(
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0", UID: "node-uid"}},
-		c,
-	)
-	dratest.GenerateNames(client)
-	sockets := dratest.SocketDir(t, "dra")
-	cdi := t.TempDir()
-	d, err := New(Config{NodeName: "node-0", CDIDir: cdi, Plugin: PluginOptions{
-		Client: client, PluginDir: filepath.Join(sockets, "plugin"), RegistryDir: filepath.Join(sockets, "registry"),
-	}}, testr.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Update(h.model(t))
-	testrun.Start(context.Background(), t, "Run", d.Run)
+	d := runDriver(t, "", c)
 	ctx := context.Background()
 
-	pool := dratest.Pool(ctx, t, client, 20*time.Second, nil)
+	pool := dratest.Pool(ctx, t, d.client, 20*time.Second, nil)
 	for _, slice := range pool.Slices {
 		if slice.Spec.Driver != contract.DRADriverName || slice.Spec.Pool.Name != "node-0" || slice.Spec.NodeName == nil || *slice.Spec.NodeName != "node-0" {
 			t.Errorf("slice %s: driver %s, pool %s, node %v; want %s, node-0, node-0", slice.Name, slice.Spec.Driver, slice.Spec.Pool.Name, slice.Spec.NodeName, contract.DRADriverName)
@@ -60,7 +40,7 @@ func TestRunServesKubelet(t *testing.T) {
 		t.Errorf("pool: %d devices, %d counter sets %v; want 16 and one set of 8 counters (one per HCA)", len(pool.Devices), len(pool.CounterSets), pool.CounterSets)
 	}
 
-	conn := dial(t, filepath.Join(sockets, "plugin", "dra.sock"))
+	conn := dial(t, filepath.Join(d.pluginDir, "dra.sock"))
 	dra := drapbv1.NewDRAPluginClient(conn)
 	ref := []*drapbv1.Claim{{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}}
 	resp, err := dra.NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{Claims: ref})
@@ -74,7 +54,7 @@ func TestRunServesKubelet(t *testing.T) {
 	if want := []string{CDIDeviceID(c.UID, "nics")}; !slices.Equal(got.Devices[0].CdiDeviceIds, want) {
 		t.Errorf("CDI IDs of %s = %v, want %v", got.Devices[0].DeviceName, got.Devices[0].CdiDeviceIds, want)
 	}
-	spec := specStore{dir: cdi}.path(c.UID)
+	spec := specStore{dir: d.cdi}.path(c.UID)
 	if _, err := os.Stat(spec); err != nil {
 		t.Errorf("no CDI spec after prepare: %v", err)
 	}
@@ -99,7 +79,7 @@ func TestRunServesKubelet(t *testing.T) {
 
 	// The claim is gone from the API by the time the pod is; unprepare
 	// needs only its UID.
-	if err := client.ResourceV1().ResourceClaims(c.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
+	if err := d.client.ResourceV1().ResourceClaims(c.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	un, err := dra.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: ref})
