@@ -282,10 +282,8 @@ func jobPods(ctx context.Context, ns string, sel map[string]string) ([]corev1.Po
 // unschedulableMsg is the scheduler's Unschedulable message on a pod, "" if
 // it has none.
 func unschedulableMsg(p *corev1.Pod) string {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return c.Message
-		}
+	if c := unschedulableCond(p); c != nil {
+		return c.Message
 	}
 	return ""
 }

@@ -231,12 +231,7 @@ func testPlacement(ctx context.Context, t *testing.T, r *Result) {
 				if err != nil {
 					return false, nil
 				}
-				for _, cond := range p.Status.Conditions {
-					if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-						return true, nil
-					}
-				}
-				return p.Spec.NodeName != "", nil
+				return unschedulableCond(p) != nil || p.Spec.NodeName != "", nil
 			})
 			p, _ := h.cs.CoreV1().Pods(ns).Get(ctx, c.pod.Name, metav1.GetOptions{})
 			if expect(t, r, err == nil && p != nil && p.Spec.NodeName == "", "%s (%s): scheduled to %q or no Unschedulable condition: %v", c.pod.Name, c.reason, nodeOf(p), err) {

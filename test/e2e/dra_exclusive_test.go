@@ -33,26 +33,6 @@ func claimNamespace(ctx context.Context, t *testing.T) {
 	}
 }
 
-// unschedulable waits until the pod is Unschedulable and returns the
-// scheduler's message.
-func unschedulable(ctx context.Context, ns, name string, within time.Duration) (string, error) {
-	var msg string
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
-		p, err := h.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				msg = c.Message
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	return msg, err
-}
-
 // 9j: one HCA goes to an exclusive claim or to sharers, never both, in
 // either order (the HCA's shared counter in the slice): the second pod stays
 // Pending with the scheduler's reason, is not bound while the first pod

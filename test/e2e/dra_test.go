@@ -675,18 +675,7 @@ func testDRAAttributes(t *testing.T, st *state, d *draState) {
 	if _, err := h.cs.CoreV1().Pods(draClaimNS).Create(ctx, claimPod("ib-800", "ib-800"), metav1.CreateOptions{}); err != nil {
 		fail(t, r, "%v", err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := h.cs.CoreV1().Pods(draClaimNS).Get(ctx, "ib-800", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	_, err = unschedulable(ctx, draClaimNS, "ib-800", time.Minute)
 	check(t, r, err == nil, "a claim for 800 Gb/s InfiniBand was not found unschedulable on a 400 Gb/s node")
 	_ = deletePodsNow(ctx, draClaimNS, "ib-800", "ib-400")
 }

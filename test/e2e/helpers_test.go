@@ -329,6 +329,35 @@ func expect(t *testing.T, r *Result, ok bool, format string, args ...any) bool {
 	return ok
 }
 
+// unschedulableCond is the PodScheduled condition of a pod the scheduler
+// found Unschedulable, nil while it has none.
+func unschedulableCond(p *corev1.Pod) *corev1.PodCondition {
+	for i, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// unschedulable waits until the pod is Unschedulable and returns the
+// scheduler's message.
+func unschedulable(ctx context.Context, ns, name string, within time.Duration) (string, error) {
+	var msg string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		p, err := h.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if c := unschedulableCond(p); c != nil {
+			msg = c.Message
+			return true, nil
+		}
+		return false, nil
+	})
+	return msg, err
+}
+
 // waitAdmission creates probe in ns as a dry run until five admissions in a
 // row give a pod that settled accepts, or timeout passes: a config change is
 // served by every webhook replica only once no replica answers the old way.
