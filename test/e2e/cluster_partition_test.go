@@ -28,6 +28,7 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/internal/testing/suitetest"
 	cordonwait "github.com/ibkube/ibkube/test/e2e/cordon"
 )
 
@@ -282,7 +283,7 @@ func jobPods(ctx context.Context, ns string, sel map[string]string) ([]corev1.Po
 // unschedulableMsg is the scheduler's Unschedulable message on a pod, "" if
 // it has none.
 func unschedulableMsg(p *corev1.Pod) string {
-	if c := unschedulableCond(p); c != nil {
+	if c := suitetest.Unschedulable(p); c != nil {
 		return c.Message
 	}
 	return ""

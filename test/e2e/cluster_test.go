@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/internal/testing/suitetest"
 	"github.com/ibkube/ibkube/node/deviceplugin"
 )
 
@@ -231,7 +232,7 @@ func testPlacement(ctx context.Context, t *testing.T, r *Result) {
 				if err != nil {
 					return false, nil
 				}
-				return unschedulableCond(p) != nil || p.Spec.NodeName != "", nil
+				return suitetest.Unschedulable(p) != nil || p.Spec.NodeName != "", nil
 			})
 			p, _ := h.cs.CoreV1().Pods(ns).Get(ctx, c.pod.Name, metav1.GetOptions{})
 			if expect(t, r, err == nil && p != nil && p.Spec.NodeName == "", "%s (%s): scheduled to %q or no Unschedulable condition: %v", c.pod.Name, c.reason, nodeOf(p), err) {

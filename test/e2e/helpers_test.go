@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/ibkube/ibkube/internal/testing/suitetest"
 	"github.com/ibkube/ibkube/test/e2e/nodestatus"
 )
 
@@ -329,17 +330,6 @@ func expect(t *testing.T, r *Result, ok bool, format string, args ...any) bool {
 	return ok
 }
 
-// unschedulableCond is the PodScheduled condition of a pod the scheduler
-// found Unschedulable, nil while it has none.
-func unschedulableCond(p *corev1.Pod) *corev1.PodCondition {
-	for i, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return &p.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 // unschedulable waits until the pod is Unschedulable and returns the
 // scheduler's message.
 func unschedulable(ctx context.Context, ns, name string, within time.Duration) (string, error) {
@@ -349,7 +339,7 @@ func unschedulable(ctx context.Context, ns, name string, within time.Duration) (
 		if err != nil {
 			return false, nil
 		}
-		if c := unschedulableCond(p); c != nil {
+		if c := suitetest.Unschedulable(p); c != nil {
 			msg = c.Message
 			return true, nil
 		}

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/ibkube/ibkube/internal/testing/suitetest"
 )
 
 // surgeResult is what the real DaemonSet controller and scheduler did with a
@@ -88,11 +90,9 @@ func (f *fleet) surgeCheck(t *testing.T) {
 				res = surgeResult{Message: "the surge pod was bound to " + p.Spec.NodeName}
 				return true, ""
 			}
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-					res = surgeResult{Blocked: true, Message: c.Message}
-					return true, ""
-				}
+			if c := suitetest.Unschedulable(&p); c != nil {
+				res = surgeResult{Blocked: true, Message: c.Message}
+				return true, ""
 			}
 		}
 		return false, fmt.Sprintf("%d pods", len(pods.Items))

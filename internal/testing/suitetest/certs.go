@@ -1,6 +1,7 @@
 // Package suitetest holds what the suites under test/ (e2e, fleet,
-// integration) share: a CA that issues the serving certificates of the
-// webhooks they start, so each suite does not carry its own x509 code.
+// integration) share, so each does not carry its own copy: a CA that issues
+// the serving certificates of the webhooks they start, and the reading of
+// the scheduler's verdict on a pod.
 package suitetest
 
 import (

@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+
+	"github.com/ibkube/ibkube/internal/testing/suitetest"
 )
 
 // UnschedulableReason is the NodeUnschedulable filter's reason for a
@@ -99,10 +101,8 @@ func look(ctx context.Context, pods Pods, p *corev1.Pod, interval time.Duration)
 
 // unschedulable is the pod's PodScheduled=False Unschedulable message, or "".
 func unschedulable(p *corev1.Pod) string {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return c.Message
-		}
+	if c := suitetest.Unschedulable(p); c != nil {
+		return c.Message
 	}
 	return ""
 }
