@@ -147,6 +147,18 @@ func httpGet(url string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
+// getOK is nil when url answers 200, else what it answered.
+func getOK(url string) error {
+	code, body, err := httpGet(url)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("HTTP %d: %s", code, body)
+	}
+	return nil
+}
+
 // env is what every subtest uses.
 type env struct {
 	cs      *kubernetes.Clientset
@@ -270,14 +282,7 @@ func TestWebhook(t *testing.T) {
 			t.Fatalf("server.Run returned early: %v", err)
 		default:
 		}
-		code, body, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort))
-		if err != nil {
-			return err
-		}
-		if code != http.StatusOK {
-			return fmt.Errorf("HTTP %d: %s", code, body)
-		}
-		return nil
+		return getOK(fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort))
 	})
 
 	warn := &warnings{}
@@ -333,9 +338,8 @@ func TestWebhook(t *testing.T) {
 	t.Run("aligned claims", e.testAligned)
 	t.Run("health probes", func(t *testing.T) {
 		for _, path := range []string{"/healthz", "/readyz"} {
-			code, body, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d%s", probePort, path))
-			if err != nil || code != http.StatusOK {
-				t.Errorf("GET %s: HTTP %d %q %v, want 200", path, code, body, err)
+			if err := getOK(fmt.Sprintf("http://127.0.0.1:%d%s", probePort, path)); err != nil {
+				t.Errorf("GET %s: %v, want 200", path, err)
 			}
 		}
 	})
@@ -727,16 +731,7 @@ func TestCertSetupGatesReadiness(t *testing.T) {
 	}
 	issue(t, suitetest.NewCA(t, "ibkube-test-ca"), certDir, 7)
 	close(ready)
-	testenv.Eventually(t, 30*time.Second, "readyz after certificates", func() error {
-		code, body, err := httpGet(readyz)
-		if err != nil {
-			return err
-		}
-		if code != http.StatusOK {
-			return fmt.Errorf("HTTP %d: %s", code, body)
-		}
-		return nil
-	})
+	testenv.Eventually(t, 30*time.Second, "readyz after certificates", func() error { return getOK(readyz) })
 	if serial, err := servedSerial(port); err != nil || serial != 7 {
 		t.Errorf("served serial %d (%v), want 7", serial, err)
 	}
