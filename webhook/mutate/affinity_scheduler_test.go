@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/testing/suitetest"
 	"github.com/ibkube/ibkube/internal/testing/testenv"
 )
 
@@ -204,11 +205,9 @@ func placement(ctx context.Context, t *testing.T, cs kubernetes.Interface, p *co
 			node = got.Spec.NodeName
 			return true, nil
 		}
-		for _, c := range got.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				t.Logf("%s/%s: %s", p.Namespace, p.Name, c.Message)
-				return true, nil
-			}
+		if c := suitetest.Unschedulable(got); c != nil {
+			t.Logf("%s/%s: %s", p.Namespace, p.Name, c.Message)
+			return true, nil
 		}
 		return false, nil
 	})
