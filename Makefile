@@ -85,8 +85,9 @@ lint: staticcheck deadcode ## gofmt, go vet, staticcheck, deadcode (every test b
 	@if $(MAKE) -s --no-print-directory help | grep -F '$$('; then echo "make help shows an unexpanded variable (above)"; exit 1; fi
 
 .PHONY: unit
-unit: ## Unit tests (go test ./... without the integration and e2e suites).
+unit: ## Unit tests (go test ./... without the integration and e2e suites), and the fleet harness's own.
 	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -tags fleet -skip '^TestFleet$$' ./test/fleet/
 
 .PHONY: fuzz
 fuzz: $(FUZZ_TARGETS) ## Every fuzz target for FUZZTIME each (the list: make -s list-fuzz).

@@ -26,6 +26,16 @@ const (
 	refClass    = "ref"
 	refResource = "example.com/ref"
 	refDevices  = 10
+	// refFirstDriver is the reference driver again under a name that sorts
+	// before every other driver on the node, for the reference-alone
+	// burst: the allocator takes a node's pools in driver-name order
+	// (structured/internal sortPoolsByID), so its class finds a free
+	// device in the first pool and evaluates no other driver's device, as
+	// on a node carrying this driver alone. Its slices are gone before
+	// the other bursts, so that they evaluate nothing of it.
+	refFirstDriver   = "a.ref.example.com"
+	refFirstClass    = "ref-first"
+	refFirstResource = "example.com/ref-first"
 	// gpuDriver is the fake GPU driver whose slices sit on the ND and OCI
 	// DRA nodes during the phase's bursts (gpu.nvidia.com sorts before
 	// ibkube's driver, so the allocator evaluates its devices first).
@@ -41,14 +51,26 @@ const (
 // the same DRA nodes, with the fake GPU slices present throughout.
 type draFairResult struct {
 	Pods int
+	// ReferenceAlone: pods requesting example.com/ref-first: 1, whose
+	// driver's pool is the first on every node, before any other slice
+	// of the phase is there: the least a DRA pod costs this scheduler.
 	// Reference: pods requesting example.com/ref: 1 (reference slices and
 	// a device.driver class); DRA: rdma/ib: 1; DRAWithSharers: rdma/ib: 1
 	// after SharerPods rdma/shared_ib: 1 pods were bound.
-	Reference, DRA, DRAWithSharers throughputResult
-	SharerPods                     int
+	ReferenceAlone, Reference, DRA, DRAWithSharers throughputResult
+	SharerPods                                     int
+	// Pools: the agents' pools in the run (FLEET_POOLS): "default" (every
+	// InfiniBand HCA shared and exclusive, so counters) or "split"
+	// (mlx5_7 shared, the rest exclusive, no counters).
+	Pools string
 	// DRAOverReference and WithSharersOverWithout are pods/s ratios of
-	// the same run (0 when a side bound nothing).
-	DRAOverReference, WithSharersOverWithout float64
+	// the same run (0 when a side bound nothing). Against the throughput
+	// phase's bursts of the same run, on nodes with no other driver's
+	// devices before the pod's own: ReferenceAloneOverDevicePlugin
+	// (reference-alone / deviceplugin-extended) and
+	// DRAOverReferenceAlone (dra-extended / reference-alone).
+	DRAOverReference, WithSharersOverWithout              float64
+	ReferenceAloneOverDevicePlugin, DRAOverReferenceAlone float64
 	// SchedulerCPUPerPodMs: kube-scheduler's CPU time (user and system,
 	// /proc) from each burst's first create to its last binding, over
 	// the pods bound, by burst name.
@@ -66,13 +88,14 @@ func ratio(a, b throughputResult) float64 {
 	return a.PodsPerSecond / b.PodsPerSecond
 }
 
-// refClassObject selects the reference driver's devices by driver alone.
-func refClassObject() *resourceapi.DeviceClass {
+// refClassObject selects a reference driver's devices by driver alone,
+// under its own extended resource name.
+func refClassObject(name, driver, resource string) *resourceapi.DeviceClass {
 	return &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: refClass},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: resourceapi.DeviceClassSpec{
-			Selectors:            []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", refDriver)}}},
-			ExtendedResourceName: ptr.To(refResource),
+			Selectors:            []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)}}},
+			ExtendedResourceName: ptr.To(resource),
 		},
 	}
 }
@@ -94,9 +117,9 @@ func fakeSlice(driver, node string, n int, attrs func(i int) map[resourceapi.Qua
 }
 
 // refSlice: 10 devices of 4 attributes (a string, an int, a bool, a
-// version), the reference shape.
-func refSlice(node string) *resourceapi.ResourceSlice {
-	return fakeSlice(refDriver, node, refDevices, func(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+// version), the reference shape, of driver.
+func refSlice(driver, node string) *resourceapi.ResourceSlice {
+	return fakeSlice(driver, node, refDevices, func(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 		return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			"model": {StringValue: ptr.To("ref")}, "index": {IntValue: ptr.To(int64(i))},
 			"healthy": {BoolValue: ptr.To(true)}, "driverVersion": {VersionValue: ptr.To("1.0.0")},
@@ -132,13 +155,13 @@ func sharerPod(node string, i int) *corev1.Pod {
 // small enough that rdma/ib still fits once sharers hold an HCA per node.
 func draFairPods(want, capacity int) int { return min(want, capacity*6/10) }
 
-// draFair: the reference, DRA and DRA-with-sharers bursts, in that order,
-// with the fake GPU slices in place (see draFairResult).
+// draFair: the reference-alone burst on nodes whose first pool is the
+// reference driver's, then the reference, DRA and DRA-with-sharers
+// bursts, in that order, with the fake GPU slices in place (see
+// draFairResult).
 func (f *fleet) draFair(t *testing.T) {
-	f.draFairSetup(t)
-	defer f.draFairTeardown(t)
 	w := workloads()[1] // dra-extended: rdma/ib: 1
-	res := draFairResult{Pods: draFairPods(f.s.pods, f.capacity(w)), SchedulerCPUPerPodMs: map[string]float64{}}
+	res := draFairResult{Pods: draFairPods(f.s.pods, f.capacity(w)), SchedulerCPUPerPodMs: map[string]float64{}, Pools: f.s.pools}
 	defer func() { f.report.DRAFair = res }()
 	burst := func(name string, pod func(i int) *corev1.Pod) throughputResult {
 		stop := f.profileScheduler(t, "dra-fair-"+name)
@@ -158,6 +181,18 @@ func (f *fleet) draFair(t *testing.T) {
 		f.deletePods(t, workNS, "app=fleet")
 		return r
 	}
+	f.refFirstSetup(t)
+	res.ReferenceAlone = burst("reference-alone", func(i int) *corev1.Pod {
+		return withResource(basePod(fmt.Sprintf("ref-first-%05d", i), contract.AllocationDRA), refFirstResource, 1)
+	})
+	f.removeDriver(t, refFirstDriver, refFirstClass)
+	res.ReferenceAloneOverDevicePlugin = ratio(res.ReferenceAlone, f.report.Throughput["deviceplugin-extended"])
+	res.DRAOverReferenceAlone = ratio(f.report.Throughput["dra-extended"], res.ReferenceAlone)
+	t.Logf("dra-fair: reference alone / device plugin %.2f, DRA alone / reference alone %.2f",
+		res.ReferenceAloneOverDevicePlugin, res.DRAOverReferenceAlone)
+
+	f.draFairSetup(t)
+	defer f.draFairTeardown(t)
 	res.Reference = burst("reference", func(i int) *corev1.Pod {
 		return withResource(basePod(fmt.Sprintf("ref-%05d", i), contract.AllocationDRA), refResource, 1)
 	})
@@ -172,12 +207,32 @@ func (f *fleet) draFair(t *testing.T) {
 // draFairSetup: the reference class, a reference slice on every DRA node,
 // a fake GPU slice on the ND and OCI ones, and the sharers' namespace.
 func (f *fleet) draFairSetup(t *testing.T) {
-	ctx := f.ctx
-	if _, err := f.admin.ResourceV1().DeviceClasses().Create(ctx, refClassObject(), metav1.CreateOptions{}); err != nil && !isExists(err) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sharersNS}}
+	if _, err := f.admin.CoreV1().Namespaces().Create(f.ctx, ns, metav1.CreateOptions{}); err != nil && !isExists(err) {
 		t.Fatal(err)
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sharersNS}}
-	if _, err := f.admin.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !isExists(err) {
+	f.addDriver(t, refClassObject(refClass, refDriver, refResource), func(n *simNode) []*resourceapi.ResourceSlice {
+		slices := []*resourceapi.ResourceSlice{refSlice(refDriver, n.name)}
+		if hasGPUs(n.machine) {
+			slices = append(slices, gpuSlice(n.name))
+		}
+		return slices
+	})
+}
+
+// refFirstSetup: the reference-alone burst's class and a slice of its
+// driver, first in pool order, on every DRA node.
+func (f *fleet) refFirstSetup(t *testing.T) {
+	f.addDriver(t, refClassObject(refFirstClass, refFirstDriver, refFirstResource), func(n *simNode) []*resourceapi.ResourceSlice {
+		return []*resourceapi.ResourceSlice{refSlice(refFirstDriver, n.name)}
+	})
+}
+
+// addDriver creates class and, on every DRA node, the slices slicesOf
+// gives it.
+func (f *fleet) addDriver(t *testing.T, class *resourceapi.DeviceClass, slicesOf func(*simNode) []*resourceapi.ResourceSlice) {
+	ctx := f.ctx
+	if _, err := f.admin.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil && !isExists(err) {
 		t.Fatal(err)
 	}
 	var dra []*simNode
@@ -187,16 +242,37 @@ func (f *fleet) draFairSetup(t *testing.T) {
 		}
 	}
 	parallel(t, dra, 32, func(n *simNode) error {
-		slices := []*resourceapi.ResourceSlice{refSlice(n.name)}
-		if hasGPUs(n.machine) {
-			slices = append(slices, gpuSlice(n.name))
-		}
-		for _, s := range slices {
-			if _, err := f.admin.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil && !isExists(err) {
-				return fmt.Errorf("slice %s: %w", s.Name, err)
+		for _, s := range slicesOf(n) {
+			err := retryTransient(ctx, "create slice "+s.Name, 5, 2*time.Second, func() error {
+				_, err := f.admin.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{})
+				if isExists(err) {
+					return nil
+				}
+				return err
+			})
+			if err != nil {
+				return err
 			}
 		}
 		return nil
+	})
+}
+
+// removeDriver deletes a fake driver's slices and its class.
+func (f *fleet) removeDriver(t *testing.T, driver, class string) {
+	if err := f.deleteSlicesOf(driver); err != nil {
+		t.Errorf("delete the %s slices: %v", driver, err)
+	}
+	if err := f.admin.ResourceV1().DeviceClasses().Delete(f.ctx, class, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("delete class %s: %v", class, err)
+	}
+}
+
+// deleteSlicesOf deletes every slice of a fake driver.
+func (f *fleet) deleteSlicesOf(driver string) error {
+	return retryTransient(f.ctx, "delete the "+driver+" slices", 5, 5*time.Second, func() error {
+		return f.admin.ResourceV1().ResourceSlices().DeleteCollection(f.ctx, metav1.DeleteOptions{},
+			metav1.ListOptions{FieldSelector: "spec.driver=" + driver})
 	})
 }
 
@@ -221,14 +297,8 @@ func (f *fleet) placeSharers(t *testing.T) int {
 // draFairTeardown removes the reference and GPU slices and the reference
 // class, so that the phases after see ibkube's slices alone.
 func (f *fleet) draFairTeardown(t *testing.T) {
-	for _, driver := range []string{refDriver, gpuDriver} {
-		err := f.admin.ResourceV1().ResourceSlices().DeleteCollection(f.ctx, metav1.DeleteOptions{},
-			metav1.ListOptions{FieldSelector: "spec.driver=" + driver})
-		if err != nil {
-			t.Errorf("delete the %s slices: %v", driver, err)
-		}
+	if err := f.deleteSlicesOf(gpuDriver); err != nil {
+		t.Errorf("delete the %s slices: %v", gpuDriver, err)
 	}
-	if err := f.admin.ResourceV1().DeviceClasses().Delete(f.ctx, refClass, metav1.DeleteOptions{}); err != nil {
-		t.Errorf("delete the reference class: %v", err)
-	}
+	f.removeDriver(t, refDriver, refClass)
 }

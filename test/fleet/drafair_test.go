@@ -3,11 +3,15 @@
 package fleet
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
+
+	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/node/config"
 )
 
 // TestDRAFairShapes: the reference slice has the scheduler_perf shape (10
@@ -21,7 +25,8 @@ func TestDRAFairShapes(t *testing.T) {
 		devices int
 		attrs   []resourceapi.QualifiedName
 	}{
-		{"reference", refSlice("n-1"), refDriver, 10, []resourceapi.QualifiedName{"model", "index", "healthy", "driverVersion"}},
+		{"reference", refSlice(refDriver, "n-1"), refDriver, 10, []resourceapi.QualifiedName{"model", "index", "healthy", "driverVersion"}},
+		{"reference alone", refSlice(refFirstDriver, "n-1"), refFirstDriver, 10, []resourceapi.QualifiedName{"model", "index", "healthy", "driverVersion"}},
 		{"gpu", gpuSlice("n-1"), gpuDriver, 8, []resourceapi.QualifiedName{
 			deviceattribute.StandardDeviceAttributePCIeRoot, deviceattribute.StandardDeviceAttributePCIBusID, "productName", "index"}},
 	}
@@ -42,6 +47,18 @@ func TestDRAFairShapes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDRAFairDriverOrder: the allocator takes a node's pools sorted by
+// driver name (k8s.io/dynamic-resource-allocation v0.37.2
+// structured/internal/incubating sortPoolsByID, cmp.Compare on the
+// name), so the reference-alone driver's pool comes before every other
+// driver the phase puts on a node, and the fair reference's after them.
+func TestDRAFairDriverOrder(t *testing.T) {
+	order := []string{refFirstDriver, gpuDriver, contract.DRADriverName, refDriver}
+	if !slices.IsSorted(order) {
+		t.Errorf("drivers in pool order %v; want %s first and %s last", order, refFirstDriver, refDriver)
 	}
 }
 
@@ -91,6 +108,16 @@ func TestProcCPU(t *testing.T) {
 		got, err := procCPU(c.stat)
 		if (err == nil) != c.ok || got != c.want {
 			t.Errorf("procCPU(%.30q) = %v, %v; want %v (ok %v)", c.stat, got, err, c.want, c.ok)
+		}
+	}
+}
+
+// TestAgentConfigs: both configs a run can give its agents (FLEET_POOLS)
+// pass the agent's own strict parse and validation.
+func TestAgentConfigs(t *testing.T) {
+	for name, y := range map[string][]byte{"default": agentConfigYAML, "split": agentConfigSplitYAML} {
+		if _, err := config.Parse(y); err != nil {
+			t.Errorf("FLEET_POOLS=%s: %v", name, err)
 		}
 	}
 }

@@ -31,7 +31,11 @@ func TestFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	acfg, err := config.Parse(agentConfigYAML)
+	acfgYAML := agentConfigYAML
+	if s.pools == "split" {
+		acfgYAML = agentConfigSplitYAML
+	}
+	acfg, err := config.Parse(acfgYAML)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,8 +34,13 @@ import (
 	"github.com/ibkube/ibkube/node/config"
 )
 
-//go:embed testdata/agent-config.yaml
-var agentConfigYAML []byte
+// The agents' config, by FLEET_POOLS (settings.pools).
+var (
+	//go:embed testdata/agent-config.yaml
+	agentConfigYAML []byte
+	//go:embed testdata/agent-config-split.yaml
+	agentConfigSplitYAML []byte
+)
 
 // settings are the run's knobs, from the environment (hack/make/fleet.mk).
 type settings struct {
@@ -52,6 +57,10 @@ type settings struct {
 	// (FLEET_PHASES=dra); draFair: the fair DRA phase runs (every full
 	// run but the smoke's, whose fleet is too small to compare).
 	draOnly, draFair bool
+	// pools: the agents' pools, FLEET_POOLS: "default" (agent-config.yaml,
+	// every InfiniBand HCA shared and exclusive) or "split"
+	// (agent-config-split.yaml: mlx5_7 shared, the rest exclusive).
+	pools string
 	// profile: a CPU profile of the API server during each admission
 	// burst, written beside the report (FLEET_PROFILE=1; fleet.sh then
 	// serves the API server's /debug/pprof).
@@ -101,6 +110,11 @@ func loadSettings(t *testing.T) settings {
 		s.draOnly, s.draFair = true, true
 	default:
 		t.Fatalf("FLEET_PHASES=%q: want all (the default), startup (nodes, agents, steady state, storage), admission (the admission phase alone) or dra (the throughput bursts and the fair DRA phase: reference driver, GPU slices, sharers)", v)
+	}
+	switch s.pools = get("FLEET_POOLS", "default"); s.pools {
+	case "default", "split":
+	default:
+		t.Fatalf("FLEET_POOLS=%q: want default (every InfiniBand HCA in the shared and the exclusive pool, with counters) or split (mlx5_7 shared, the rest exclusive, no counters)", s.pools)
 	}
 	if v := os.Getenv("FLEET_FLAP"); v != "" {
 		if s.flap, err = time.ParseDuration(v); err != nil {

@@ -119,6 +119,13 @@ func workloads() []workload {
 
 // capacity of the fleet for a workload: how many of its pods fit at once.
 func (f *fleet) capacity(w workload) int {
+	// ND H100 v5: two NUMA nodes of four HCAs, so eight exclusive HCAs
+	// and four pairs on one NUMA node; split pools keep mlx5_7 (NUMA
+	// node 1) for the sharers: seven and three.
+	ndExclusive, ndPairs := 8, 4
+	if f.s.pools == "split" {
+		ndExclusive, ndPairs = 7, 3
+	}
 	total := 0
 	for _, n := range f.nodes {
 		if n.mode != w.mode {
@@ -127,9 +134,9 @@ func (f *fleet) capacity(w workload) int {
 		switch n.machine.fixture {
 		case "ndv5":
 			if w.name == "dra-claim-numa" {
-				total += 4 // two NUMA nodes of four HCAs: four pairs
+				total += ndPairs
 			} else {
-				total += 8
+				total += ndExclusive
 			}
 		case "hb":
 			if w.name != "dra-claim-numa" {
@@ -263,7 +270,9 @@ func (f *fleet) failedScheduling(ns string, since time.Time) (int, []string) {
 // deletePods deletes the selected pods and waits until they and their
 // generated claims are gone (KWOK finishes a pod's deletion).
 func (f *fleet) deletePods(t *testing.T, ns, selector string) {
-	err := f.admin.CoreV1().Pods(ns).DeleteCollection(f.ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}, metav1.ListOptions{LabelSelector: selector})
+	err := retryTransient(f.ctx, "delete pods "+selector+" in "+ns, 5, 5*time.Second, func() error {
+		return f.admin.CoreV1().Pods(ns).DeleteCollection(f.ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}, metav1.ListOptions{LabelSelector: selector})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
