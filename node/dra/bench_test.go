@@ -3,6 +3,7 @@ package dra
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -131,6 +132,10 @@ type allocCase struct {
 	slices  []*resourceapi.ResourceSlice
 	classes classLister
 	state   structured.AllocatedState
+	// claim, when set, replaces the row's claim for this case; noFit
+	// says the claim fits nowhere on the node (Allocate gives no result).
+	claim *resourceapi.ResourceClaim
+	noFit bool
 }
 
 // allocRow is one BenchmarkAllocator row: the claim, the node as
@@ -195,16 +200,82 @@ func allocatorRows(b *testing.B) []allocRow {
 	return rows
 }
 
+// BenchmarkAllocatorMachines is an rdma/ib: 1 pod's Filter on an empty
+// node of each machine type of the fleet (docs/fleet.md), all under one
+// agent config as one DaemonSet would run it (the chart's InfiniBand pools
+// and OCI's RoCE pool), against "reference-alone": a scheduler_perf-shaped
+// slice (10 devices of 4 attributes) of a driver whose name sorts before
+// every other, beside the same slices, and a pod asking one of its
+// devices through a `device.driver` class, as the fleet's reference-alone
+// burst does. An OCI BM.GPU.H100.8 node serves no rdma/ib (its ports are
+// RoCE): the allocator still evaluates the class on each of its 16
+// devices before it says so, where the device plugin's node simply has
+// none of the resource.
+func BenchmarkAllocatorMachines(b *testing.B) {
+	cfg := config.Default()
+	cfg.Pools = append(cfg.Pools, roceConfig().Pools...)
+	ib1 := extendedClaim("pod", contract.DeviceClassIB, 1)
+	for _, m := range []struct {
+		fixture string
+		fits    bool
+	}{{fixture.NDv5, true}, {fixture.HB, true}, {fixture.OCIH100, false}} {
+		b.Run("ib1-"+m.fixture, func(b *testing.B) {
+			s := newScheduler(b, newHost(b, m.fixture, cfg))
+			st := s.state()
+			withRef := append([]*resourceapi.ResourceSlice{refFirstSlice()}, s.slices...)
+			classes := maps.Clone(s.classes)
+			classes[refFirstClass.Name] = refFirstClass
+			benchInterleaved(b, allocRow{"ib1-" + m.fixture, ib1, []allocCase{
+				{name: "published", slices: s.slices, classes: s.classes, state: st, noFit: !m.fits},
+				{name: "reference-alone", slices: withRef, classes: classes, state: st, claim: extendedClaim("pod", refFirstClass.Name, 1)},
+			}})
+		})
+	}
+}
+
+// refFirstDriver sorts before every driver on the node (the allocator
+// takes a node's pools in driver-name order), so its class finds its own
+// device first; refFirstClass selects its devices by driver alone
+// (scheduler_perf's test/integration/scheduler_perf/dra/templates/deviceclass.yaml).
+const refFirstDriver = "a.ref.example.com"
+
+var refFirstClass = &resourceapi.DeviceClass{
+	ObjectMeta: metav1.ObjectMeta{Name: "ref-first"},
+	Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+		Expression: `device.driver == "` + refFirstDriver + `"`,
+	}}}},
+}
+
+// refFirstSlice is node-0's slice of 10 devices of 4 attributes (a
+// string, an int, a bool, a version), scheduler_perf's shape, of
+// refFirstDriver.
+func refFirstSlice() *resourceapi.ResourceSlice {
+	s := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-0-" + refFirstDriver},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: refFirstDriver, NodeName: ptr.To("node-0"),
+			Pool: resourceapi.ResourcePool{Name: "node-0", Generation: 1, ResourceSliceCount: 1},
+		},
+	}
+	for i := range int64(10) {
+		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: fmt.Sprintf("dev-%d", i), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			"model": {StringValue: ptr.To("ref")}, "index": {IntValue: ptr.To(i)},
+			"healthy": {BoolValue: ptr.To(true)}, "driverVersion": {VersionValue: ptr.To("1.0.0")},
+		}})
+	}
+	return s
+}
+
 // standardCases are the published slices, base, reference, shared-head
 // and before.
 func standardCases(s *scheduler) []allocCase {
 	st := s.state()
 	return []allocCase{
-		{"published", s.slices, s.classes, st},
-		{"base", s.slices, selectorless(s.classes), st},
-		{"reference", s.slices, driverOnly(s.classes), st},
-		{"shared-head", sharedHeadFirst(s.slices), s.classes, st},
-		{"before", beforeOrder(s.slices), s.classes, st},
+		{name: "published", slices: s.slices, classes: s.classes, state: st},
+		{name: "base", slices: s.slices, classes: selectorless(s.classes), state: st},
+		{name: "reference", slices: s.slices, classes: driverOnly(s.classes), state: st},
+		{name: "shared-head", slices: sharedHeadFirst(s.slices), classes: s.classes, state: st},
+		{name: "before", slices: beforeOrder(s.slices), classes: s.classes, state: st},
 	}
 }
 
@@ -213,9 +284,9 @@ func standardCases(s *scheduler) []allocCase {
 func sharesCases(s *scheduler, n int) []allocCase {
 	st := s.state()
 	return []allocCase{
-		{"published", s.slices, s.classes, sharesElsewhere(st, n)},
-		{"0-shares", s.slices, s.classes, st},
-		{"base", s.slices, selectorless(s.classes), sharesElsewhere(st, n)},
+		{name: "published", slices: s.slices, classes: s.classes, state: sharesElsewhere(st, n)},
+		{name: "0-shares", slices: s.slices, classes: s.classes, state: st},
+		{name: "base", slices: s.slices, classes: selectorless(s.classes), state: sharesElsewhere(st, n)},
 	}
 }
 
@@ -228,9 +299,16 @@ func benchInterleaved(b *testing.B, row allocRow) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		res, err := a.Allocate(ctx, node, []*resourceapi.ResourceClaim{row.claim})
-		if err != nil || len(res) != 1 {
-			b.Fatalf("%s: allocate: %v, %d results", c.name, err, len(res))
+		claim, want := row.claim, 1
+		if c.claim != nil {
+			claim = c.claim
+		}
+		if c.noFit {
+			want = 0
+		}
+		res, err := a.Allocate(ctx, node, []*resourceapi.ResourceClaim{claim})
+		if err != nil || len(res) != want {
+			b.Fatalf("%s: allocate: %v, %d results, want %d", c.name, err, len(res), want)
 		}
 	}
 	allocs := make([]float64, len(row.cases))
