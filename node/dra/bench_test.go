@@ -24,6 +24,7 @@ import (
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
 	"github.com/ibkube/ibkube/hca/selector"
+	"github.com/ibkube/ibkube/internal/testing/dratest"
 	"github.com/ibkube/ibkube/node/config"
 )
 
@@ -222,48 +223,16 @@ func BenchmarkAllocatorMachines(b *testing.B) {
 		b.Run("ib1-"+m.fixture, func(b *testing.B) {
 			s := newScheduler(b, newHost(b, m.fixture, cfg))
 			st := s.state()
-			withRef := append([]*resourceapi.ResourceSlice{refFirstSlice()}, s.slices...)
+			withRef := append([]*resourceapi.ResourceSlice{dratest.RefSlice(dratest.RefFirstDriver, "node-0")}, s.slices...)
+			ref := dratest.RefClass("ref-first", dratest.RefFirstDriver)
 			classes := maps.Clone(s.classes)
-			classes[refFirstClass.Name] = refFirstClass
+			classes[ref.Name] = ref
 			benchInterleaved(b, allocRow{"ib1-" + m.fixture, ib1, []allocCase{
 				{name: "published", slices: s.slices, classes: s.classes, state: st, noFit: !m.fits},
-				{name: "reference-alone", slices: withRef, classes: classes, state: st, claim: extendedClaim("pod", refFirstClass.Name, 1)},
+				{name: "reference-alone", slices: withRef, classes: classes, state: st, claim: extendedClaim("pod", ref.Name, 1)},
 			}})
 		})
 	}
-}
-
-// refFirstDriver sorts before every driver on the node (the allocator
-// takes a node's pools in driver-name order), so its class finds its own
-// device first; refFirstClass selects its devices by driver alone
-// (scheduler_perf's test/integration/scheduler_perf/dra/templates/deviceclass.yaml).
-const refFirstDriver = "a.ref.example.com"
-
-var refFirstClass = &resourceapi.DeviceClass{
-	ObjectMeta: metav1.ObjectMeta{Name: "ref-first"},
-	Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-		Expression: `device.driver == "` + refFirstDriver + `"`,
-	}}}},
-}
-
-// refFirstSlice is node-0's slice of 10 devices of 4 attributes (a
-// string, an int, a bool, a version), scheduler_perf's shape, of
-// refFirstDriver.
-func refFirstSlice() *resourceapi.ResourceSlice {
-	s := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "node-0-" + refFirstDriver},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver: refFirstDriver, NodeName: ptr.To("node-0"),
-			Pool: resourceapi.ResourcePool{Name: "node-0", Generation: 1, ResourceSliceCount: 1},
-		},
-	}
-	for i := range int64(10) {
-		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: fmt.Sprintf("dev-%d", i), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			"model": {StringValue: ptr.To("ref")}, "index": {IntValue: ptr.To(i)},
-			"healthy": {BoolValue: ptr.To(true)}, "driverVersion": {VersionValue: ptr.To("1.0.0")},
-		}})
-	}
-	return s
 }
 
 // standardCases are the published slices, base, reference, shared-head
@@ -367,9 +336,7 @@ func driverOnly(l classLister) classLister {
 	out := classLister{}
 	for name, c := range l {
 		c = c.DeepCopy()
-		c.Spec.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: `device.driver == "` + contract.DRADriverName + `"`,
-		}}}
+		c.Spec.Selectors = dratest.DriverSelectors(contract.DRADriverName)
 		out[name] = c
 	}
 	return out

@@ -14,26 +14,24 @@ import (
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/hca/fixture"
+	"github.com/ibkube/ibkube/internal/testing/dratest"
 )
 
 // The reference driver of the fair DRA phase: slices of the shape
 // kube-scheduler's scheduler_perf DRA tests publish (10 devices of 4
-// attributes per node) and a class selecting them by driver alone, with
+// attributes per node, dratest.RefSlice) and a class selecting them by
+// driver alone (dratest.RefClass), with
 // its own extended resource name, so that the same scheduler on the same
 // nodes shows what DRA costs without ibkube's slices and classes.
 const (
 	refDriver   = "ref.example.com"
 	refClass    = "ref"
 	refResource = "example.com/ref"
-	refDevices  = 10
 	// refFirstDriver is the reference driver again under a name that sorts
 	// before every other driver on the node, for the reference-alone
-	// burst: the allocator takes a node's pools in driver-name order
-	// (structured/internal sortPoolsByID), so its class finds a free
-	// device in the first pool and evaluates no other driver's device, as
-	// on a node carrying this driver alone. Its slices are gone before
-	// the other bursts, so that they evaluate nothing of it.
-	refFirstDriver   = "a.ref.example.com"
+	// burst (dratest.RefFirstDriver). Its slices are gone before the
+	// other bursts, so that they evaluate nothing of it.
+	refFirstDriver   = dratest.RefFirstDriver
 	refFirstClass    = "ref-first"
 	refFirstResource = "example.com/ref-first"
 	// gpuDriver is the fake GPU driver whose slices sit on the ND and OCI
@@ -88,16 +86,12 @@ func ratio(a, b throughputResult) float64 {
 	return a.PodsPerSecond / b.PodsPerSecond
 }
 
-// refClassObject selects a reference driver's devices by driver alone,
-// under its own extended resource name.
+// refClassObject selects a reference driver's devices by driver alone
+// (dratest.RefClass), under its own extended resource name.
 func refClassObject(name, driver, resource string) *resourceapi.DeviceClass {
-	return &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: resourceapi.DeviceClassSpec{
-			Selectors:            []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)}}},
-			ExtendedResourceName: ptr.To(resource),
-		},
-	}
+	c := dratest.RefClass(name, driver)
+	c.Spec.ExtendedResourceName = ptr.To(resource)
+	return c
 }
 
 // fakeSlice is one node's slice of n devices of driver, each with the
@@ -114,17 +108,6 @@ func fakeSlice(driver, node string, n int, attrs func(i int) map[resourceapi.Qua
 			Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
 		},
 	}
-}
-
-// refSlice: 10 devices of 4 attributes (a string, an int, a bool, a
-// version), the reference shape, of driver.
-func refSlice(driver, node string) *resourceapi.ResourceSlice {
-	return fakeSlice(driver, node, refDevices, func(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-		return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			"model": {StringValue: ptr.To("ref")}, "index": {IntValue: ptr.To(int64(i))},
-			"healthy": {BoolValue: ptr.To(true)}, "driverVersion": {VersionValue: ptr.To("1.0.0")},
-		}
-	})
 }
 
 // gpuSlice: 8 GPUs with the PCIe attributes a GPU driver publishes
@@ -212,7 +195,7 @@ func (f *fleet) draFairSetup(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.addDriver(t, refClassObject(refClass, refDriver, refResource), func(n *simNode) []*resourceapi.ResourceSlice {
-		slices := []*resourceapi.ResourceSlice{refSlice(refDriver, n.name)}
+		slices := []*resourceapi.ResourceSlice{dratest.RefSlice(refDriver, n.name)}
 		if hasGPUs(n.machine) {
 			slices = append(slices, gpuSlice(n.name))
 		}
@@ -224,7 +207,7 @@ func (f *fleet) draFairSetup(t *testing.T) {
 // driver, first in pool order, on every DRA node.
 func (f *fleet) refFirstSetup(t *testing.T) {
 	f.addDriver(t, refClassObject(refFirstClass, refFirstDriver, refFirstResource), func(n *simNode) []*resourceapi.ResourceSlice {
-		return []*resourceapi.ResourceSlice{refSlice(refFirstDriver, n.name)}
+		return []*resourceapi.ResourceSlice{dratest.RefSlice(refFirstDriver, n.name)}
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/ibkube/ibkube/contract"
+	"github.com/ibkube/ibkube/internal/testing/dratest"
 	"github.com/ibkube/ibkube/node/config"
 )
 
@@ -25,8 +26,8 @@ func TestDRAFairShapes(t *testing.T) {
 		devices int
 		attrs   []resourceapi.QualifiedName
 	}{
-		{"reference", refSlice(refDriver, "n-1"), refDriver, 10, []resourceapi.QualifiedName{"model", "index", "healthy", "driverVersion"}},
-		{"reference alone", refSlice(refFirstDriver, "n-1"), refFirstDriver, 10, []resourceapi.QualifiedName{"model", "index", "healthy", "driverVersion"}},
+		{"reference", dratest.RefSlice(refDriver, "n-1"), refDriver, 10, []resourceapi.QualifiedName{"model", "index", "healthy", "driverVersion"}},
+		{"reference alone", dratest.RefSlice(refFirstDriver, "n-1"), refFirstDriver, 10, []resourceapi.QualifiedName{"model", "index", "healthy", "driverVersion"}},
 		{"gpu", gpuSlice("n-1"), gpuDriver, 8, []resourceapi.QualifiedName{
 			deviceattribute.StandardDeviceAttributePCIeRoot, deviceattribute.StandardDeviceAttributePCIBusID, "productName", "index"}},
 	}

@@ -1,6 +1,7 @@
 // Package dratest holds what the DRA driver's tests share, from its unit
 // tests to the agent's integration test: a directory short enough for unix
-// sockets, and waiting for the node's ResourceSlices. It does not import the
+// sockets, waiting for the node's ResourceSlices, and the reference driver
+// the allocator benchmarks and the fleet set ibkube against. It does not import the
 // driver, so the driver's own tests can use it. Only tests import it.
 package dratest
 
