@@ -25,7 +25,9 @@ import (
 // linearly, and annotation sizes are validated only after admission.
 func sizeVariables() []variable {
 	over := func(annos string, keys []string) string {
-		return list(keys...) + ".filter(k, k in " + annos + " && bytes(" + annos + "[k]).size() > " + strconv.Itoa(mutate.MaxAnnotationBytes) + ")"
+		return firstKeyWhere(keys, func(k string) string {
+			return k + " in " + annos + " && bytes(" + annos + "[" + k + "]).size() > " + strconv.Itoa(mutate.MaxAnnotationBytes)
+		})
 	}
 	size := func(v string) string { return "string(bytes(" + v + ").size())" }
 	accepted := lit(fmt.Sprintf(" bytes; accepted: at most %d bytes", mutate.MaxAnnotationBytes))
@@ -46,7 +48,7 @@ func sizeVariables() []variable {
 // annotationCount is mutate.AnnotationCount: the size of the pod's
 // annotations less the keys ibkube writes, looked up one by one.
 func annotationCount(annos string) string {
-	return annos + ".size() - " + list(mutate.WrittenKeys()...) + ".filter(k, k in " + annos + ").size()"
+	return annos + ".size() - " + countKeysIn(mutate.WrittenKeys(), annos)
 }
 
 // relevance is mutate.Relevant over the pod's and the namespace's
@@ -60,7 +62,40 @@ func relevance(annos, nsAnnos, count string) string {
 
 // ownKeyPresent tells whether annos holds a known ibkube key.
 func ownKeyPresent(annos string) string {
-	return list(prefixed(contract.KnownKeys())...) + ".exists(k, k in " + annos + ")"
+	return anyKeyIn(prefixed(contract.KnownKeys()), annos)
+}
+
+// The lists of keys below are constants, so each is written out key by
+// key: the API server evaluates a comprehension step by step under its
+// cost tracking, which for a handful of keys costs more than the lookups
+// themselves.
+
+// anyKeyIn tells whether map expression m holds one of keys.
+func anyKeyIn(keys []string, m string) string {
+	terms := make([]string, len(keys))
+	for i, k := range keys {
+		terms[i] = lit(k) + " in " + m
+	}
+	return "(" + strings.Join(terms, " || ") + ")"
+}
+
+// countKeysIn is how many of keys map expression m holds.
+func countKeysIn(keys []string, m string) string {
+	terms := make([]string, len(keys))
+	for i, k := range keys {
+		terms[i] = "(" + lit(k) + " in " + m + " ? 1 : 0)"
+	}
+	return "(" + strings.Join(terms, " + ") + ")"
+}
+
+// firstKeyWhere is the first of keys for which cond (given the key as a
+// CEL literal) holds, as a list of it, or the empty list.
+func firstKeyWhere(keys []string, cond func(k string) string) string {
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString("(" + cond(lit(k)) + ") ? [" + lit(k) + "] : ")
+	}
+	return "(" + b.String() + "[])"
 }
 
 // containerCount is the pod's containers of every kind.

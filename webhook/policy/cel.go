@@ -334,7 +334,8 @@ func jobAffinityVariables() []variable {
 	pa := "object.spec.?affinity.?podAffinity"
 	return []variable{
 		{"podLabels", "object.metadata.?labels.orValue({})"},
-		{"jobKeys", list(contract.JobLabels...) + ".filter(k, k in " + labels + ")"},
+		// The first of the job labels the pod carries, if any.
+		{"jobKeys", firstKeyWhere(contract.JobLabels, func(k string) string { return k + " in " + labels })},
 		{"jobSel", "variables.jobKeys.size() == 0 ? {} : " + first + " == " + a(contract.JobLabelLWS) + " && " + a(contract.LWSGroupIndexLabel) + " in " + labels + " ? " +
 			"{" + first + ": " + labels + "[" + first + "], " + a(contract.LWSGroupIndexLabel) + ": " + labels + "[" + a(contract.LWSGroupIndexLabel) + "]} : " +
 			"{" + first + ": " + labels + "[" + first + "]}"},

@@ -140,6 +140,7 @@ func benchmarkAdmit(b *testing.B, pod *corev1.Pod) {
 	s := defaultServer(b)
 	var got policytest.Admitted
 	var err error
+	b.ReportAllocs()
 	for b.Loop() {
 		if got, err = s.Admit(context.Background(), pod, optedInNS()); err != nil {
 			b.Fatal(err)

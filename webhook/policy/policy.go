@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -179,14 +180,59 @@ func typeMeta(kind string) metav1.TypeMeta {
 	return metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: kind}
 }
 
-func celVariables() []admissionregistrationv1.Variable {
+// celVariables are the variables that exprs read, and the variables those
+// read, in their declared order. The API server builds an accessor for
+// every declared variable on each evaluation (the policy's
+// matchConditions, its patch or validation), read or not, so each policy
+// declares only its own.
+func celVariables(exprs ...string) []admissionregistrationv1.Variable {
 	vs := variables()
-	out := make([]admissionregistrationv1.Variable, len(vs))
-	for i, v := range vs {
-		out[i] = admissionregistrationv1.Variable{Name: v.name, Expression: v.expr}
+	need := map[string]bool{}
+	for _, e := range exprs {
+		readsInto(need, e)
+	}
+	// A variable reads only variables declared before it: one pass from
+	// the last to the first closes the set.
+	for i := len(vs) - 1; i >= 0; i-- {
+		if need[vs[i].name] {
+			readsInto(need, vs[i].expr)
+		}
+	}
+	var out []admissionregistrationv1.Variable
+	for _, v := range vs {
+		if need[v.name] {
+			out = append(out, admissionregistrationv1.Variable{Name: v.name, Expression: v.expr})
+		}
 	}
 	return out
 }
+
+// readsInto adds to need the variables expr reads: each name after
+// "variables.".
+func readsInto(need map[string]bool, expr string) {
+	const ref = "variables."
+	for i := strings.Index(expr, ref); i >= 0; i = strings.Index(expr, ref) {
+		expr = expr[i+len(ref):]
+		n := strings.IndexFunc(expr, func(r rune) bool { return r != '_' && !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+		if n < 0 {
+			n = len(expr)
+		}
+		if n > 0 {
+			need[expr[:n]] = true
+		}
+		expr = expr[n:]
+	}
+}
+
+// mutatingVariables and validatingVariables are each policy's variables.
+func mutatingVariables() []admissionregistrationv1.Variable { return celVariables(mutation()) }
+
+func validatingVariables() []admissionregistrationv1.Variable {
+	return celVariables(refusal, refusalMessage())
+}
+
+// refusalMessage is the validating policy's message: the refusal, bounded.
+func refusalMessage() string { return bound("variables.refusal", maxMessage) }
 
 // matchConditions keep the policies from running for a pod over the
 // annotation count's bound that they would neither change nor (refuse:
@@ -212,7 +258,7 @@ func MutatingPolicy(name string) *admissionregistrationv1.MutatingAdmissionPolic
 			ParamKind:        paramKind(),
 			MatchConstraints: podRules(),
 			MatchConditions:  matchConditions(false),
-			Variables:        celVariables(),
+			Variables:        mutatingVariables(),
 			Mutations: []admissionregistrationv1.Mutation{{
 				PatchType: admissionregistrationv1.PatchTypeJSONPatch,
 				JSONPatch: &admissionregistrationv1.JSONPatch{Expression: mutation()},
@@ -234,10 +280,10 @@ func ValidatingPolicy(name string) *admissionregistrationv1.ValidatingAdmissionP
 			ParamKind:        paramKind(),
 			MatchConstraints: podRules(),
 			MatchConditions:  matchConditions(true),
-			Variables:        celVariables(),
+			Variables:        validatingVariables(),
 			Validations: []admissionregistrationv1.Validation{{
 				Expression:        refusal,
-				MessageExpression: bound("variables.refusal", maxMessage),
+				MessageExpression: refusalMessage(),
 				Reason:            ptr.To(metav1.StatusReasonForbidden),
 			}},
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
@@ -436,7 +482,8 @@ func ipoibElement(n multus.Network) (string, error) {
 type chartData struct {
 	MutatingMatchConditions   []admissionregistrationv1.MatchCondition `json:"mutatingMatchConditions"`
 	ValidatingMatchConditions []admissionregistrationv1.MatchCondition `json:"validatingMatchConditions"`
-	Variables                 []admissionregistrationv1.Variable       `json:"variables"`
+	MutatingVariables         []admissionregistrationv1.Variable       `json:"mutatingVariables"`
+	ValidatingVariables       []admissionregistrationv1.Variable       `json:"validatingVariables"`
 	Mutation                  string                                   `json:"mutation"`
 	Validation                admissionregistrationv1.Validation       `json:"validation"`
 	Profiles                  string                                   `json:"profiles"`
@@ -449,7 +496,8 @@ func ChartData() ([]byte, error) {
 	d := chartData{
 		MutatingMatchConditions:   matchConditions(false),
 		ValidatingMatchConditions: matchConditions(true),
-		Variables:                 celVariables(),
+		MutatingVariables:         mutatingVariables(),
+		ValidatingVariables:       validatingVariables(),
 		Mutation:                  mutation(),
 		Validation:                ValidatingPolicy("x").Spec.Validations[0],
 		Profiles:                  strings.Join(cfg.ProfileNames(), ", "),

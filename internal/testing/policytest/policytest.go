@@ -36,7 +36,7 @@ import (
 // Server evaluates one rendered set of policies.
 type Server struct {
 	objs     *policy.Objects
-	mc       *plugincel.CompositedCompiler
+	mc, vc   *plugincel.CompositedCompiler
 	mutator  plugincel.MutatingEvaluator
 	refusal  plugincel.ConditionEvaluator
 	compiled []error
@@ -70,6 +70,7 @@ func New(objs *policy.Objects) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.vc = vc
 	s.refusal = vc.CompileCondition([]plugincel.ExpressionAccessor{&validating.MessageExpressionCondition{MessageExpression: objs.Validating.Spec.Validations[0].MessageExpression}}, opts, environment.StoredExpressions)
 	s.compiled = append(append(s.compiled, s.mutator.CompilationErrors()...), s.refusal.CompilationErrors()...)
 	return s, nil
@@ -221,8 +222,8 @@ func (s *Server) VariableCosts(ctx context.Context, pod *corev1.Pod, ns mutate.N
 	req := plugincel.CreateAdmissionRequest(a, metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"})
 	vars := plugincel.OptionalVariableBindings{VersionedParams: s.objs.Params}
 	opts := plugincel.OptionalVariableDeclarations{HasParams: true, HasAuthorizer: true}
-	cost := func(reads []plugincel.ExpressionAccessor) (int64, error) {
-		ev := s.mc.CompileCondition(reads, opts, environment.StoredExpressions)
+	cost := func(c *plugincel.CompositedCompiler, reads []plugincel.ExpressionAccessor) (int64, error) {
+		ev := c.CompileCondition(reads, opts, environment.StoredExpressions)
 		if errs := ev.CompilationErrors(); len(errs) > 0 {
 			return 0, fmt.Errorf("compile: %v", errs)
 		}
@@ -232,21 +233,33 @@ func (s *Server) VariableCosts(ctx context.Context, pod *corev1.Pod, ns mutate.N
 		}
 		return celconfig.RuntimeCELCostBudget - left, nil
 	}
-	read, err := cost([]plugincel.ExpressionAccessor{&validating.ValidationCondition{Expression: "[params].size() == 1"}})
+	read, err := cost(s.mc, []plugincel.ExpressionAccessor{&validating.ValidationCondition{Expression: "[params].size() == 1"}})
 	if err != nil {
 		return nil, err
 	}
-	var reads []plugincel.ExpressionAccessor
-	out := make([]VariableCost, 0, len(s.objs.Mutating.Spec.Variables))
-	var before int64
-	for _, v := range s.objs.Mutating.Spec.Variables {
-		reads = append(reads, &validating.ValidationCondition{Expression: "[variables." + v.Name + "].size() == 1"})
-		total, err := cost(reads)
-		if err != nil {
-			return nil, fmt.Errorf("variable %s: %w", v.Name, err)
+	// Each policy declares only the variables it reads: the mutating
+	// policy's are measured with its compiler, then the validating
+	// policy's own with the validating one.
+	var out []VariableCost
+	seen := map[string]bool{}
+	for _, p := range []struct {
+		c    *plugincel.CompositedCompiler
+		vars []admissionregistrationv1.Variable
+	}{{s.mc, s.objs.Mutating.Spec.Variables}, {s.vc, s.objs.Validating.Spec.Variables}} {
+		var reads []plugincel.ExpressionAccessor
+		var before int64
+		for _, v := range p.vars {
+			reads = append(reads, &validating.ValidationCondition{Expression: "[variables." + v.Name + "].size() == 1"})
+			total, err := cost(p.c, reads)
+			if err != nil {
+				return nil, fmt.Errorf("variable %s: %w", v.Name, err)
+			}
+			if !seen[v.Name] {
+				out = append(out, VariableCost{Name: v.Name, Cost: total - before - read})
+			}
+			seen[v.Name] = true
+			before = total
 		}
-		out = append(out, VariableCost{Name: v.Name, Cost: total - before - read})
-		before = total
 	}
 	return out, nil
 }
