@@ -1,6 +1,8 @@
 package mutate
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,6 +54,24 @@ func prefixed(suffixes []string) []string {
 		out[i] = contract.Prefix + s
 	}
 	return out
+}
+
+// MaxGPUCount is the largest GPU count, either side of zero, a refusal
+// repeats as a number; beyond it the count reads "more than MaxGPUCount"
+// or "less than -MaxGPUCount". The policies cap the count they compute
+// there (a quantity's integer value can overflow CEL's int), so the two
+// say the same of any count.
+const MaxGPUCount = 1_000_000
+
+// gpuCountText is g as a refusal repeats it.
+func gpuCountText(g int64) string {
+	switch {
+	case g > MaxGPUCount:
+		return fmt.Sprintf("more than %d", MaxGPUCount)
+	case g < -MaxGPUCount:
+		return fmt.Sprintf("less than -%d", MaxGPUCount)
+	}
+	return strconv.FormatInt(g, 10)
 }
 
 // MaxAnnotations bounds the annotations of a pod ibkube admits. Finding an

@@ -70,9 +70,9 @@ func exclusiveCounts(targets []target, hcas int64, gpuRes string, profile nccl.P
 		case g == 0:
 			counts[i] = int64(cfg.DefaultHCAs)
 		case g < 0 || g > config.MaxHCAs/perGPU:
-			return nil, refusef("container %q requests %s: %d, which gives no rdma-exclusive count from 1 to %d (%d HCA(s) per GPU, profile %s); "+
+			return nil, refusef("container %q requests %s: %s, which gives no rdma-exclusive count from 1 to %d (%d HCA(s) per GPU, profile %s); "+
 				"accepted: a GPU count from 1 to %d, or annotation %s with an integer from 1 to %d",
-				t.c.Name, gpuRes, g, config.MaxHCAs, perGPU, profile.Name, config.MaxHCAs/perGPU, contract.AnnotationHCAs, config.MaxHCAs)
+				t.c.Name, gpuRes, gpuCountText(g), config.MaxHCAs, perGPU, profile.Name, config.MaxHCAs/perGPU, contract.AnnotationHCAs, config.MaxHCAs)
 		default:
 			counts[i] = g * perGPU
 		}

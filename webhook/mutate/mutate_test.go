@@ -397,7 +397,9 @@ func TestExclusiveCountBounds(t *testing.T) {
 		{"annotation wins over HCAs per GPU", "oci-h100-roce", "8", "4", "rdma/roce", 4, ""},
 		{"fractional GPU rounds up", "ndv5", "500m", "", "rdma/ib", 1, ""},
 		{"negative GPUs", "ndv5", "-8", "", "", 0, refused("-8", 1, "ndv5")},
-		{"huge GPU count", "ndv5", "1e9", "", "", 0, refused("1000000000", 1, "ndv5")},
+		{"huge GPU count", "ndv5", "1e9", "", "", 0, refused("more than 1000000", 1, "ndv5")},
+		{"hugely negative GPU count", "ndv5", "-8Ei", "", "", 0, refused("less than -1000000", 1, "ndv5")},
+		{"GPU count at the number a refusal repeats", "ndv5", "1000000", "", "", 0, refused("1000000", 1, "ndv5")},
 		{"too many GPUs for 2 per GPU", "oci-h100-roce", overTwoPerGPU, "", "", 0, refused(overTwoPerGPU, 2, "oci-h100-roce")},
 		{"negative GPUs with hcas annotation", "ndv5", "-8", "2", "rdma/ib", 2, ""},
 	}

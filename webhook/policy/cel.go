@@ -43,17 +43,30 @@ func bound(s string, n int) string {
 	return fmt.Sprintf("(%[1]s.size() <= %[2]d ? %[1]s : %[1]s.substring(0, %[2]d) + '...[' + string(%[1]s.size() - %[2]d) + ' more bytes]')", s, n)
 }
 
+// gpuCountText is mutate's gpuCountText over a CEL count expression g.
+func gpuCountText(g string) string {
+	return fmt.Sprintf("(%[1]s > %[2]d ? 'more than %[2]d' : %[1]s < -%[2]d ? 'less than -%[2]d' : string(%[1]s))", g, mutate.MaxGPUCount)
+}
+
 // echo is mutate's echo: the value bounded and quoted.
 func echo(s string) string { return escapeUnprintable("strings.quote(" + bound(s, maxEcho) + ")") }
 
 // gpuCount is mutate's gpuCount for container expression c and resource
-// expression r: the limit, else the request, rounded up to an integer.
-// Values beyond a million GPUs read as a million: refused all the same.
+// expression r: the limit, else the request, rounded away from zero to an
+// integer (resource.Quantity's Value).
+// Values beyond mutate.MaxGPUCount either side of zero read as one beyond
+// it: refused all the same, and repeated as gpuCountText says.
+//
+// A quantity the API server holds is in canonical form, so a count of GPUs
+// is nearly always plain digits: those are read as an integer, and only
+// other forms ("1k", "500m") are parsed as a quantity, which the API
+// server's CEL does several times over per container.
 func gpuCount(c, r string) string {
 	q := fmt.Sprintf("%[1]s.?resources.?limits[?%[2]s].or(%[1]s.?resources.?requests[?%[2]s])", c, r)
 	v := "quantity(" + q + ".value())"
-	return fmt.Sprintf("(%[1]s.hasValue() ? (%[2]s.compareTo(quantity('1000000')) > 0 ? 1000000 : "+
-		"%[2]s.isInteger() ? %[2]s.asInteger() : int(%[2]s.asApproximateFloat()) + 1) : 0)", q, v)
+	return fmt.Sprintf("(%[1]s.hasValue() ? (%[1]s.value().matches('^[0-9]{1,6}$') ? int(string(%[1]s.value())) : "+
+		"%[2]s.compareTo(quantity('%[3]d')) > 0 ? %[3]d + 1 : %[2]s.compareTo(quantity('-%[3]d')) < 0 ? -%[3]d - 1 : "+
+		"%[2]s.isInteger() ? %[2]s.asInteger() : int(%[2]s.asApproximateFloat()) + (%[2]s.asApproximateFloat() < 0.0 ? -1 : 1)) : 0)", q, v, mutate.MaxGPUCount)
 }
 
 // rangeRegex is a regular expression matching the decimal integers from 1
@@ -244,7 +257,7 @@ func variables() []variable {
 			a("annotation "+contract.AnnotationHCAs+": invalid value ") + " + " + echo("variables.annos["+a(contract.AnnotationHCAs)+"]") +
 				" + " + a(fmt.Sprintf(": accepted: an integer from 1 to %d (HCAs per selected container)", config.MaxHCAs))},
 		{"variables.injectMode && variables.exclusive && variables.badCount.size() > 0",
-			"'container ' + " + escapeUnprintable("strings.quote(variables.tgtName[variables.badCount[0]])") + " + ' requests ' + variables.gpuRes + ': ' + string(variables.tgtGPU[variables.badCount[0]]) + " +
+			"'container ' + " + escapeUnprintable("strings.quote(variables.tgtName[variables.badCount[0]])") + " + ' requests ' + variables.gpuRes + ': ' + " + gpuCountText("variables.tgtGPU[variables.badCount[0]]") + " + " +
 				a(fmt.Sprintf(", which gives no rdma-exclusive count from 1 to %d (", config.MaxHCAs)) + " + string(variables.perGPU) + ' HCA(s) per GPU, profile ' + variables.profileName + " +
 				a("); accepted: a GPU count from 1 to ") + " + string(" + strconv.Itoa(config.MaxHCAs) + " / variables.perGPU) + " +
 				a(fmt.Sprintf(", or annotation %s with an integer from 1 to %d", contract.AnnotationHCAs, config.MaxHCAs))},

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/ibkube/ibkube/contract"
 	"github.com/ibkube/ibkube/webhook/mutate"
@@ -71,6 +72,26 @@ func boundsCases(add func(string, *corev1.Pod, mutate.Namespace), pod *corev1.Po
 	for _, v := range []string{"9223372036854775807", "8Ei", "1.5", "1500m", "0.3Ki", "1e-3", "4611686018427387904.5"} {
 		add("memlock/refused-"+v, with(pod, m, "rdma-shared", ml, v), optedIn("t"))
 	}
+	// GPU counts in the forms a quantity takes: plain digits, which the
+	// policy reads as an integer, and the rest, which it parses as a
+	// quantity; around the million it caps them at, and from a request
+	// where the limit is missing.
+	gpus := func(v string, limit bool) *corev1.Pod {
+		p := with(pod, m, "rdma-exclusive")
+		r := &p.Spec.Containers[0].Resources
+		r.Limits, r.Requests = corev1.ResourceList{}, corev1.ResourceList{}
+		if limit {
+			r.Limits["nvidia.com/gpu"] = resource.MustParse(v)
+		} else {
+			r.Requests["nvidia.com/gpu"] = resource.MustParse(v)
+		}
+		return p
+	}
+	for _, v := range append([]string{"0", "4", "999999", "1000000", "1000001", "1k", "1M", "2500m", "500m", "1e3", "8Ei", "0.001"}, gpuCountsValidationFirst()...) {
+		add("gpus/limit-"+v, gpus(v, true), optedIn("t"))
+	}
+	add("gpus/request-only-2", gpus("2", false), optedIn("t"))
+	add("gpus/request-only-1500m", gpus("1500m", false), optedIn("t"))
 	// Characters strconv.Quote escapes and CEL's strings.quote does not.
 	add("escape/control-characters", with(pod, m, "rdma\x01\x1b[31m\x7f\u0085\u200b\u2028"), optedIn("t"))
 	add("escape/container-name", with(pod, m, "rdma-shared", c, "train,\x00x"), optedIn("t"))
@@ -93,6 +114,14 @@ func boundsCases(add func(string, *corev1.Pod, mutate.Namespace), pod *corev1.Po
 	add("json/networks-duplicate-name-key", with(pod, m, "ipoib", nets, `[{"name":"a","name":"b"}]`), optedIn("t"))
 	add("difference/escape-private-use", with(pod, m, "rdma\ue000"), optedIn("t"))
 	add("difference/memlock-fraction-over-8Ei", with(pod, m, "rdma-shared", ml, "9223372036854775807.5"), optedIn("t"))
+}
+
+// gpuCountsValidationFirst are GPU counts of the corpus that the webhook
+// refuses with its message, and that in policy mode the API server's
+// validation refuses first (a negative count, or a fraction the policy
+// leaves in the exclusive resource it writes).
+func gpuCountsValidationFirst() []string {
+	return []string{"-4", "-8Ei", "-1000001", "-1500m", "-500m", "999999500m", "1000000500m"}
 }
 
 // FillerKey is the i-th of the short annotation keys that fill a pod
