@@ -101,18 +101,13 @@ func firstKeyWhere(keys []string, cond func(k string) string) string {
 // containerCount is the pod's containers of every kind.
 const containerCount = "object.spec.containers.size() + object.spec.?initContainers.orValue([]).size() + object.spec.?ephemeralContainers.orValue([]).size()"
 
-// matchBounded is the policies' match condition: a pod within the
-// annotation count's bound, or (refuse: for the validating policy, which
-// refuses it) over it with a known ibkube key. Match conditions read
-// neither variables nor the namespace, so it is written over the pod
-// itself; the pods it lets through are decided by relevance.
-func matchBounded(refuse bool) string {
+// matchBounded is the mutating policy's match condition: a pod within
+// the annotation count's bound. Match conditions read neither variables
+// nor the namespace, so it is written over the pod itself; the pods it
+// lets through are decided by relevance.
+func matchBounded() string {
 	annos := "object.metadata.?annotations.orValue({})"
-	within := fmt.Sprintf("(%s) <= %d", annotationCount(annos), mutate.MaxAnnotations)
-	if !refuse {
-		return within
-	}
-	return ownKeyPresent(annos) + " || " + within
+	return fmt.Sprintf("(%s) <= %d", annotationCount(annos), mutate.MaxAnnotations)
 }
 
 // guarded is a splitting expression that yields [] once a size refusal

@@ -234,14 +234,16 @@ func validatingVariables() []admissionregistrationv1.Variable {
 // refusalMessage is the validating policy's message: the refusal, bounded.
 func refusalMessage() string { return bound("variables.refusal", maxMessage) }
 
-// matchConditions keep the policies from running for a pod over the
-// annotation count's bound that they would neither change nor (refuse:
-// the validating policy) refuse: the API server would still encode the
-// pod, apply the empty patch and decode the result, which for a pod of
-// 40,000 annotation keys took seconds. The condition is decided by
-// lookups and a size.
-func matchConditions(refuse bool) []admissionregistrationv1.MatchCondition {
-	return []admissionregistrationv1.MatchCondition{{Name: "ibkube-bounded", Expression: matchBounded(refuse)}}
+// matchConditions keep the mutating policy from running for a pod over
+// the annotation count's bound, which it would not change: the API server
+// would still encode the pod, apply the empty patch and decode the result,
+// which for a pod of 40,000 annotation keys took seconds. The condition is
+// decided by lookups and a size. The validating policy has none: its
+// refusal is decided by the same lookups first, and for every pod it must
+// look at a condition would be one more evaluation (an activation and an
+// accessor for each of its variables).
+func matchConditions() []admissionregistrationv1.MatchCondition {
+	return []admissionregistrationv1.MatchCondition{{Name: "ibkube-bounded", Expression: matchBounded()}}
 }
 
 func paramKind() *admissionregistrationv1.ParamKind {
@@ -257,7 +259,7 @@ func MutatingPolicy(name string) *admissionregistrationv1.MutatingAdmissionPolic
 		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
 			ParamKind:        paramKind(),
 			MatchConstraints: podRules(),
-			MatchConditions:  matchConditions(false),
+			MatchConditions:  matchConditions(),
 			Variables:        mutatingVariables(),
 			Mutations: []admissionregistrationv1.Mutation{{
 				PatchType: admissionregistrationv1.PatchTypeJSONPatch,
@@ -279,7 +281,6 @@ func ValidatingPolicy(name string) *admissionregistrationv1.ValidatingAdmissionP
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			ParamKind:        paramKind(),
 			MatchConstraints: podRules(),
-			MatchConditions:  matchConditions(true),
 			Variables:        validatingVariables(),
 			Validations: []admissionregistrationv1.Validation{{
 				Expression:        refusal,
@@ -480,28 +481,26 @@ func ipoibElement(n multus.Network) (string, error) {
 // built-in profiles' parameters. The chart fills in names and the site's
 // settings from its values, as it does for the webhook's WebhookConfig.
 type chartData struct {
-	MutatingMatchConditions   []admissionregistrationv1.MatchCondition `json:"mutatingMatchConditions"`
-	ValidatingMatchConditions []admissionregistrationv1.MatchCondition `json:"validatingMatchConditions"`
-	MutatingVariables         []admissionregistrationv1.Variable       `json:"mutatingVariables"`
-	ValidatingVariables       []admissionregistrationv1.Variable       `json:"validatingVariables"`
-	Mutation                  string                                   `json:"mutation"`
-	Validation                admissionregistrationv1.Validation       `json:"validation"`
-	Profiles                  string                                   `json:"profiles"`
-	ProfileParams             map[string]string                        `json:"profileParams"`
+	MutatingMatchConditions []admissionregistrationv1.MatchCondition `json:"mutatingMatchConditions"`
+	MutatingVariables       []admissionregistrationv1.Variable       `json:"mutatingVariables"`
+	ValidatingVariables     []admissionregistrationv1.Variable       `json:"validatingVariables"`
+	Mutation                string                                   `json:"mutation"`
+	Validation              admissionregistrationv1.Validation       `json:"validation"`
+	Profiles                string                                   `json:"profiles"`
+	ProfileParams           map[string]string                        `json:"profileParams"`
 }
 
 // ChartData renders charts/ibkube/files/admission-policy.yaml.
 func ChartData() ([]byte, error) {
 	cfg := config.Default()
 	d := chartData{
-		MutatingMatchConditions:   matchConditions(false),
-		ValidatingMatchConditions: matchConditions(true),
-		MutatingVariables:         mutatingVariables(),
-		ValidatingVariables:       validatingVariables(),
-		Mutation:                  mutation(),
-		Validation:                ValidatingPolicy("x").Spec.Validations[0],
-		Profiles:                  strings.Join(cfg.ProfileNames(), ", "),
-		ProfileParams:             map[string]string{},
+		MutatingMatchConditions: matchConditions(),
+		MutatingVariables:       mutatingVariables(),
+		ValidatingVariables:     validatingVariables(),
+		Mutation:                mutation(),
+		Validation:              ValidatingPolicy("x").Spec.Validations[0],
+		Profiles:                strings.Join(cfg.ProfileNames(), ", "),
+		ProfileParams:           map[string]string{},
 	}
 	for _, name := range cfg.ProfileNames() {
 		p, _ := cfg.Profile(name)
