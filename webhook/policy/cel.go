@@ -60,7 +60,9 @@ func echo(s string) string { return escapeUnprintable("strings.quote(" + bound(s
 // A quantity the API server holds is in canonical form, so a count of GPUs
 // is nearly always plain digits: those are read as an integer, and only
 // other forms ("1k", "500m") are parsed as a quantity, which the API
-// server's CEL does several times over per container.
+// server's CEL does several times over per container. The value is made a
+// string before int(): a typed pod's quantity reaches CEL as a value that
+// converts to a string but has no int() overload of its own.
 func gpuCount(c, r string) string {
 	q := fmt.Sprintf("%[1]s.?resources.?limits[?%[2]s].or(%[1]s.?resources.?requests[?%[2]s])", c, r)
 	v := "quantity(" + q + ".value())"

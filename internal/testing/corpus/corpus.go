@@ -306,15 +306,17 @@ func knownDifferences() map[string]Difference {
 		"difference/memlock-fraction-over-8Ei/default":         {Why: "a fractional memlock of 8Ei or more: the webhook says not whole, the policy too large"},
 		"difference/memlock-fraction-over-8Ei/never+ifname":    {Why: "a fractional memlock of 8Ei or more: the webhook says not whole, the policy too large"},
 	}
-	for _, v := range gpuCountsValidationFirst() {
+	// inBoth lists a case under both configurations the corpus runs.
+	inBoth := func(name string, diff Difference) {
 		for _, cfg := range []string{"default", "never+ifname"} {
-			d["gpus/limit-"+v+"/"+cfg] = Difference{Why: "a negative or fractional GPU count the webhook refuses is refused by the API server's validation, before the policy's message", APIServerOnly: true}
+			d[name+"/"+cfg] = diff
 		}
 	}
+	for _, v := range gpuCountsValidationFirst() {
+		inBoth("gpus/limit-"+v, Difference{Why: "a negative or fractional GPU count the webhook refuses is refused by the API server's validation, before the policy's message", APIServerOnly: true})
+	}
 	for name := range JSONRefusals {
-		for _, cfg := range []string{"default", "never+ifname"} {
-			d["difference/json-"+name+"/"+cfg] = Difference{Why: "a well-formed JSON networks value the webhook's decoder refuses: both refuse, the policy in its own words"}
-		}
+		inBoth("difference/json-"+name, Difference{Why: "a well-formed JSON networks value the webhook's decoder refuses: both refuse, the policy in its own words"})
 	}
 	return d
 }
